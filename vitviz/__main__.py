@@ -1,0 +1,3 @@
+from vitviz.cli import main
+
+raise SystemExit(main())

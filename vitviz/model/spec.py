@@ -1,0 +1,116 @@
+"""The model spec: what a loaded model is, how to feed it, and what its outputs mean. No Qt."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from vitviz.model.vit import ViTConfig
+from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, Preprocess
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Frozen description of a model.
+
+    Attributes:
+        config: the architecture (constructor arguments of :class:`~vitviz.model.vit.ViT`).
+        preprocess: resize / crop / interpolation / mean / std the weights were trained with.
+        labels: class names in head order, or None when unknown.
+        source_format: "native", "timm", "torchvision", "hf", "npz", "registry" ...
+        source_path: file or directory it was loaded from (None for in-memory models).
+        name: a human-readable name.
+    """
+
+    config: ViTConfig
+    preprocess: Preprocess = field(default_factory=Preprocess)
+    labels: tuple[str, ...] | None = None
+    source_format: str = "registry"
+    source_path: str | None = None
+    name: str = "vit"
+
+    @property
+    def input_size(self) -> tuple[int, int]:
+        return tuple(self.preprocess.crop)  # type: ignore[return-value]
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return self.config.num_prefix_tokens
+
+    @property
+    def num_classes(self) -> int:
+        return self.config.num_classes
+
+    def label(self, index: int) -> str:
+        """The class name of ``index``, or ``"class {index}"`` when the spec has no labels."""
+        if self.labels is not None and 0 <= index < len(self.labels):
+            return self.labels[index]
+        return f"class {index}"
+
+    def replace(self, **changes: Any) -> "ModelSpec":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "preprocess": self.preprocess.to_dict(),
+            "labels": list(self.labels) if self.labels is not None else None,
+            "source_format": self.source_format,
+            "source_path": self.source_path,
+            "name": self.name,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelSpec":
+        labels = d.get("labels")
+        return cls(
+            config=ViTConfig.from_dict(d["config"]),
+            preprocess=Preprocess.from_dict(d.get("preprocess", {})),
+            labels=tuple(str(x) for x in labels) if labels is not None else None,
+            source_format=d.get("source_format", "native"),
+            source_path=d.get("source_path"),
+            name=d.get("name", "vit"),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, s: str) -> "ModelSpec":
+        return cls.from_dict(json.loads(s))
+
+    def describe(self) -> str:
+        """Multi-line human-readable summary (used by ``vitviz info``)."""
+        c, p = self.config, self.preprocess
+        heads = f"{c.num_heads} heads"
+        prefix = []
+        if c.class_token:
+            prefix.append("CLS")
+        if c.distilled:
+            prefix.append("DIST")
+        if c.num_reg_tokens:
+            prefix.append(f"{c.num_reg_tokens} registers")
+        lines = [
+            f"name:          {self.name}",
+            f"format:        {self.source_format}" + (f" ({self.source_path})" if self.source_path else ""),
+            f"architecture:  ViT patch {c.patch_size}, width {c.embed_dim}, depth {c.depth}, {heads}, "
+            f"MLP x{c.mlp_ratio:g}, pool {c.global_pool}, prefix tokens: {', '.join(prefix) or 'none'}",
+            f"input size:    {c.img_size[0]}x{c.img_size[1]} (grid {c.grid_size[0]}x{c.grid_size[1]})",
+            f"preprocessing: resize {p.resize} ({p.interpolation}), centre crop {p.crop[0]}x{p.crop[1]}, "
+            f"mean {tuple(round(x, 4) for x in p.mean)}, std {tuple(round(x, 4) for x in p.std)}",
+            f"classes:       {c.num_classes}" + (" (labelled)" if self.labels else " (no labels)"),
+        ]
+        return "\n".join(lines)
+
+
+def imagenet_preprocess(size: int = 224, *, crop_pct: float = 0.875, interpolation: str = "bicubic") -> Preprocess:
+    """DeiT / torchvision style: ImageNet mean and std."""
+    return Preprocess.for_crop(size, crop_pct=crop_pct, interpolation=interpolation,  # type: ignore[arg-type]
+                               mean=IMAGENET_MEAN, std=IMAGENET_STD)
+
+
+def inception_preprocess(size: int = 224, *, crop_pct: float = 0.875, interpolation: str = "bicubic") -> Preprocess:
+    """Google / augreg style: mean = std = 0.5."""
+    return Preprocess.for_crop(size, crop_pct=crop_pct, interpolation=interpolation,  # type: ignore[arg-type]
+                               mean=INCEPTION_MEAN, std=INCEPTION_STD)

@@ -1,0 +1,155 @@
+"""Preprocessing as a model's spec describes it: resize the shorter side, centre-crop, normalise.
+
+Implemented on PIL images exactly as torchvision's ``Resize(int)`` + ``CenterCrop`` + ``ToTensor`` + ``Normalize``
+do for PIL input, and with the geometry of the crop recorded so that a map over the model's input can be put back
+onto the original photo's pixel grid. No Qt here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from PIL import Image
+
+Interpolation = Literal["nearest", "bilinear", "bicubic", "lanczos"]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+INCEPTION_MEAN = (0.5, 0.5, 0.5)
+INCEPTION_STD = (0.5, 0.5, 0.5)
+
+_PIL_RESAMPLE = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+}
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How a model wants its input.
+
+    Attributes:
+        resize: target length of the shorter image side before cropping (torchvision ``Resize(int)``), or an
+            explicit ``(height, width)`` to resize to regardless of aspect ratio.
+        crop: ``(height, width)`` of the centre crop fed to the model.
+        interpolation: resampling filter of the resize.
+        mean, std: per-channel normalisation applied to [0, 1] RGB values.
+    """
+
+    resize: int | tuple[int, int] = 256
+    crop: tuple[int, int] = (224, 224)
+    interpolation: Interpolation = "bicubic"
+    mean: tuple[float, ...] = INCEPTION_MEAN
+    std: tuple[float, ...] = INCEPTION_STD
+
+    def __post_init__(self) -> None:
+        if self.interpolation not in _PIL_RESAMPLE:
+            raise ValueError(f"interpolation={self.interpolation!r}; valid: {sorted(_PIL_RESAMPLE)}")
+        if len(self.mean) != len(self.std):
+            raise ValueError(f"mean has {len(self.mean)} values but std has {len(self.std)}")
+        if any(s <= 0 for s in self.std):
+            raise ValueError(f"std must be positive, got {self.std}")
+
+    @classmethod
+    def for_crop(cls, crop: int | tuple[int, int], *, crop_pct: float = 0.875, interpolation: Interpolation = "bicubic",
+                 mean: tuple[float, ...] = INCEPTION_MEAN, std: tuple[float, ...] = INCEPTION_STD) -> "Preprocess":
+        """timm-style: resize the shorter side to ``floor(crop / crop_pct)``, then centre-crop ``crop``."""
+        ch, cw = (crop, crop) if isinstance(crop, int) else crop
+        resize = int(np.floor(min(ch, cw) / crop_pct)) if ch == cw else (int(ch / crop_pct), int(cw / crop_pct))
+        return cls(resize=resize, crop=(ch, cw), interpolation=interpolation, mean=tuple(mean), std=tuple(std))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["crop"] = list(self.crop)
+        d["resize"] = list(self.resize) if isinstance(self.resize, tuple) else self.resize
+        d["mean"] = list(self.mean)
+        d["std"] = list(self.std)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Preprocess":
+        r = d.get("resize", 256)
+        return cls(
+            resize=tuple(r) if isinstance(r, (list, tuple)) else int(r),
+            crop=tuple(d.get("crop", (224, 224))),
+            interpolation=d.get("interpolation", "bicubic"),
+            mean=tuple(float(x) for x in d.get("mean", INCEPTION_MEAN)),
+            std=tuple(float(x) for x in d.get("std", INCEPTION_STD)),
+        )
+
+    def geometry(self, image_size: tuple[int, int]) -> "CropGeometry":
+        """Where the model's input crop lies, for an image of ``(height, width)``."""
+        h, w = image_size
+        if isinstance(self.resize, tuple):
+            rh, rw = self.resize
+        else:
+            short, long = (h, w) if h <= w else (w, h)
+            new_short, new_long = self.resize, int(self.resize * long / short)
+            rh, rw = (new_short, new_long) if h <= w else (new_long, new_short)
+        ch, cw = self.crop
+        top = int(round((rh - ch) / 2.0))
+        left = int(round((rw - cw) / 2.0))
+        return CropGeometry(image_size=(h, w), resized_size=(rh, rw), crop_box=(top, left, ch, cw))
+
+    def __call__(self, image: Image.Image) -> torch.Tensor:
+        """PIL RGB image -> normalised float tensor ``[C, crop_h, crop_w]``."""
+        return self.apply(image)[0]
+
+    def apply(self, image: Image.Image) -> tuple[torch.Tensor, "CropGeometry"]:
+        """Like ``__call__`` but also return the crop geometry."""
+        if image.mode != "RGB" and len(self.mean) == 3:
+            image = image.convert("RGB")
+        geo = self.geometry((image.height, image.width))
+        rh, rw = geo.resized_size
+        if (rh, rw) != (image.height, image.width):
+            image = image.resize((rw, rh), _PIL_RESAMPLE[self.interpolation])
+        top, left, ch, cw = geo.crop_box
+        if top < 0 or left < 0 or top + ch > rh or left + cw > rw:
+            # torchvision pads with zeros when the crop is larger than the image
+            canvas = Image.new(image.mode, (max(cw, rw), max(ch, rh)))
+            canvas.paste(image, (max(0, -left), max(0, -top)))
+            image = canvas
+            top, left = max(0, top), max(0, left)
+        image = image.crop((left, top, left + cw, top + ch))
+        arr = np.asarray(image, dtype=np.float32) / 255.0
+        if arr.ndim == 2:
+            arr = arr[:, :, None]
+        t = torch.from_numpy(arr.copy()).permute(2, 0, 1)
+        mean = torch.tensor(self.mean, dtype=torch.float32)[:, None, None]
+        std = torch.tensor(self.std, dtype=torch.float32)[:, None, None]
+        return (t - mean) / std, geo
+
+
+@dataclass(frozen=True)
+class CropGeometry:
+    """The crop the model saw, relative to the original image.
+
+    Attributes:
+        image_size: ``(height, width)`` of the original image.
+        resized_size: ``(height, width)`` after the resize.
+        crop_box: ``(top, left, height, width)`` of the crop in resized pixels.
+    """
+
+    image_size: tuple[int, int]
+    resized_size: tuple[int, int]
+    crop_box: tuple[int, int, int, int]
+
+    def crop_in_image(self) -> tuple[float, float, float, float]:
+        """The crop as ``(y0, x0, y1, x1)`` in original-image pixel coordinates (floats, edges not centres)."""
+        h, w = self.image_size
+        rh, rw = self.resized_size
+        sy, sx = h / rh, w / rw
+        top, left, ch, cw = self.crop_box
+        return (top * sy, left * sx, (top + ch) * sy, (left + cw) * sx)
+
+    def image_to_input(self, y: float, x: float) -> tuple[float, float]:
+        """Map an original-image pixel coordinate to model-input (crop) pixel coordinates."""
+        h, w = self.image_size
+        rh, rw = self.resized_size
+        top, left, _, _ = self.crop_box
+        return (y * rh / h - top, x * rw / w - left)
