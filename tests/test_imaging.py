@@ -1,0 +1,183 @@
+"""Image loading (modes, EXIF, corrupt files), colormaps, overlays and safe PNG writing."""
+
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vitviz import imaging
+from vitviz.imaging import ExportError, ImageError, load_image, write_png
+
+
+def _save(img: Image.Image, path: Path, **kw) -> Path:
+    img.save(path, **kw)
+    return path
+
+
+def test_rgb_png_roundtrip(tmp_path):
+    arr = np.random.default_rng(0).integers(0, 256, (30, 50, 3), dtype=np.uint8)
+    p = _save(Image.fromarray(arr), tmp_path / "a.png")
+    li = load_image(p)
+    assert li.size == (30, 50) and li.original_mode == "RGB"
+    np.testing.assert_array_equal(li.rgb(), arr)
+
+
+def test_grayscale_and_bilevel(tmp_path):
+    g = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    li = load_image(_save(Image.fromarray(g, "L"), tmp_path / "g.png"))
+    np.testing.assert_array_equal(li.rgb()[..., 0], g)
+    np.testing.assert_array_equal(li.rgb()[..., 2], g)
+    b = Image.fromarray((g > 127).astype(np.uint8) * 255).convert("1")
+    li = load_image(_save(b, tmp_path / "b.png"))
+    assert set(np.unique(li.rgb())) <= {0, 255}
+
+
+def test_16bit_scaled_not_clipped(tmp_path):
+    a16 = (np.linspace(0, 65535, 64 * 8).reshape(8, 64)).astype(np.uint16)
+    p = _save(Image.fromarray(a16), tmp_path / "d.png")
+    li = load_image(p)
+    rgb = li.rgb()
+    assert rgb[..., 0].max() == 255 and rgb[..., 0].min() == 0
+    # scaled by the bit depth: a clip to 255 would make nearly everything white
+    np.testing.assert_allclose(rgb[..., 0].astype(float), np.round(a16 / 257.0), atol=1)
+    t = _save(Image.fromarray(a16), tmp_path / "d.tif")
+    np.testing.assert_allclose(load_image(t).rgb().astype(int), rgb.astype(int), atol=1)
+
+
+def test_palette_and_rgba_composited_on_white(tmp_path):
+    rgba = np.zeros((10, 10, 4), np.uint8)
+    rgba[..., 0] = 255
+    rgba[:5, :, 3] = 255  # top half opaque red, bottom transparent
+    li = load_image(_save(Image.fromarray(rgba, "RGBA"), tmp_path / "t.png"))
+    np.testing.assert_array_equal(li.rgb()[0, 0], [255, 0, 0])
+    np.testing.assert_array_equal(li.rgb()[9, 9], [255, 255, 255])
+    pal = Image.fromarray(np.array([[0, 1], [1, 0]], np.uint8), "P")
+    pal.putpalette([0, 0, 255, 0, 255, 0] + [0] * 762)
+    li = load_image(_save(pal, tmp_path / "p.png"))
+    np.testing.assert_array_equal(li.rgb()[0, 0], [0, 0, 255])
+    np.testing.assert_array_equal(li.rgb()[0, 1], [0, 255, 0])
+
+
+def test_cmyk_jpeg(tmp_path):
+    cmyk = Image.new("CMYK", (20, 10), (0, 255, 255, 0))  # pure red in CMYK
+    li = load_image(_save(cmyk, tmp_path / "c.jpg", quality=95))
+    assert li.original_mode == "CMYK"
+    r, g, b = li.rgb()[5, 10].astype(int)
+    assert r > 200 and g < 60 and b < 60
+
+
+def test_exif_rotation_honoured(tmp_path):
+    arr = np.zeros((20, 40, 3), np.uint8)
+    arr[:, :20] = (255, 0, 0)  # left half red
+    img = Image.fromarray(arr)
+    exif = img.getexif()
+    exif[0x0112] = 6  # rotate 90 CW on display
+    p = tmp_path / "r.jpg"
+    img.save(p, exif=exif, quality=95)
+    li = load_image(p)
+    assert li.size == (40, 20)
+    # after a 90 degree clockwise rotation the red (left) half is on top
+    assert li.rgb()[5, 10, 0] > 200 and li.rgb()[35, 10, 0] < 60
+
+
+def test_gif_first_frame_and_webp(tmp_path):
+    f0 = Image.new("RGB", (8, 8), (255, 0, 0))
+    f1 = Image.new("RGB", (8, 8), (0, 0, 255))
+    p = tmp_path / "anim.gif"
+    f0.save(p, save_all=True, append_images=[f1])
+    li = load_image(p)
+    assert li.frames == 2
+    assert li.rgb()[0, 0, 0] > 200 and li.rgb()[0, 0, 2] < 60
+    w = _save(Image.new("RGB", (9, 7), (0, 128, 0)), tmp_path / "x.webp", lossless=True)
+    assert load_image(w).size == (7, 9)
+
+
+@pytest.mark.parametrize("case", ["missing", "dir", "empty", "garbage", "truncated"])
+def test_bad_images_name_file_and_problem(tmp_path, case):
+    p = tmp_path / f"{case}.png"
+    if case == "dir":
+        p.mkdir()
+    elif case == "empty":
+        p.write_bytes(b"")
+    elif case == "garbage":
+        p.write_bytes(os.urandom(500))
+    elif case == "truncated":
+        buf = io.BytesIO()
+        Image.fromarray(np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(buf, "PNG")
+        p.write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
+    with pytest.raises(ImageError) as ei:
+        load_image(p)
+    msg = str(ei.value)
+    assert str(p) in msg
+    expected = {"missing": "does not exist", "dir": "folder", "empty": "empty", "garbage": "not an image",
+                "truncated": "truncated"}[case]
+    assert expected in msg
+
+
+def test_colormaps_and_overlay():
+    for name in imaging.colormap_names():
+        lut = imaging.get_colormap(name)
+        assert lut.shape == (256, 4) and lut.dtype == np.uint8
+    gray = imaging.get_colormap("gray")
+    assert (np.diff(gray[:, 0].astype(int)) >= 0).all() and gray[0, 0] == 0 and gray[-1, 0] == 255
+    np.testing.assert_array_equal(imaging.get_colormap("viridis")[0, :3], [0x44, 0x01, 0x54])
+    np.testing.assert_array_equal(imaging.get_colormap("viridis")[-1, :3], [0xFD, 0xE7, 0x25])
+    vals = np.array([[0.0, 1.0], [np.nan, 0.5]])
+    rgba = imaging.apply_colormap(vals, "gray")
+    assert rgba[1, 0, 3] == 0 and rgba[0, 0, 3] == 255
+    assert rgba[0, 0, 0] == 0 and rgba[0, 1, 0] == 255 and abs(int(rgba[1, 1, 0]) - 128) <= 1
+    img = np.full((2, 2, 3), 100, np.uint8)
+    np.testing.assert_array_equal(imaging.overlay(img, vals, cmap="gray", opacity=0.0), img)
+    full = imaging.overlay(img, vals, cmap="gray", opacity=1.0)
+    assert full[0, 1, 0] == 255 and full[0, 0, 0] == 0
+    np.testing.assert_array_equal(full[1, 0], [100, 100, 100])  # NaN: image shows through
+    with pytest.raises(ValueError, match="unknown colormap"):
+        imaging.get_colormap("nope")
+
+
+def test_render_export_sizes():
+    rgb = np.zeros((60, 80, 3), np.uint8)
+    vals = np.linspace(0, 1, 60 * 80).reshape(60, 80)
+    plain = imaging.render_export(rgb, vals)
+    assert plain.shape == (60, 80, 3)
+    withbar = imaging.render_export(rgb, vals, colorbar=True, caption="model x, layer 3, head 2")
+    assert withbar.shape[0] > 60 and withbar.shape[1] > 80
+    np.testing.assert_array_equal(withbar[:60, :80], plain)
+
+
+def test_tile_grid_layout():
+    tiles = [np.full((10, 12, 3), i * 40, np.uint8) for i in range(5)]
+    g = imaging.tile_grid(tiles, ncols=3, pad=2)
+    assert g.shape == (2 * 10 + 3 * 2, 3 * 12 + 4 * 2, 3)
+    assert (g[2:12, 2 + 14:14 + 14] == 40).all()
+
+
+def test_write_png_atomic_and_never_overwrites(tmp_path):
+    a = np.zeros((5, 6, 3), np.uint8)
+    out = write_png(tmp_path / "view.png", a)
+    assert out.exists()
+    before = out.read_bytes()
+    with pytest.raises(FileExistsError):
+        write_png(out, np.full((5, 6, 3), 255, np.uint8))
+    assert out.read_bytes() == before
+    write_png(out, np.full((5, 6, 3), 255, np.uint8), overwrite=True)
+    assert np.asarray(Image.open(out)).min() == 255
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["view.png"]  # no temp files left
+    assert imaging.next_free_path(out).name == "view-2.png"
+
+
+def test_write_png_unwritable_folder(tmp_path, monkeypatch):
+    with pytest.raises(ExportError, match="does not exist"):
+        write_png(tmp_path / "nope" / "x.png", np.zeros((2, 2, 3), np.uint8))
+
+    def deny(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(imaging.tempfile, "mkstemp", deny)
+    with pytest.raises(ExportError) as ei:
+        write_png(tmp_path / "x.png", np.zeros((2, 2, 3), np.uint8))
+    assert str(tmp_path / "x.png") in str(ei.value) and "not writable" in str(ei.value)
+    assert not (tmp_path / "x.png").exists()
