@@ -1,6 +1,237 @@
-"""Placeholder; replaced by the pretrained loader."""
-PRETRAINED = {}
+"""Named pretrained weights: torchvision's ImageNet ViTs, downloaded once into torch's hub cache.
+
+``pretrained("vit_b_16")`` downloads ``https://download.pytorch.org/models/vit_b_16-c867db91.pth`` (with a progress
+bar) into ``torch.hub.get_dir()/checkpoints/`` unless it is already there, checks the hash prefix in the file name,
+and loads it with :func:`vitviz.model.load_checkpoint`, taking the class labels and preprocessing from torchvision's
+weight metadata. ``PRETRAINED`` describes the available names for menus. No Qt here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from vitviz.preprocess import Preprocess
+
+ProgressFn = Callable[[int, int], "bool | None"]
+"""``progress(done_bytes, total_bytes)``; ``total_bytes`` is 0 when unknown. Returning False cancels the download."""
+
+
 class PretrainedError(RuntimeError):
-    pass
-def pretrained(*a, **k):
-    raise NotImplementedError
+    """Named weights could not be provided (unknown name, offline and not cached, bad download)."""
+
+
+class DownloadCancelled(PretrainedError):
+    """The progress callback asked to stop; the partial file was deleted."""
+
+
+@dataclass(frozen=True)
+class PretrainedInfo:
+    """One named set of weights.
+
+    Attributes:
+        name: the name passed to :func:`pretrained` (``"vit_b_16"``).
+        weights: torchvision's weight enum member name (``"IMAGENET1K_V1"``).
+        url: download address; the cached file is named after its last path component.
+        size_mb: download size in MB (torchvision's ``_file_size`` meta).
+        num_params: parameter count.
+        img_size: input size the weights were trained at.
+        description: one line for menus.
+        preprocess: resize / crop / interpolation / mean / std of the weights' transforms.
+        labels: class names, or None.
+    """
+
+    name: str
+    weights: str
+    url: str
+    size_mb: float
+    num_params: int
+    img_size: int
+    description: str
+    preprocess: Preprocess
+    labels: tuple[str, ...] | None = None
+
+    @property
+    def file_name(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+
+# name -> torchvision weight enum member. vit_h_14 has no IMAGENET1K_V1; its 224 px SWAG linear-probe weights keep
+# the input size (and CPU cost) comparable to the others; the 518 px end-to-end weights are "vit_h_14_518".
+_TORCHVISION: dict[str, tuple[str, str]] = {
+    "vit_b_16": ("vit_b_16", "IMAGENET1K_V1"),
+    "vit_b_32": ("vit_b_32", "IMAGENET1K_V1"),
+    "vit_l_16": ("vit_l_16", "IMAGENET1K_V1"),
+    "vit_l_32": ("vit_l_32", "IMAGENET1K_V1"),
+    "vit_h_14": ("vit_h_14", "IMAGENET1K_SWAG_LINEAR_V1"),
+    "vit_h_14_518": ("vit_h_14", "IMAGENET1K_SWAG_E2E_V1"),
+}
+
+
+def _preprocess_from_transforms(weights) -> Preprocess:
+    t = weights.transforms()
+    crop = int(t.crop_size[0])
+    resize = int(t.resize_size[0])
+    interp = str(getattr(t.interpolation, "value", t.interpolation)).lower()
+    return Preprocess(resize=resize, crop=(crop, crop), interpolation=interp,  # type: ignore[arg-type]
+                      mean=tuple(float(x) for x in t.mean), std=tuple(float(x) for x in t.std))
+
+
+def _build_registry() -> dict[str, PretrainedInfo]:
+    from torchvision import models as tvm
+
+    reg = {}
+    for name, (arch, member) in _TORCHVISION.items():
+        w = getattr(tvm.get_model_weights(arch), member)
+        meta = w.meta
+        pre = _preprocess_from_transforms(w)
+        desc = (f"torchvision {arch} {member}: ImageNet-1k top-1 "
+                f"{meta['_metrics']['ImageNet-1K']['acc@1']:.1f}%, {pre.crop[0]} px, "
+                f"{meta['num_params'] / 1e6:.0f} M parameters")
+        reg[name] = PretrainedInfo(
+            name=name, weights=member, url=w.url, size_mb=float(meta.get("_file_size", 0.0)),
+            num_params=int(meta["num_params"]), img_size=pre.crop[0], description=desc, preprocess=pre,
+            labels=tuple(meta["categories"]) if meta.get("categories") else None,
+        )
+    return reg
+
+
+PRETRAINED: dict[str, PretrainedInfo] = _build_registry()
+
+
+def _info(name: str) -> PretrainedInfo:
+    try:
+        return PRETRAINED[name]
+    except KeyError:
+        raise PretrainedError(f"unknown pretrained name {name!r}; available: {', '.join(PRETRAINED)}") from None
+
+
+def cache_path(name: str) -> Path:
+    """Where the weights of ``name`` are (or would be) cached: ``torch.hub.get_dir()/checkpoints/<file>``."""
+    return Path(torch.hub.get_dir()) / "checkpoints" / _info(name).file_name
+
+
+def is_cached(name: str) -> bool:
+    """True when the weights of ``name`` are in the cache (no network needed)."""
+    return cache_path(name).is_file()
+
+
+def _urlopen(url: str, timeout: float = 30.0):
+    """Open ``url`` for reading (monkeypatched in tests)."""
+    req = urllib.request.Request(url, headers={"User-Agent": "vitviz"})
+    return urllib.request.urlopen(req, timeout=timeout)
+
+
+def _offline_message(info: PretrainedInfo, dest: Path, reason: str) -> str:
+    return (
+        f"cannot download the {info.name} weights ({reason}) and they are not cached.\n"
+        f"  URL:   {info.url}\n"
+        f"  cache: {dest}\n"
+        f"Either download the file on a machine with network access and copy it to the cache path above, or open a "
+        f"local checkpoint instead: 'vitviz --model path/to/file' on the command line, or \"Open checkpoint…\" in "
+        f"the app (any torchvision, timm, Hugging Face, .npz or vitviz file)."
+    )
+
+
+def download(name: str, *, progress: ProgressFn | None = None, show_bar: bool = True) -> Path:
+    """Download the weights of ``name`` into the cache (no-op when cached) and return the cached file.
+
+    The download goes to ``<file>.partial`` and is moved into place only when complete and, where the file name
+    carries a hash prefix (torchvision's ``name-<sha256 prefix>.pth``), when the hash matches.
+
+    Args:
+        name: a key of :data:`PRETRAINED`.
+        progress: ``progress(done_bytes, total_bytes)``, called after every chunk; returning False cancels
+            (:class:`DownloadCancelled`, partial file deleted).
+        show_bar: draw a tqdm progress bar on stderr.
+
+    Raises:
+        PretrainedError: offline / HTTP error (the message names the URL and the cache path), hash mismatch.
+    """
+    info = _info(name)
+    dest = cache_path(name)
+    if dest.is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    try:
+        resp = _urlopen(info.url)
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise PretrainedError(_offline_message(info, dest, f"network error: {reason}")) from None
+    bar = None
+    sha = hashlib.sha256()
+    try:
+        total = int(resp.headers.get("Content-Length") or 0) if getattr(resp, "headers", None) is not None else 0
+        if show_bar:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total or None, unit="B", unit_scale=True, unit_divisor=1024, desc=info.file_name)
+        done = 0
+        with open(partial, "wb") as f:
+            while True:
+                chunk = resp.read(1 << 20)
+                if not chunk:
+                    break
+                f.write(chunk)
+                sha.update(chunk)
+                done += len(chunk)
+                if bar is not None:
+                    bar.update(len(chunk))
+                if progress is not None and progress(done, total) is False:
+                    raise DownloadCancelled(f"download of {info.name} cancelled; nothing was cached")
+        if total and done != total:
+            raise PretrainedError(_offline_message(info, dest, f"connection closed after {done} of {total} bytes"))
+        m = re.search(r"-([a-f0-9]{6,64})\.", info.file_name)
+        if m and not sha.hexdigest().startswith(m.group(1)):
+            raise PretrainedError(f"downloaded {info.url} but its sha256 {sha.hexdigest()[:16]}… does not start with "
+                                  f"{m.group(1)}; the file was discarded (corrupt download?)")
+        os.replace(partial, dest)
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+        raise PretrainedError(_offline_message(info, dest, f"network error during download: {e}")) from None
+    finally:
+        if bar is not None:
+            bar.close()
+        close = getattr(resp, "close", None)
+        if close is not None:
+            close()
+        if partial.exists():
+            partial.unlink()
+    return dest
+
+
+def pretrained(name: str, *, progress: ProgressFn | None = None, show_bar: bool = True):
+    """A ViT with torchvision's ImageNet weights ``name`` (see :data:`PRETRAINED`), downloading them if needed.
+
+    Args:
+        name: ``vit_b_16``, ``vit_b_32``, ``vit_l_16``, ``vit_l_32``, ``vit_h_14`` (224 px SWAG linear) or
+            ``vit_h_14_518``.
+        progress: optional ``progress(done_bytes, total_bytes) -> bool | None``; returning False cancels.
+        show_bar: draw a tqdm progress bar while downloading.
+
+    Returns:
+        A :class:`~vitviz.model.vit.ViT` in eval mode whose ``spec`` has the weights' labels and preprocessing.
+
+    Raises:
+        PretrainedError: unknown name; offline and not cached (the message names the URL and the cache path and how
+            to open a local file instead); the cached file is unreadable.
+    """
+    from vitviz.model.checkpoints import CheckpointError, load_checkpoint
+
+    info = _info(name)
+    path = download(name, progress=progress, show_bar=show_bar)
+    try:
+        model = load_checkpoint(path, preprocess=info.preprocess, labels=info.labels,
+                                name=f"{info.name} ({info.weights})")
+    except CheckpointError as e:
+        raise PretrainedError(f"the cached weights of {name} are unreadable: {e}. Delete {path} to download them "
+                              "again.") from None
+    return model

@@ -1,0 +1,109 @@
+"""The ``vitviz`` command: --version, info, predict, models, and the lazy GUI hand-off."""
+
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitviz import __version__
+from vitviz.cli import main
+from vitviz.model import ViT, save_checkpoint
+from vitviz.model.spec import ModelSpec
+from vitviz.preprocess import Preprocess
+
+
+@pytest.fixture
+def tiny_ckpt(tmp_path):
+    m = ViT(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=3).eval()
+    m.spec = ModelSpec(config=m.config, preprocess=Preprocess(resize=36, crop=(32, 32)), labels=("ant", "bee", "cat"),
+                       name="tiny")
+    path = tmp_path / "tiny.safetensors"
+    save_checkpoint(m, path)
+    return m, path
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert __version__ in capsys.readouterr().out
+
+
+def test_info_prints_format_architecture_params(tiny_ckpt, capsys):
+    m, path = tiny_ckpt
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "native" in out and "width 64" in out and "depth 2" in out and "4 heads" in out
+    assert f"{m.num_params():,}" in out
+    assert "32x32" in out and "classes:       3" in out
+    assert "mean (0.5, 0.5, 0.5)" in out
+
+
+def test_info_errors_are_one_clean_line(tmp_path, capsys):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello, this is not a checkpoint\n")
+    assert main(["info", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert str(bad) in err and "not a checkpoint" in err
+    assert len(err.strip().splitlines()) == 1
+    assert main(["info", str(tmp_path / "missing.pth")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_predict_prints_topk_with_labels(tiny_ckpt, tmp_path, capsys):
+    m, path = tiny_ckpt
+    img = tmp_path / "x.png"
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 255, (40, 50, 3), dtype=np.uint8)).save(img)
+    assert main(["predict", str(path), str(img), "--top", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == str(img) and len(out) == 3
+    # independent: the same preprocessing and forward by hand
+    x = m.spec.preprocess(Image.open(img).convert("RGB"))[None]
+    with torch.no_grad():
+        p = m(x)[0].softmax(-1)
+    best = int(p.argmax())
+    assert out[1].split()[0] == str(best) and out[1].split()[2] == m.spec.labels[best]
+    assert abs(float(out[1].split()[1]) - float(p[best])) < 1e-3
+
+
+def test_predict_bad_image(tiny_ckpt, tmp_path, capsys):
+    _, path = tiny_ckpt
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"\x89PNG not really")
+    assert main(["predict", str(path), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "Traceback" not in err
+
+
+def test_gui_handoff(monkeypatch):
+    calls = {}
+
+    def run_gui(images, model=None, device=None):
+        calls.update(images=images, model=model, device=device)
+        return 7
+
+    fake = types.ModuleType("vitviz.gui.app")
+    fake.run_gui = run_gui
+    monkeypatch.setitem(sys.modules, "vitviz.gui.app", fake)
+    assert main(["a.png", "b.jpg", "--model", "vit_b_16", "--device", "cpu"]) == 7
+    assert calls == {"images": ["a.png", "b.jpg"], "model": "vit_b_16", "device": "cpu"}
+
+
+def test_gui_missing_is_a_clear_message(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "vitviz.gui.app", None)  # import raises ImportError
+    assert main([]) == 1
+    assert "GUI is not available" in capsys.readouterr().err
+
+
+def test_models_lists_pretrained(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for name in ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14"):
+        assert name in out
+    assert "not cached" in out and str(tmp_path) in out
