@@ -1,0 +1,92 @@
+"""Entry point of the desktop app: ``run_gui(images, model=None, device=None)`` (called by ``vitviz``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QApplication
+
+from vitviz.gui.main_window import APPLICATION, ORGANIZATION, MainWindow
+
+
+def dark_palette() -> QPalette:
+    p = QPalette()
+    base, alt, text, mid = QColor(37, 37, 40), QColor(48, 48, 52), QColor(225, 225, 228), QColor(62, 62, 68)
+    p.setColor(QPalette.ColorRole.Window, alt)
+    p.setColor(QPalette.ColorRole.WindowText, text)
+    p.setColor(QPalette.ColorRole.Base, base)
+    p.setColor(QPalette.ColorRole.AlternateBase, alt)
+    p.setColor(QPalette.ColorRole.ToolTipBase, QColor(20, 20, 22))
+    p.setColor(QPalette.ColorRole.ToolTipText, text)
+    p.setColor(QPalette.ColorRole.Text, text)
+    p.setColor(QPalette.ColorRole.Button, mid)
+    p.setColor(QPalette.ColorRole.ButtonText, text)
+    p.setColor(QPalette.ColorRole.BrightText, QColor(255, 80, 80))
+    p.setColor(QPalette.ColorRole.Highlight, QColor(0, 150, 190))
+    p.setColor(QPalette.ColorRole.HighlightedText, QColor(255, 255, 255))
+    p.setColor(QPalette.ColorRole.Link, QColor(80, 190, 230))
+    p.setColor(QPalette.ColorRole.PlaceholderText, QColor(140, 140, 145))
+    for role in (QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText, QPalette.ColorRole.WindowText):
+        p.setColor(QPalette.ColorGroup.Disabled, role, QColor(120, 120, 125))
+    return p
+
+
+def make_app(argv: list[str] | None = None) -> QApplication:
+    """The QApplication (created once), with vitviz's names, Fusion style and a dark palette."""
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(argv if argv is not None else [sys.argv[0]])
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    app.setApplicationDisplayName("vitviz")
+    app.setStyle("Fusion")
+    app.setPalette(dark_palette())
+    return app  # type: ignore[return-value]
+
+
+def resolve_model_key(model: str | None) -> str | None:
+    """``--model`` value -> a model key: an existing path is a checkpoint, a known name a pretrained model."""
+    if model is None:
+        return None
+    if os.path.exists(model):
+        return f"file:{Path(model).resolve()}"
+    try:
+        from vitviz.model.pretrained import PRETRAINED
+        if model in PRETRAINED:
+            return f"pretrained:{model}"
+    except Exception:  # noqa: BLE001
+        pass
+    if model == "demo":
+        return "demo"
+    try:
+        from vitviz.model import list_models
+        if model in list_models():
+            return f"random:{model}"
+    except Exception:  # noqa: BLE001
+        pass
+    return f"file:{model}"  # loading it reports the missing file in a dialog
+
+
+def run_gui(images: list[str], model: str | None = None, device: str | None = None,
+            settings: QSettings | None = None) -> int:
+    """Open the main window with ``images`` (the bundled samples when empty) and run the event loop.
+
+    Args:
+        images: image files to open.
+        model: checkpoint path or pretrained name (default: the remembered model, else the bundled demo).
+        device: torch device (default: the remembered one, else CPU).
+
+    Returns:
+        The exit code of the event loop.
+    """
+    app = make_app()
+    win = MainWindow(settings=settings, model_key=resolve_model_key(model), device=device,
+                     load_samples=not images)
+    win.show()
+    if images:
+        win.open_images([str(Path(p)) for p in images])
+    return int(app.exec())

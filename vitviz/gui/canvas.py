@@ -1,0 +1,171 @@
+"""The central canvas: the user's whole photo, the current map over the model's crop, the query marker.
+
+Two ``pg.ImageItem`` s in one ``ViewBox`` (row-major, y down): the photo is set once per image; the overlay holds the
+raw map ``[gh, gw]`` (or its smooth upsampling) with the colormap as a lookup table, placed over the crop rectangle, so
+a change of layer/head/colormap/opacity only uploads a tiny array. A colour bar at the right shows the value range.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QPen
+from PySide6.QtWidgets import QGraphicsRectItem
+
+from vitviz import imaging
+
+pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)
+
+
+def colormap_for(name: str) -> pg.ColorMap:
+    lut = imaging.get_colormap(name)
+    return pg.ColorMap(np.linspace(0.0, 1.0, lut.shape[0]), lut[:, :4], name=name)
+
+
+class Canvas(pg.GraphicsLayoutWidget):
+    """Photo + overlay + query marker + colour bar.
+
+    Signals:
+        hovered(x, y): image pixel coordinates under the mouse (NaN when outside the image).
+        clicked(x, y): a left click at image pixel coordinates.
+    """
+
+    hovered = Signal(float, float)
+    clicked = Signal(float, float)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setBackground(QColor(38, 38, 42))
+        self.setAcceptDrops(False)
+        self.ci.setContentsMargins(4, 4, 4, 4)
+        self.vb: pg.ViewBox = self.addViewBox(row=0, col=0, lockAspect=True, invertY=True, enableMenu=False)
+        self.vb.setDefaultPadding(0.02)
+        self.image_item = pg.ImageItem(axisOrder="row-major")
+        self.image_item.setZValue(0)
+        self.overlay_item = pg.ImageItem(axisOrder="row-major")
+        self.overlay_item.setZValue(1)
+        self.vb.addItem(self.image_item)
+        self.vb.addItem(self.overlay_item)
+
+        self.crop_outline = QGraphicsRectItem()
+        pen = QPen(QColor(255, 255, 255, 150))
+        pen.setCosmetic(True)
+        pen.setWidthF(1.0)
+        pen.setStyle(Qt.PenStyle.DashLine)
+        self.crop_outline.setPen(pen)
+        self.crop_outline.setZValue(2)
+        self.crop_outline.setVisible(False)
+        self.vb.addItem(self.crop_outline)
+
+        self.marker = QGraphicsRectItem()
+        mpen = QPen(QColor(0, 230, 255))
+        mpen.setCosmetic(True)
+        mpen.setWidthF(2.5)
+        self.marker.setPen(mpen)
+        self.marker.setZValue(3)
+        self.marker.setVisible(False)
+        self.vb.addItem(self.marker)
+
+        self._cmap_name = ""
+        self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=colormap_for(imaging.DEFAULT_COLORMAP),
+                                        interactive=False, width=14, label=None)
+        self.colorbar.getAxis("right").setWidth(48)
+        self.addItem(self.colorbar, row=0, col=1)
+        self.set_colormap(imaging.DEFAULT_COLORMAP)
+
+        self.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.scene().sigMouseClicked.connect(self._on_mouse_clicked)
+        self._image_shape: tuple[int, int] | None = None
+        self._crop = QRectF(0, 0, 1, 1)
+
+    # ------------------------------------------------------------------ content
+    def set_photo(self, rgb: np.ndarray | None) -> None:
+        """Show a new photo (``uint8 [H, W, 3]``) and fit it to the window."""
+        if rgb is None:
+            self.image_item.clear()
+            self.overlay_item.clear()
+            self._image_shape = None
+            return
+        new_shape = rgb.shape[:2]
+        self.image_item.setImage(rgb, autoLevels=False, levels=(0, 255))
+        changed = new_shape != self._image_shape
+        self._image_shape = new_shape
+        if changed:
+            self.fit()
+
+    def set_crop(self, x0: float, y0: float, w: float, h: float) -> None:
+        """Where the overlay goes: the model's crop in image pixels."""
+        self._crop = QRectF(x0, y0, w, h)
+        self.crop_outline.setRect(self._crop)
+        self.crop_outline.setVisible(True)
+
+    def set_overlay(self, values: np.ndarray | None, levels: tuple[float, float] | None = None) -> None:
+        """Show a map (float ``[h, w]``) stretched over the crop; ``None`` hides it."""
+        if values is None:
+            self.overlay_item.setVisible(False)
+            return
+        if levels is None:
+            finite = values[np.isfinite(values)]
+            levels = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+        lo, hi = levels
+        if not hi > lo:
+            hi = lo + 1e-12 if math.isfinite(lo) else 1.0
+        self.overlay_item.setImage(values, autoLevels=False, levels=(lo, hi))
+        self.overlay_item.setRect(self._crop)
+        self.overlay_item.setVisible(True)
+        self.colorbar.setLevels((lo, hi))
+
+    def set_colormap(self, name: str) -> None:
+        if name == self._cmap_name:
+            return
+        self._cmap_name = name
+        self.overlay_item.setLookupTable(imaging.get_colormap(name))
+        self.colorbar.setColorMap(colormap_for(name))
+
+    def set_opacity(self, opacity: float) -> None:
+        self.overlay_item.setOpacity(float(opacity))
+
+    def set_marker(self, rect: tuple[float, float, float, float] | None) -> None:
+        """Outline one patch ``(x0, y0, w, h)`` in image pixels; None hides it."""
+        if rect is None:
+            self.marker.setVisible(False)
+            return
+        self.marker.setRect(QRectF(*rect))
+        self.marker.setVisible(True)
+
+    def fit(self) -> None:
+        if self._image_shape is None:
+            return
+        h, w = self._image_shape
+        self.vb.setRange(QRectF(0, 0, w, h), padding=0.02)
+
+    # ------------------------------------------------------------------ coordinates
+    def image_to_widget(self, x: float, y: float) -> QPoint:
+        """Widget pixel position of image coordinate ``(x, y)`` (for tests and tooltips)."""
+        scene = self.vb.mapViewToScene(QPointF(x, y))
+        return self.mapFromScene(scene)
+
+    def widget_to_image(self, pos: QPoint) -> tuple[float, float]:
+        p = self.vb.mapSceneToView(self.mapToScene(pos))
+        return (p.x(), p.y())
+
+    def _on_mouse_moved(self, scene_pos: QPointF) -> None:
+        if self._image_shape is None:
+            return
+        p = self.vb.mapSceneToView(scene_pos)
+        h, w = self._image_shape
+        if 0 <= p.x() < w and 0 <= p.y() < h and self.vb.sceneBoundingRect().contains(scene_pos):
+            self.hovered.emit(p.x(), p.y())
+        else:
+            self.hovered.emit(float("nan"), float("nan"))
+
+    def _on_mouse_clicked(self, ev) -> None:
+        if self._image_shape is None or ev.button() != Qt.MouseButton.LeftButton or ev.double():
+            return
+        if not self.vb.sceneBoundingRect().contains(ev.scenePos()):
+            return
+        p = self.vb.mapSceneToView(ev.scenePos())
+        self.clicked.emit(p.x(), p.y())
