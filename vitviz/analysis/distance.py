@@ -1,0 +1,77 @@
+"""Per-head statistics of attention: mean attention distance (ViT paper) and attention entropy. No Qt."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from vitviz.analysis._common import as_float, check_attn, resolve_grid
+
+__all__ = ["attention_entropy", "mean_attention_distance", "patch_distances"]
+
+
+@lru_cache(maxsize=8)
+def _patch_distances(gh: int, gw: int, patch_size: float) -> torch.Tensor:
+    y, x = torch.meshgrid(torch.arange(gh, dtype=torch.float64), torch.arange(gw, dtype=torch.float64), indexing="ij")
+    c = torch.stack([y.reshape(-1), x.reshape(-1)], dim=1)
+    return (c[:, None, :] - c[None, :, :]).pow(2).sum(-1).sqrt() * patch_size  # exact (cdist may use a matmul)
+
+
+def patch_distances(grid: tuple[int, int], patch_size: float) -> torch.Tensor:
+    """Euclidean distance between patch centres in pixels: ``[gh*gw, gh*gw]`` float64 (row-major patches)."""
+    return _patch_distances(int(grid[0]), int(grid[1]), float(patch_size)).clone()
+
+
+def mean_attention_distance(
+    attn: Any, *, grid: tuple[int, int] | None = None, patch_size: float, num_prefix_tokens: int = 1
+) -> torch.Tensor:
+    """Mean attention distance in pixels per layer and head (Dosovitskiy et al. 2020, Fig. 7 right / Fig. 11).
+
+    ``P = attn[l, h, p:, p:]`` (patch queries x patch keys), ``P_ij <- P_ij / sum_j P_ij``;
+    ``d[l, h] = (1 / M) sum_i sum_j P_ij * dist(i, j)`` with ``dist`` the Euclidean distance between patch centres
+    (grid distance x ``patch_size``). Uniform attention on a 14x14 grid of 16 px patches gives 116.49 px.
+    A query row with no patch mass contributes 0.
+
+    Args:
+        attn: ``[L, H, N, N]`` (or ``[B, L, H, N, N]``).
+        grid: ``(gh, gw)``; None infers a square grid.
+        patch_size: patch side in input pixels.
+        num_prefix_tokens: p.
+
+    Returns:
+        ``[L, H]`` (or ``[B, L, H]``) float32 pixels.
+    """
+    a, batched = check_attn(as_float(attn, "attn"))
+    N = a.shape[-1]
+    gh, gw = resolve_grid(N, grid, num_prefix_tokens)
+    p = int(num_prefix_tokens)
+    dist = _patch_distances(gh, gw, float(patch_size)).to(device=a.device, dtype=a.dtype)
+    P = a[..., p:, p:]
+    num = (P * dist).sum(-1)  # [B, L, H, M]
+    den = P.sum(-1)
+    per_query = torch.where(den > 0, num / den.clamp_min(torch.finfo(a.dtype).tiny), torch.zeros_like(num))
+    out = per_query.mean(-1)
+    return out if batched else out[0]
+
+
+def attention_entropy(attn: Any) -> torch.Tensor:
+    """Mean entropy (nats) of each head's attention rows: ``e[l, h] = (1/N) sum_i -sum_j a_ij ln a_ij`` (0 ln 0 = 0).
+
+    Low entropy = focused head; ``ln N`` = uniform attention. All query rows (prefix tokens included) are averaged.
+
+    Args:
+        attn: ``[L, H, N, N]`` (or ``[B, L, H, N, N]``).
+
+    Returns:
+        ``[L, H]`` (or ``[B, L, H]``) float32.
+    """
+    a, batched = check_attn(as_float(attn, "attn"))
+    # a * log2(max(a, tiny)) is exactly 0 where a == 0; log2 is the fastest log on CPU, ln 2 rescales to nats
+    t = a.clamp(min=torch.finfo(a.dtype).tiny)
+    t.log2_()
+    t.mul_(a)
+    out = t.sum(-1).mean(-1).mul_(-math.log(2.0))
+    return out if batched else out[0]

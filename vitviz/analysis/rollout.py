@@ -1,0 +1,244 @@
+"""Raw attention maps and attention rollout (Abnar & Zuidema 2020), plain and gradient-weighted. No Qt.
+
+Shapes: one image ``attn [L, H, N, N]`` (row = query, column = key); a leading batch dimension
+``[B, L, H, N, N]`` is accepted everywhere and gives ``[B, ...]`` results equal to per-image calls (discard is applied
+per image and per row). Tokens: ``p = num_prefix_tokens`` prefix tokens (CLS first), then ``gh * gw`` patches in
+row-major order. Returned maps are ``[gh, gw]`` over the patch keys, raw (not normalised for display).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+
+from vitviz.analysis._common import (
+    Head,
+    HeadFusion,
+    as_float,
+    check_attn,
+    check_layer,
+    discard_count,
+    fuse_heads,
+    resolve_grid,
+)
+
+GradClamp = Literal["after_mean", "before_mean"]
+
+__all__ = [
+    "attention_rollout", "cls_attention", "gradient_rollout", "query_attention", "rollout_transitions",
+]
+
+
+def query_attention(
+    attn: Any, layer: int, head: Head, query: int, *, grid: tuple[int, int] | None = None, num_prefix_tokens: int = 1
+) -> torch.Tensor:
+    """One query row of one layer's attention over the patch keys.
+
+    ``map[i, j] = fuse_h attn[layer, h, query, p + i * gw + j]`` where ``fuse_h`` picks head ``head`` or takes the
+    mean / max / min over heads.
+
+    Args:
+        attn: ``[L, H, N, N]`` (or ``[B, L, H, N, N]``).
+        layer: layer index (negative counts from the end).
+        head: head index, or ``"mean" | "max" | "min"`` over heads.
+        query: query token index, prefix tokens included (0 = CLS).
+        grid: ``(gh, gw)``; None infers a square grid.
+        num_prefix_tokens: p.
+
+    Returns:
+        ``[gh, gw]`` (or ``[B, gh, gw]``).
+    """
+    a, batched = check_attn(as_float(attn, "attn"))
+    B, L, H, N, _ = a.shape
+    gh, gw = resolve_grid(N, grid, num_prefix_tokens)
+    layer = check_layer(layer, L)
+    q = check_layer(query, N, "query")
+    row = a[:, layer, :, q, num_prefix_tokens:]  # [B, H, M]
+    out = fuse_heads(row, head, dim=1).reshape(B, gh, gw)
+    return out if batched else out[0]
+
+
+def cls_attention(
+    attn: Any, layer: int, head: Head, *, grid: tuple[int, int] | None = None, num_prefix_tokens: int = 1
+) -> torch.Tensor:
+    """The [CLS] row of one layer's attention over the patch keys: :func:`query_attention` with ``query=0``.
+
+    Raw attention as in Dosovitskiy et al. 2020 / Caron et al. 2021 (DINO) attention maps.
+
+    Args:
+        attn: ``[L, H, N, N]`` (or ``[B, L, H, N, N]``).
+        layer, head, grid, num_prefix_tokens: as in :func:`query_attention`.
+
+    Returns:
+        ``[gh, gw]`` (or ``[B, gh, gw]``).
+    """
+    if num_prefix_tokens < 1:
+        raise ValueError("cls_attention needs a [CLS] token (num_prefix_tokens >= 1); use query_attention instead")
+    return query_attention(attn, layer, head, 0, grid=grid, num_prefix_tokens=num_prefix_tokens)
+
+
+def _discard_(A: torch.Tensor, num_prefix_tokens: int, discard_ratio: float) -> torch.Tensor:
+    """In place: zero the ``floor(ratio * M)`` smallest patch-key entries of every row of ``A [..., N, N]``."""
+    M = A.shape[-1] - num_prefix_tokens
+    k = discard_count(M, discard_ratio)
+    if k > 0:
+        patch = A[..., num_prefix_tokens:]
+        idx = patch.topk(k, dim=-1, largest=False, sorted=False).indices
+        patch.scatter_(-1, idx, 0.0)
+    return A
+
+
+def _transitions_from_fused(A: torch.Tensor, num_prefix_tokens: int, discard_ratio: float) -> torch.Tensor:
+    """``A [..., N, N]`` (fresh tensor, modified in place) -> ``(discard(A) + I)`` with rows normalised to 1."""
+    _discard_(A, num_prefix_tokens, discard_ratio)
+    A.diagonal(dim1=-2, dim2=-1).add_(1.0)
+    A.div_(A.sum(-1, keepdim=True))
+    return A
+
+
+def rollout_transitions(
+    attn: Any, *, num_prefix_tokens: int = 1, head_fusion: HeadFusion = "mean", discard_ratio: float = 0.0
+) -> torch.Tensor:
+    """The per-layer matrices ``A_hat_l`` that attention rollout multiplies.
+
+    ``A_l = fuse_h attn[l, h]``; the ``floor(discard_ratio * M)`` smallest *patch-key* entries of each query row are
+    set to 0 (prefix-key columns are never discarded); ``A_hat_l = (A_l + I) / rowsum(A_l + I)`` (every row sums to 1).
+
+    Args:
+        attn: ``[L, H, N, N]`` (or ``[B, L, H, N, N]``).
+        num_prefix_tokens: p (columns ``< p`` are never discarded).
+        head_fusion: ``"mean" | "max" | "min"`` over heads.
+        discard_ratio: in [0, 1].
+
+    Returns:
+        ``[L, N, N]`` (or ``[B, L, N, N]``) float32 (float64 for float64 input).
+    """
+    if head_fusion not in ("mean", "max", "min"):
+        raise ValueError(f"head_fusion={head_fusion!r}; valid: 'mean', 'max', 'min'")
+    a, batched = check_attn(as_float(attn, "attn"))
+    A = fuse_heads(a, head_fusion, dim=2)
+    if A.data_ptr() == a.data_ptr():  # never modify the caller's tensor
+        A = A.clone()
+    A = _transitions_from_fused(A, num_prefix_tokens, discard_ratio)
+    return A if batched else A[0]
+
+
+def _cls_row_of_product(T: torch.Tensor, *, residual: bool) -> torch.Tensor:
+    """Row 0 of ``T_{L-1} ... T_0`` (``residual=False``) or of ``(I + T_{L-1}) ... (I + T_0)`` for ``T [B, L, N, N]``.
+
+    Computed as a row vector times matrices, last layer first, in float64: ``O(L N^2)`` instead of ``O(L N^3)``.
+    Returns ``[B, N]`` float64.
+    """
+    B, L, N, _ = T.shape
+    v = torch.zeros(B, 1, N, dtype=torch.float64, device=T.device)
+    v[:, 0, 0] = 1.0
+    for l in range(L - 1, -1, -1):
+        step = torch.bmm(v, T[:, l].double())
+        v = v + step if residual else step
+    return v[:, 0]
+
+
+def _check_start(start_layer: int, L: int) -> int:
+    return check_layer(start_layer, L, "start_layer")
+
+
+def attention_rollout(
+    attn: Any,
+    *,
+    grid: tuple[int, int] | None = None,
+    num_prefix_tokens: int = 1,
+    head_fusion: HeadFusion = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers").
+
+    ``R = A_hat_{L-1} A_hat_{L-2} ... A_hat_{start}`` with ``A_hat`` from :func:`rollout_transitions` (heads fused,
+    optional per-row discard of the weakest patch keys, residual identity added, rows normalised); returns
+    ``R[0, p:]``, how much each input patch flows into the output [CLS] token.
+
+    Args:
+        attn: ``[L, H, N, N]`` (or ``[B, L, H, N, N]``).
+        grid: ``(gh, gw)``; None infers a square grid.
+        num_prefix_tokens: p (>= 1: row 0 must be the [CLS] token).
+        head_fusion: ``"mean" | "max" | "min"``.
+        discard_ratio: fraction of each row's patch keys zeroed, in [0, 1].
+        start_layer: first layer in the product.
+
+    Returns:
+        ``[gh, gw]`` (or ``[B, gh, gw]``) float32 (float64 for float64 input).
+    """
+    if num_prefix_tokens < 1:
+        raise ValueError("attention_rollout needs a [CLS] token (num_prefix_tokens >= 1)")
+    a, batched = check_attn(as_float(attn, "attn"))
+    B, L, H, N, _ = a.shape
+    gh, gw = resolve_grid(N, grid, num_prefix_tokens)
+    s = _check_start(start_layer, L)
+    T = rollout_transitions(a[:, s:], num_prefix_tokens=num_prefix_tokens, head_fusion=head_fusion,
+                            discard_ratio=discard_ratio)
+    row = _cls_row_of_product(T, residual=False)
+    out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
+    return out if batched else out[0]
+
+
+def _grad_weighted(a: torch.Tensor, g: torch.Tensor, clamp: GradClamp) -> torch.Tensor:
+    """``[B, L, H, N, N]`` x2 -> ``[B, L, N, N]``: mean_h(A*G) clamped at 0 after or before the mean."""
+    prod = a * g
+    if clamp == "after_mean":
+        return prod.mean(2).clamp_(min=0)
+    if clamp == "before_mean":
+        return prod.clamp_(min=0).mean(2)
+    raise ValueError(f"clamp={clamp!r}; valid: 'after_mean', 'before_mean'")
+
+
+def check_grads(a: torch.Tensor, grads: Any, batched: bool) -> torch.Tensor:
+    g = as_float(grads, "grads")
+    if not batched and g.ndim == 4:
+        g = g[None]
+    if tuple(g.shape) != tuple(a.shape):
+        raise ValueError(f"grads must have the shape of attn {tuple(a.shape)}, got {tuple(g.shape)}")
+    if g.dtype != a.dtype:
+        g = g.to(a.dtype)
+    return g
+
+
+def gradient_rollout(
+    attn: Any,
+    grads: Any,
+    *,
+    grid: tuple[int, int] | None = None,
+    num_prefix_tokens: int = 1,
+    discard_ratio: float = 0.0,
+    clamp: GradClamp = "after_mean",
+    start_layer: int = 0,
+) -> torch.Tensor:
+    """Gradient-weighted attention rollout (the class-specific rollout of Gildenblat's vit-explain, with Chefer et
+    al. 2021's head averaging available).
+
+    ``A_l = max(mean_h(A_lh * G_lh), 0)`` (``clamp="after_mean"``, vit-explain) or ``mean_h(max(A_lh * G_lh, 0))``
+    (``clamp="before_mean"``, Chefer et al.), where ``G = d logit_target / d A``; then as :func:`attention_rollout`:
+    per-row discard of patch keys, ``A_hat = (A + I)`` row-normalised, ``R = A_hat_{L-1} ... A_hat_{start}``,
+    return ``R[0, p:]``.
+
+    Args:
+        attn: ``[L, H, N, N]`` (or ``[B, L, H, N, N]``).
+        grads: same shape as ``attn`` (``Capture.attention_grads``).
+        grid, num_prefix_tokens, discard_ratio, start_layer: as in :func:`attention_rollout`.
+        clamp: ``"after_mean" | "before_mean"``.
+
+    Returns:
+        ``[gh, gw]`` (or ``[B, gh, gw]``) float32 (float64 for float64 input).
+    """
+    if num_prefix_tokens < 1:
+        raise ValueError("gradient_rollout needs a [CLS] token (num_prefix_tokens >= 1)")
+    a, batched = check_attn(as_float(attn, "attn"))
+    g = check_grads(a, grads, batched)
+    B, L, H, N, _ = a.shape
+    gh, gw = resolve_grid(N, grid, num_prefix_tokens)
+    s = _check_start(start_layer, L)
+    A = _grad_weighted(a[:, s:], g[:, s:], clamp)
+    T = _transitions_from_fused(A, num_prefix_tokens, discard_ratio)
+    row = _cls_row_of_product(T, residual=False)
+    out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
+    return out if batched else out[0]
