@@ -13,7 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
 from vitviz.session import CancelledError
 
@@ -145,8 +145,11 @@ class TaskRunner(QObject):
         self._worker.failed.connect(self._on_failed)
         self._worker.cancelled.connect(self._on_cancelled)
         self._worker.progress.connect(self._on_progress)
-        self._thread.start()
         self._closed = False
+        self._thread.start()
+        app = QCoreApplication.instance()
+        if app is not None:  # never leave a running thread behind at exit
+            app.aboutToQuit.connect(self.shutdown)
 
     # ------------------------------------------------------------------ API
     def submit(self, kind: str, fn: Callable[[Job], Any], *, subject: str = "", title: str = "Error") -> Job:
