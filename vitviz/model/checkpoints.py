@@ -324,7 +324,7 @@ def detect_format(raw: RawCheckpoint) -> Format:
         return "torchvision"
     if _strip_hf_prefix(list(keys)) is not None:
         return "hf"
-    if "embedding/kernel" in keys and any(k.startswith("Transformer/") for k in keys):
+    if _npz_prefix(keys) is not None:
         return "npz"
     sample = _names(sorted(keys)[:8])
     raise _err(raw.origin, f"unknown checkpoint format: the keys ({sample}, {len(keys)} in all) match none of the "
@@ -479,8 +479,21 @@ def _convert_hf(raw: RawCheckpoint) -> Converted:
     return c
 
 
+_NPZ_PREFIXES = ("", "opt/target/", "params/", "params/img/")
+
+
+def _npz_prefix(keys: Any) -> str | None:
+    """The prefix of Google-layout keys (``""``, ``"opt/target/"``, ``"params/"``, ``"params/img/"``), or None."""
+    keys = set(keys)
+    for p in _NPZ_PREFIXES:
+        if f"{p}embedding/kernel" in keys and any(k.startswith(f"{p}Transformer/") for k in keys):
+            return p
+    return None
+
+
 def _convert_npz(raw: RawCheckpoint) -> Converted:
-    t = raw.tensors
+    prefix = _npz_prefix(raw.tensors) or ""
+    t = {k[len(prefix):]: v for k, v in raw.tensors.items() if k.startswith(prefix)}
     used: set[str] = set()
     state: dict[str, torch.Tensor] = {}
     names: dict[str, str] = {}
@@ -554,7 +567,8 @@ def _convert_npz(raw: RawCheckpoint) -> Converted:
             state[b + "attn.qkv.bias"] = torch.cat([x.float().reshape(-1) for x in bs]).contiguous()
             names[b + "attn.qkv.bias"] = qkv_b[0].replace("query", "query|key|value")
             used.update(qkv_b)
-    c = Converted(state=state, source_names=names, unused=[k for k in keys if k not in used])
+    c = Converted(state=state, source_names={k: prefix + v for k, v in names.items()},
+                  unused=[prefix + k for k in keys if k not in used])  # keys outside prefix: optimizer state
     if heads_found:
         c.config["num_heads"] = heads_found[0]
     c.config["layer_norm_eps"] = 1e-6
@@ -754,9 +768,11 @@ def load_checkpoint(
     if changes:
         cfg = ViTConfig.from_dict({**cfg.to_dict(), **changes})
     try:
-        model = ViT.from_config(cfg)
+        with torch.device("meta"):  # no random initialisation: every tensor is overwritten below
+            model = ViT.from_config(cfg)
     except ValueError as e:
         raise _err(origin, f"invalid architecture ({e})") from None
+    model = model.to_empty(device="cpu")
 
     state = dict(conv.state)
     # head replaced?
@@ -764,6 +780,7 @@ def load_checkpoint(
     if head_reset:
         for k in [k for k in state if k.startswith(("head.", "head_dist."))]:
             del state[k]
+        conv.unused = [k for k in conv.unused if not _PRE_LOGITS.search(k)]
     # resample the position embedding for another input size
     if cfg.img_size != ckpt_cfg.img_size and "pos_embed" in state and cfg.pos_embed == "learned":
         prefix = 0 if cfg.no_embed_class else cfg.num_prefix_tokens
@@ -771,6 +788,14 @@ def load_checkpoint(
     if cfg.pos_embed == "sincos":  # fixed: recomputed for the grid
         state.pop("pos_embed", None)
     _load_into(model, state, conv, origin, skip_missing=_skip_missing(cfg, head_reset))
+    with torch.no_grad():
+        if cfg.pos_embed == "sincos":
+            model.pos_embed.copy_(model.fixed_pos_embed())
+        if head_reset:
+            for head in (model.head, model.head_dist):
+                if isinstance(head, torch.nn.Linear):
+                    torch.nn.init.trunc_normal_(head.weight, std=0.02)
+                    torch.nn.init.zeros_(head.bias)
     model.eval()
 
     size = cfg.img_size
@@ -817,6 +842,9 @@ def _rescale_preprocess(pre: Preprocess, size: tuple[int, int]) -> Preprocess:
     return Preprocess(resize=resize, crop=size, interpolation=pre.interpolation, mean=pre.mean, std=pre.std)
 
 
+_PRE_LOGITS = re.compile(r"pre_logits")
+
+
 def _skip_missing(cfg: ViTConfig, head_reset: bool) -> set[str]:
     skip = set()
     if head_reset:
@@ -838,7 +866,11 @@ def _load_into(model: ViT, state: dict[str, torch.Tensor], conv: Converted, orig
             parts.append(f"missing keys {_names(missing)}")
         if unexpected:
             parts.append(f"unexpected keys {_names(unexpected)}")
-        raise _err(origin, "; ".join(parts) + " (the checkpoint does not match a supported ViT layout)")
+        hint = " (the checkpoint does not match a supported ViT layout)"
+        if any(_PRE_LOGITS.search(k) for k in unexpected):
+            hint = (" (a pre-logits representation layer is not supported: load with num_classes=0 to use the "
+                    "encoder alone, or num_classes=N for a new head)")
+        raise _err(origin, "; ".join(parts) + hint)
     for k, v in state.items():
         if tuple(v.shape) != tuple(target[k].shape):
             raise _err(origin, f"shape mismatch for {src.get(k, k)!r}: the checkpoint has {tuple(v.shape)}, "

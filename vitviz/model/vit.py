@@ -352,12 +352,10 @@ class ViT(nn.Module):
         if pos_embed == "learned":
             self.pos_embed = nn.Parameter(torch.randn(1, n_pos, embed_dim) * 0.02)
         else:
-            pe = sincos_pos_embed_2d(self.patch_embed.grid_size, embed_dim)
-            if not no_embed_class:
-                pe = torch.cat([torch.zeros(self.num_prefix_tokens, embed_dim), pe], dim=0)
-            self.register_buffer("pos_embed", pe[None], persistent=True)
+            self.register_buffer("pos_embed", self.fixed_pos_embed(), persistent=True)
         self.pos_drop = nn.Dropout(drop_rate)
-        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)] if depth > 0 else []
+        # stochastic depth rate rising linearly over the blocks (plain floats: works on the meta device too)
+        dpr = [drop_path_rate * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]
         self.blocks = nn.ModuleList(
             Block(embed_dim, num_heads, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], layer_norm_eps,
                   init_values)
@@ -415,6 +413,15 @@ class ViT(nn.Module):
                 nn.init.zeros_(m.bias)
         w = self.patch_embed.proj.weight
         nn.init.trunc_normal_(w.view(w.shape[0], -1), std=0.02)
+
+    def fixed_pos_embed(self) -> torch.Tensor:
+        """The fixed 2-D sin-cos position embedding ``[1, n_pos, D]`` of ``pos_embed="sincos"`` (zeros for prefix
+        slots unless ``no_embed_class``)."""
+        D = self.embed_dim
+        pe = sincos_pos_embed_2d(self.patch_embed.grid_size, D)
+        if not self.no_embed_class:
+            pe = torch.cat([torch.zeros(self.num_prefix_tokens, D, dtype=pe.dtype, device=pe.device), pe], dim=0)
+        return pe[None]
 
     @classmethod
     def from_config(cls, config: ViTConfig) -> "ViT":
