@@ -49,9 +49,17 @@ def mean_attention_distance(
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     p = int(num_prefix_tokens)
     dist = _patch_distances(gh, gw, float(patch_size)).to(device=a.device, dtype=a.dtype)
-    P = a[..., p:, p:]
-    num = (P * dist).sum(-1)  # [B, L, H, M]
-    den = P.sum(-1)
+    B, L, H = a.shape[:3]
+    M = N - p
+    num = torch.empty((B, L, H, M), dtype=a.dtype, device=a.device)
+    den = torch.empty_like(num)
+    buf = torch.empty((H, M, M), dtype=a.dtype, device=a.device)
+    for b in range(B):  # one (image, layer) at a time: the [H, M, M] product stays in cache
+        for l in range(L):
+            P = a[b, l, :, p:, p:]
+            torch.mul(P, dist, out=buf)
+            torch.sum(buf, -1, out=num[b, l])
+            torch.sum(P, -1, out=den[b, l])
     per_query = torch.where(den > 0, num / den.clamp_min(torch.finfo(a.dtype).tiny), torch.zeros_like(num))
     out = per_query.mean(-1)
     return out if batched else out[0]
@@ -69,9 +77,16 @@ def attention_entropy(attn: Any) -> torch.Tensor:
         ``[L, H]`` (or ``[B, L, H]``) float32.
     """
     a, batched = check_attn(as_float(attn, "attn"))
-    # a * log2(max(a, tiny)) is exactly 0 where a == 0; log2 is the fastest log on CPU, ln 2 rescales to nats
-    t = a.clamp(min=torch.finfo(a.dtype).tiny)
-    t.log2_()
-    t.mul_(a)
-    out = t.sum(-1).mean(-1).mul_(-math.log(2.0))
+    B, L, H, N, _ = a.shape
+    tiny = torch.finfo(a.dtype).tiny
+    rows = torch.empty((B, L, H, N), dtype=a.dtype, device=a.device)
+    buf = torch.empty((H, N, N), dtype=a.dtype, device=a.device)
+    for b in range(B):  # one (image, layer) at a time: the [H, N, N] temporary stays in cache
+        for l in range(L):
+            # a * log2(max(a, tiny)) is exactly 0 where a == 0; log2 is the fastest log here; ln 2 rescales to nats
+            torch.clamp(a[b, l], min=tiny, out=buf)
+            buf.log2_()
+            buf.mul_(a[b, l])
+            torch.sum(buf, -1, out=rows[b, l])
+    out = rows.mean(-1).mul_(-math.log(2.0))
     return out if batched else out[0]

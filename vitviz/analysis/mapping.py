@@ -96,7 +96,7 @@ def map_to_image(map: Any, geometry: CropGeometry, *, mode: UpsampleMode = "bili
         mode: ``"nearest" | "bilinear"``.
 
     Returns:
-        ``[H_img, W_img]`` (or ``[B, H_img, W_img]``) float32, NaN outside the crop.
+        ``[H_img, W_img]`` (or ``[B, H_img, W_img]``) float32 (float64 kept), NaN outside the crop.
     """
     if mode not in ("nearest", "bilinear"):
         raise ValueError(f"mode={mode!r}; valid: 'nearest', 'bilinear'")
@@ -111,7 +111,9 @@ def map_to_image(map: Any, geometry: CropGeometry, *, mode: UpsampleMode = "bili
         raise ValueError(f"degenerate crop geometry {geometry}")
     Wy, in_y = _axis_weights(H, rh, top, ch, gh, mode)
     Wx, in_x = _axis_weights(W, rw, left, cw, gw, mode)
-    out = (Wy @ m.double() @ Wx.T).float()  # [B, H, W]
-    outside = ~(in_y[:, None] & in_x[None, :])
-    out[:, outside] = math.nan
+    out = (Wy @ m.double() @ Wx.T).to(m.dtype)  # [B, H, W]
+    # 0 inside the crop, NaN outside, added in one broadcast pass
+    nan_y = torch.zeros(H, 1, dtype=m.dtype).masked_fill_(~in_y[:, None], math.nan)
+    nan_x = torch.zeros(1, W, dtype=m.dtype).masked_fill_(~in_x[None, :], math.nan)
+    out += nan_y + nan_x
     return out if batched else out[0]

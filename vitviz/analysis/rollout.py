@@ -183,13 +183,25 @@ def attention_rollout(
 
 
 def _grad_weighted(a: torch.Tensor, g: torch.Tensor, clamp: GradClamp) -> torch.Tensor:
-    """``[B, L, H, N, N]`` x2 -> ``[B, L, N, N]``: mean_h(A*G) clamped at 0 after or before the mean."""
-    prod = a * g
+    """``[B, L, H, N, N]`` x2 -> ``[B, L, N, N]``: mean_h(A*G) clamped at 0 after or before the mean.
+
+    One (image, layer) at a time so that the ``[H, N, N]`` product stays in cache.
+    """
+    if clamp not in ("after_mean", "before_mean"):
+        raise ValueError(f"clamp={clamp!r}; valid: 'after_mean', 'before_mean'")
+    B, L, H, N, _ = a.shape
+    out = torch.empty((B, L, N, N), dtype=a.dtype, device=a.device)
+    buf = torch.empty((H, N, N), dtype=a.dtype, device=a.device)
+    for b in range(B):
+        for l in range(L):
+            torch.mul(a[b, l], g[b, l], out=buf)
+            if clamp == "before_mean":
+                buf.clamp_(min=0)
+            torch.sum(buf, 0, out=out[b, l])
+    out.div_(H)
     if clamp == "after_mean":
-        return prod.mean(2).clamp_(min=0)
-    if clamp == "before_mean":
-        return prod.clamp_(min=0).mean(2)
-    raise ValueError(f"clamp={clamp!r}; valid: 'after_mean', 'before_mean'")
+        out.clamp_(min=0)
+    return out
 
 
 def check_grads(a: torch.Tensor, grads: Any, batched: bool) -> torch.Tensor:
