@@ -224,6 +224,16 @@ def test_hf_pytorch_model_bin_and_bare_weights(tmp_path):
     assert _close(_logits(bare, x), want)
 
 
+def test_hf_in_memory_state_dict_new_key_names():
+    """transformers >= 5 names parameters ``vit.layers.N.attention.q_proj`` in memory (files keep the old names)."""
+    ref = _hf_model()
+    sd = ref.state_dict()
+    ours = load_checkpoint(sd, num_heads=2)
+    assert ours.spec.source_format == "hf"
+    x = torch.randn(2, 3, 32, 32)
+    assert _close(_logits(ours, x), ref(pixel_values=x).logits.detach())
+
+
 def test_hf_vit_model_without_head(tmp_path):
     ref = _hf_model("base")
     ref.save_pretrained(tmp_path / "m")
@@ -516,6 +526,11 @@ def test_pickle_with_code_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="refused"):
         load_checkpoint(p2)
     assert not marker.exists()
+    # an .npz with object arrays needs pickle: refused too
+    p3 = tmp_path / "objects.npz"
+    np.savez(p3, a=np.array([{"x": 1}], dtype=object))
+    with pytest.raises(CheckpointError, match="refused.*pickled objects"):
+        load_checkpoint(p3)
 
 
 def test_hf_directory_problems(tmp_path):
