@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPen
-from PySide6.QtWidgets import QGraphicsRectItem
+from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPen
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem, QSizePolicy, QWidget
 
 from vitviz import imaging
 
@@ -23,6 +23,55 @@ pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)
 def colormap_for(name: str) -> pg.ColorMap:
     lut = imaging.get_colormap(name)
     return pg.ColorMap(np.linspace(0.0, 1.0, lut.shape[0]), lut[:, :4], name=name)
+
+
+class ColorBar(QWidget):
+    """A light colour bar beside the canvas: the colormap's gradient and five value labels.
+
+    Painted with QPainter directly (a pyqtgraph ColorBarItem re-lays its axis out on every level change, which
+    cost more than the rest of a layer change).
+    """
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
+        self.setFixedWidth(78)
+        self._image = QImage()
+        self._lut = None
+        self.levels: tuple[float, float] | None = None
+        self.setToolTip("Colour scale of the current map (raw values)")
+
+    def set_colormap(self, name: str) -> None:
+        lut = np.ascontiguousarray(imaging.get_colormap(name)[::-1, :4])  # top = high
+        self._lut = lut
+        self._image = QImage(lut.data, 1, lut.shape[0], 4, QImage.Format.Format_RGBA8888).copy()
+        self.update()
+
+    def set_levels(self, lo: float | None, hi: float | None) -> None:
+        new = None if lo is None or hi is None else (float(lo), float(hi))
+        if new != self.levels:
+            self.levels = new
+            self.update()
+
+    def paintEvent(self, _ev) -> None:
+        p = QPainter(self)
+        fm = QFontMetrics(self.font())
+        top, bottom = fm.height(), self.height() - fm.height()
+        if bottom - top < 20:
+            return
+        bar = QRectF(6, top, 14, bottom - top)
+        p.drawImage(bar, self._image)
+        p.setPen(QColor(150, 150, 155))
+        p.drawRect(bar)
+        if self.levels is None:
+            return
+        lo, hi = self.levels
+        p.setPen(QColor(220, 220, 224))
+        for i in range(5):
+            f = i / 4
+            y = bottom - f * (bottom - top)
+            p.drawLine(int(bar.right()), int(y), int(bar.right()) + 4, int(y))
+            p.drawText(int(bar.right()) + 7, int(y + fm.ascent() / 2 - 1), f"{lo + f * (hi - lo):.3g}")
 
 
 class Canvas(pg.GraphicsLayoutWidget):
@@ -40,6 +89,7 @@ class Canvas(pg.GraphicsLayoutWidget):
         super().__init__(parent)
         self.setBackground(QColor(38, 38, 42))
         self.setAcceptDrops(False)
+        self.setAntialiasing(False)  # axis-aligned images and rectangles only: AA buys nothing and costs time
         self.ci.setContentsMargins(4, 4, 4, 4)
         self.vb: pg.ViewBox = self.addViewBox(row=0, col=0, lockAspect=True, invertY=True, enableMenu=False)
         self.vb.setDefaultPadding(0.02)
@@ -70,16 +120,16 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.vb.addItem(self.marker)
 
         self._cmap_name = ""
-        self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=colormap_for(imaging.DEFAULT_COLORMAP),
-                                        interactive=False, width=14, label=None)
-        self.colorbar.getAxis("right").setWidth(48)
-        self.addItem(self.colorbar, row=0, col=1)
+        self.colorbar = ColorBar()
         self.set_colormap(imaging.DEFAULT_COLORMAP)
+        # the photo only changes with the image: cache its rendering at device resolution (re-rendered on zoom)
+        self.image_item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
         self.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.scene().sigMouseClicked.connect(self._on_mouse_clicked)
         self._image_shape: tuple[int, int] | None = None
         self._crop = QRectF(0, 0, 1, 1)
+        self._overlay_rect: tuple | None = None
 
     # ------------------------------------------------------------------ content
     def set_photo(self, rgb: np.ndarray | None) -> None:
@@ -106,6 +156,7 @@ class Canvas(pg.GraphicsLayoutWidget):
         """Show a map (float ``[h, w]``) stretched over the crop; ``None`` hides it."""
         if values is None:
             self.overlay_item.setVisible(False)
+            self.colorbar.set_levels(None, None)
             return
         if levels is None:
             finite = values[np.isfinite(values)]
@@ -114,16 +165,18 @@ class Canvas(pg.GraphicsLayoutWidget):
         if not hi > lo:
             hi = lo + 1e-12 if math.isfinite(lo) else 1.0
         self.overlay_item.setImage(values, autoLevels=False, levels=(lo, hi))
-        self.overlay_item.setRect(self._crop)
+        if self._overlay_rect != (self._crop, values.shape):
+            self._overlay_rect = (self._crop, values.shape)
+            self.overlay_item.setRect(self._crop)
         self.overlay_item.setVisible(True)
-        self.colorbar.setLevels((lo, hi))
+        self.colorbar.set_levels(lo, hi)
 
     def set_colormap(self, name: str) -> None:
         if name == self._cmap_name:
             return
         self._cmap_name = name
         self.overlay_item.setLookupTable(imaging.get_colormap(name))
-        self.colorbar.setColorMap(colormap_for(name))
+        self.colorbar.set_colormap(name)
 
     def set_opacity(self, opacity: float) -> None:
         self.overlay_item.setOpacity(float(opacity))

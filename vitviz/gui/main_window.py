@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from PIL import Image
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QActionGroup, QImage, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QColor, QImage, QKeySequence
 from PySide6.QtWidgets import (
     QApplication, QComboBox, QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox, QProgressBar,
-    QToolButton, QWidget,
+    QHBoxLayout, QStyle, QToolButton, QWidget,
 )
 
 from vitviz import __version__, imaging
@@ -158,8 +158,18 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("vitviz")
         self.setAcceptDrops(True)
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks)
-        self.canvas = Canvas(self)
-        self.setCentralWidget(self.canvas)
+        self.canvas = Canvas()
+        central = QWidget()
+        cl = QHBoxLayout(central)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.setSpacing(0)
+        cl.addWidget(self.canvas, 1)
+        cl.addWidget(self.canvas.colorbar)
+        central.setAutoFillBackground(True)
+        pal = central.palette()
+        pal.setColor(central.backgroundRole(), QColor(38, 38, 42))
+        central.setPalette(pal)
+        self.setCentralWidget(central)
         self.controls = ControlsPanel()
         self.heads = HeadsPanel()
         self.plots = PlotsPanel()
@@ -314,6 +324,17 @@ class MainWindow(QMainWindow):
         tb = self.addToolBar("Main")
         tb.setObjectName("toolbar_main")
         tb.setMovable(False)
+        tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        st = self.style()
+        SP = QStyle.StandardPixmap
+        for act, icon, short in ((self.act_open, SP.SP_DialogOpenButton, "Open"),
+                                 (self.act_prev_image, SP.SP_ArrowBack, "Prev"),
+                                 (self.act_next_image, SP.SP_ArrowForward, "Next"),
+                                 (self.act_fit, SP.SP_TitleBarMaxButton, "Fit"),
+                                 (self.act_export, SP.SP_DialogSaveButton, "Export")):
+            act.setIcon(st.standardIcon(icon))
+            act.setIconText(short)
+            act.setToolTip(f"{act.text().replace('&', '').rstrip('…')} ({act.shortcut().toString()})")
         tb.addAction(self.act_open)
         tb.addAction(self.act_prev_image)
         tb.addAction(self.act_next_image)

@@ -67,20 +67,21 @@ class Mosaic(pg.GraphicsLayoutWidget):
     def set_tiles(self, rgba_tiles: list[np.ndarray], rows: int, cols: int, gap: int = 1,
                   labels: list[str] | None = None) -> None:
         """Lay out ``uint8 [th, tw, 3|4]`` tiles row-major in ``rows x cols``."""
-        if not rgba_tiles:
+        if len(rgba_tiles) == 0:
             self.item.clear()
             return
         th, tw = rgba_tiles[0].shape[:2]
         ch = rgba_tiles[0].shape[2]
         H = rows * th + (rows - 1) * gap
         W = cols * tw + (cols - 1) * gap
-        canvas = np.zeros((H, W, 4), dtype=np.uint8)
-        for i, t in enumerate(rgba_tiles):
-            r, c = divmod(i, cols)
-            y, x = r * (th + gap), c * (tw + gap)
-            canvas[y:y + th, x:x + tw, :ch] = t
-            if ch == 3:
-                canvas[y:y + th, x:x + tw, 3] = 255
+        tiles = np.asarray(rgba_tiles)
+        if ch == 3:
+            tiles = np.concatenate([tiles, np.full(tiles.shape[:3] + (1,), 255, np.uint8)], axis=-1)
+        n = tiles.shape[0]
+        full = np.zeros((rows * cols, th + gap, tw + gap, 4), dtype=np.uint8)
+        full[:n, :th, :tw] = tiles
+        canvas = full.reshape(rows, cols, th + gap, tw + gap, 4).transpose(0, 2, 1, 3, 4)
+        canvas = np.ascontiguousarray(canvas.reshape(rows * (th + gap), cols * (tw + gap), 4)[:H, :W])
         refit = (rows, cols, th, tw) != (self.rows, self.cols, *self.tile)
         self.rows, self.cols, self.tile, self.gap = rows, cols, (th, tw), gap
         self.item.setImage(canvas, autoLevels=False, levels=(0, 255))
@@ -88,8 +89,34 @@ class Mosaic(pg.GraphicsLayoutWidget):
         if refit:
             self.vb.setRange(QRectF(0, 0, W, H), padding=0.01)
 
+    def set_axes(self, row_labels: list[str] | None = None, col_labels: list[str] | None = None,
+                 row_title: str = "", col_title: str = "") -> None:
+        """Tick labels at the tile centres on the left (rows) and the top (columns); None hides that axis."""
+        th, tw = self.tile
+        for name, labels, title, step, size in (("left", row_labels, row_title, th, 0),
+                                                ("top", col_labels, col_title, tw, 1)):
+            if labels is None:
+                self.plot.hideAxis(name)
+                continue
+            self.plot.showAxis(name)
+            ax = self.plot.getAxis(name)
+            ax.setTicks([[((i + 0.5) * step + i * self.gap, text) for i, text in enumerate(labels)], []])
+            ax.setLabel(title)
+            ax.setStyle(tickLength=-3)
+            f = QFont()
+            f.setPointSize(7)
+            ax.setTickFont(f)
+            if name == "left":
+                ax.setWidth(22 + (10 if title else 0))
+            else:
+                ax.setHeight(16 + (14 if title else 0))
+
     def _set_labels(self, labels: list[str] | None) -> None:
         labels = labels or []
+        key = (tuple(labels), self.cols, self.tile, self.gap)
+        if key == getattr(self, "_labels_key", None):
+            return
+        self._labels_key = key
         while len(self._labels) > len(labels):
             self.plot.removeItem(self._labels.pop())
         th, tw = self.tile
@@ -131,16 +158,34 @@ class Mosaic(pg.GraphicsLayoutWidget):
             self.tileClicked.emit(r, c)
 
 
-def colorize_tiles(maps: np.ndarray, cmap: str, *, per_tile: bool = True, vmin=None, vmax=None) -> list[np.ndarray]:
-    """``[T, h, w]`` floats -> list of RGBA tiles, each normalised to its own range unless ``per_tile=False``."""
-    if per_tile:
-        return [imaging.apply_colormap(m, cmap, vmin, vmax) for m in maps]
-    lo, hi = imaging.value_range(maps, vmin, vmax)
-    return [imaging.apply_colormap(m, cmap, lo, hi) for m in maps]
+def colorize_tiles(maps: np.ndarray, cmap: str, *, per_tile: bool = True, vmin=None, vmax=None) -> np.ndarray:
+    """``[T, h, w]`` floats -> ``uint8 [T, h, w, 4]`` RGBA, each tile normalised to its own range unless
+    ``per_tile=False`` (then one range for all). NaN becomes transparent. Vectorised over tiles."""
+    m = np.asarray(maps, dtype=np.float32)
+    finite = np.isfinite(m)
+    if per_tile and vmin is None and vmax is None:
+        big = np.where(finite, m, np.inf).reshape(len(m), -1).min(axis=1)
+        small = np.where(finite, m, -np.inf).reshape(len(m), -1).max(axis=1)
+        lo = np.where(np.isfinite(big), big, 0.0)[:, None, None]
+        hi = np.where(np.isfinite(small), small, 1.0)[:, None, None]
+    else:
+        a, b = imaging.value_range(m, vmin, vmax)
+        lo, hi = np.float32(a), np.float32(b)
+    span = np.where(hi > lo, hi - lo, 1.0)
+    with np.errstate(invalid="ignore"):
+        n = np.clip((m - lo) / span, 0.0, 1.0)
+    idx = np.round(np.nan_to_num(n, nan=0.0) * 255).astype(np.intp)
+    out = imaging.get_colormap(cmap)[idx]
+    if not finite.all():
+        out[~finite, 3] = 0
+    return out
 
 
 def _upscale(rgba: np.ndarray, factor: int) -> np.ndarray:
-    return np.repeat(np.repeat(rgba, factor, axis=0), factor, axis=1) if factor > 1 else rgba
+    """Nearest upscaling of ``[..., h, w, C]`` by an integer factor."""
+    if factor <= 1:
+        return rgba
+    return np.repeat(np.repeat(rgba, factor, axis=-3), factor, axis=-2)
 
 
 # ====================================================================== controls
@@ -350,7 +395,7 @@ class HeadsPanel(QWidget):
         return self.grid_toggle.isChecked()
 
     def _cols(self, n: int) -> int:
-        return max(1, int(math.ceil(math.sqrt(n))))
+        return n if n <= 4 else max(1, int(math.ceil(math.sqrt(n))))
 
     def refresh(self, session, force: bool = False) -> None:
         self._session = session
@@ -369,16 +414,18 @@ class HeadsPanel(QWidget):
             if self.all_layers:
                 maps = session.all_head_maps()
                 L, H = maps.shape[:2]
-                tiles = [_upscale(t, factor) for t in colorize_tiles(maps.reshape(L * H, gh, gw), o.cmap)]
+                tiles = _upscale(colorize_tiles(maps.reshape(L * H, gh, gw), o.cmap), factor)
                 self.mosaic.set_tiles(tiles, L, H, gap=max(1, factor // 2))
+                self.mosaic.set_axes([str(i) for i in range(L)], [str(h) for h in range(H)], "layer", "head")
                 self.title.setText(f"All layers x heads · attention from {qtext}")
             else:
                 maps = session.head_maps(self._layer)
                 H = maps.shape[0]
                 cols = self._cols(H)
-                tiles = [_upscale(t, factor) for t in colorize_tiles(maps, o.cmap)]
+                tiles = _upscale(colorize_tiles(maps, o.cmap), factor)
                 self.mosaic.set_tiles(tiles, int(math.ceil(H / cols)), cols, gap=max(1, factor // 2),
                                       labels=[f"h{h}" for h in range(H)])
+                self.mosaic.set_axes(None, None)
                 self.title.setText(f"Layer {self._layer} heads · attention from {qtext}")
         self._update_highlight(session)
 
@@ -441,14 +488,17 @@ class PlotsPanel(QTabWidget):
         self.dist_current = pg.ScatterPlotItem(size=15, pen=pg.mkPen((0, 230, 255), width=2),
                                                brush=pg.mkBrush(None))
         self.dist_plot.addItem(self.dist_current)
-        self.addTab(self.dist_widget, "Attention distance")
+        self.addTab(self.dist_widget, "Distance")
+        self.setTabToolTip(0, "Mean attention distance per layer and head (ViT paper, Fig. 7 right); click a point")
         # position embeddings
         self.pos_mosaic = Mosaic()
         self.pos_mosaic.tileClicked.connect(self._on_pos_tile)
-        self.addTab(self.pos_mosaic, "Position embeddings")
+        self.addTab(self.pos_mosaic, "Pos. embed")
+        self.setTabToolTip(1, "Cosine similarity of position embeddings (Fig. 7 centre); click a tile to select the patch")
         # filters
         self.filter_mosaic = Mosaic()
-        self.addTab(self.filter_mosaic, "Patch filters")
+        self.addTab(self.filter_mosaic, "Filters")
+        self.setTabToolTip(2, "Principal components of the patch-embedding filters (Fig. 7 left)")
         # entropy
         self.ent_widget = pg.PlotWidget(background=BACKGROUND)
         self.ent_plot = self.ent_widget.getPlotItem()
@@ -471,6 +521,7 @@ class PlotsPanel(QTabWidget):
         self.ent_plot.addItem(self.ent_current)
         self.ent_widget.scene().sigMouseClicked.connect(self._on_entropy_click)
         self.addTab(self.ent_widget, "Entropy")
+        self.setTabToolTip(3, "Mean attention entropy per layer and head; click a cell")
         self._result_id = None
         self._shape = (0, 0)
         self._pos_grid = (0, 0)
@@ -523,6 +574,10 @@ class PlotsPanel(QTabWidget):
             tiles = [_upscale(imaging.apply_colormap(sim[i, j], "viridis", -1.0, 1.0), factor)
                      for i in range(gh) for j in range(gw)]
             self.pos_mosaic.set_tiles(tiles, gh, gw, gap=1)
+            step = max(1, gh // 7)
+            self.pos_mosaic.set_axes([str(i) if i % step == 0 else "" for i in range(gh)],
+                                     [str(j) if j % step == 0 else "" for j in range(gw)],
+                                     "input patch row", "input patch column")
         else:
             self._pos_grid = (0, 0)
             self.pos_mosaic.item.clear()

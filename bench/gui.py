@@ -1,0 +1,132 @@
+"""Layer change -> repaint latency of the real window on a 1024x1024 image with ViT-B/16-sized captures.
+
+L=12 layers, H=12 heads, N=197 tokens (14x14 patches + CLS), D=768, random (softmax-normalised) attention; no model
+runs. Each sample is: ``window.set_layer(k)`` (recompute the map from the stored capture, update every panel) and a
+synchronous repaint, timed until the paint has finished. Interleaved with a peer in the same process: the naive way,
+compositing the colour-mapped map over the full-resolution photo on the CPU (``imaging.overlay`` at 1024x1024) and
+uploading that RGB image instead of a tiny LUT-mapped overlay.
+
+Usage:
+    QT_QPA_PLATFORM=offscreen .venv/bin/python bench/gui.py [--repeats 200]
+    xvfb-run -s "-screen 0 1600x1000x24" .venv/bin/python bench/gui.py
+Target: median < 16 ms (one frame at 60 Hz) for the canvas repaint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def fake_result(size: int = 1024, L: int = 12, H: int = 12, grid: int = 14, D: int = 768, seed: int = 0):
+    from vitviz.preprocess import Preprocess
+    from vitviz.session import InferenceResult
+
+    g = torch.Generator().manual_seed(seed)
+    N = grid * grid + 1
+    attn = torch.softmax(torch.randn(L, H, N, N, generator=g) * 3, dim=-1)
+    tokens = torch.randn(L + 1, N, D, generator=g)
+    grads = torch.randn(L, H, N, N, generator=g) * 1e-3
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size]
+    rgb = np.stack([(xx * 255 // size), (yy * 255 // size), rng.integers(0, 255, (size, size))], -1).astype(np.uint8)
+    geo = Preprocess(resize=256, crop=(224, 224)).geometry((size, size))
+    return InferenceResult(
+        source="bench.png", rgb=rgb, geometry=geo, attentions=attn, tokens=tokens, attention_grads=grads,
+        logits=torch.randn(1000, generator=g), target=0, grid=(grid, grid), patch_size=16, num_prefix_tokens=1,
+        pos_embed=torch.randn(N, D, generator=g), patch_embed_weight=torch.randn(D, 3, 16, 16, generator=g),
+        model_name="ViT-B/16 (random captures)",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=200)
+    args = ap.parse_args(argv)
+
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from vitviz import imaging
+    from vitviz.gui.app import make_app
+    from vitviz.gui.main_window import MainWindow
+    from vitviz.model import create_model
+
+    app = make_app()
+    tmp = Path(tempfile.mkdtemp())
+    tiny = create_model("vit_tiny_patch16_224", img_size=32, patch_size=16, embed_dim=32, depth=1, num_heads=2)
+    win = MainWindow(settings=QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat), model=tiny)
+    win.resize(1600, 1000)
+    win.show()
+    for _ in range(20):
+        app.processEvents()
+    r = fake_result()
+    win.session.set_result(r)
+    win._refresh_all(new_result=True)
+    for _ in range(20):
+        app.processEvents()
+    vp = win.canvas.viewport()
+
+    def ours(layer: int) -> None:
+        win.set_layer(layer)
+        vp.repaint()
+
+    def ours_window(layer: int) -> None:
+        win.set_layer(layer)
+        win.repaint()
+
+    photo_item = win.canvas.image_item
+
+    def naive(layer: int) -> None:
+        # the peer: recompute the map, composite at full resolution on the CPU, upload the 1024x1024 RGB image
+        win.session.set_options(layer=layer)
+        values = win.session.image_map()
+        o = win.session.options
+        comp = imaging.overlay(r.rgb, values, cmap=o.cmap, opacity=o.opacity)
+        photo_item.setImage(comp, autoLevels=False, levels=(0, 255))
+        vp.repaint()
+
+    times: dict[str, list[float]] = {"ours (canvas)": [], "ours (whole window)": [], "naive full-res composite": []}
+    fns = {"ours (canvas)": ours, "ours (whole window)": ours_window, "naive full-res composite": naive}
+    L = r.num_layers
+    for name, fn in fns.items():  # warm-up
+        for k in range(3):
+            fn(k)
+    for i in range(args.repeats):
+        for name, fn in fns.items():
+            layer = (i * 5 + 1) % L
+            if layer == win.session.options.layer:
+                layer = (layer + 1) % L
+            win.session._cache.clear() if name == "naive full-res composite" else None
+            t0 = time.perf_counter()
+            fn(layer)
+            times[name].append((time.perf_counter() - t0) * 1e3)
+            if name == "naive full-res composite":  # restore the plain photo for our paths (untimed)
+                photo_item.setImage(r.rgb, autoLevels=False, levels=(0, 255))
+                win.repaint()
+    print(f"platform {QApplication.platformName()}, image 1024x1024, L=12 H=12 N=197, {args.repeats} samples each, "
+          f"torch threads {torch.get_num_threads()}")
+    med = {}
+    for name, t in times.items():
+        a = np.array(t)
+        med[name] = float(np.median(a))
+        print(f"{name:28s} median {np.median(a):7.2f} ms   p95 {np.percentile(a, 95):7.2f} ms   max {a.max():7.2f} ms")
+    print(f"ratio naive / ours (canvas): {med['naive full-res composite'] / med['ours (canvas)']:.1f}x")
+    print(f"target median < 16 ms: {'met' if med['ours (canvas)'] < 16 else 'NOT met'} (canvas), "
+          f"{'met' if med['ours (whole window)'] < 16 else 'NOT met'} (whole window)")
+    win.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

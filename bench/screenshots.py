@@ -1,0 +1,146 @@
+"""Screenshots of the real app, one per view (plus the heads grid and each plot tab), for looking at the GUI.
+
+Usage (a real X server, e.g. Xvfb):
+    xvfb-run -s "-screen 0 1600x1000x24" .venv/bin/python bench/screenshots.py --out /tmp/shots
+or without X (Qt's offscreen platform; fonts may differ):
+    QT_QPA_PLATFORM=offscreen .venv/bin/python bench/screenshots.py --out /tmp/shots
+
+The model: ``--model PATH`` (any checkpoint), else ``../shared/weights/vit_tiny_*.safetensors`` when present, else the
+bundled demo model. The image: ``--image PATH``, else scikit-image's ``chelsea`` photo, else a demo sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def _default_model() -> str | None:
+    shared = REPO.parent / "shared" / "weights"
+    found = sorted(shared.glob("vit_tiny*.safetensors")) if shared.is_dir() else []
+    return str(found[0]) if found else None
+
+
+def _default_image(folder: Path) -> str:
+    try:
+        import skimage.data
+        from PIL import Image
+
+        p = folder / "chelsea.png"
+        Image.fromarray(skimage.data.chelsea()).save(p)
+        return str(p)
+    except Exception:  # noqa: BLE001
+        from vitviz.demo import sample_images
+
+        return str(sample_images()[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="/tmp/shots")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--image", default=None)
+    ap.add_argument("--size", default="1600x1000")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="vitviz-shots-"))
+
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from vitviz.gui.app import make_app, resolve_model_key
+    from vitviz.gui.main_window import MainWindow
+    from vitviz.session import VIEWS
+
+    app = make_app()
+    settings = QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat)
+    model = args.model or _default_model()
+    key = resolve_model_key(model) if model else "demo"
+    if key and key.startswith("file:") and "augreg" in key:
+        # the augreg checkpoint does not say its normalisation: load it with mean = std = 0.5 (see its README)
+        from vitviz.model import load_checkpoint
+        from vitviz.model.spec import inception_preprocess
+
+        m = load_checkpoint(key[5:])
+        m.spec = m.spec.replace(preprocess=inception_preprocess(224), name="ViT-Ti/16 augreg")
+        win = MainWindow(settings=settings, model=m, model_key=key)
+    else:
+        win = MainWindow(settings=settings, model_key=key)
+    w, h = (int(x) for x in args.size.split("x"))
+    win.resize(w, h)
+    win.show()
+    errors: list[str] = []
+    win.errorShown.connect(lambda t, m: errors.append(f"{t}: {m}"))
+    win.dialogs.error = lambda t, m, d="": None
+
+    def wait(cond, timeout=120.0):
+        t0 = time.time()
+        while not cond() and time.time() - t0 < timeout:
+            app.processEvents()
+            time.sleep(0.01)
+        for _ in range(5):
+            app.processEvents()
+
+    wait(lambda: win.model is not None)
+    print("window", win.geometry(), win.minimumSizeHint(), QApplication.primaryScreen().geometry())
+    image = args.image or _default_image(tmp)
+    win.open_images([image])
+    wait(lambda: win.session.result is not None)
+    if win.session.result is None:
+        print("no result:", errors)
+        return 1
+    r = win.session.result
+    gh, gw = r.grid
+    win.set_query((gh // 2) * gw + gw // 3)
+    win.set_layer(r.num_layers - 3)
+    win.set_head(1 if r.num_heads > 1 else 0)
+
+    def shot(name: str) -> None:
+        for _ in range(5):
+            app.processEvents()
+        screen = QApplication.primaryScreen()
+        pix = screen.grabWindow(win.winId()) if QApplication.platformName() == "xcb" else win.grab()
+        if pix.isNull():
+            pix = win.grab()
+        path = out / f"{name}.png"
+        pix.save(str(path))
+        print(path)
+
+    for i, v in enumerate(VIEWS):
+        win.set_view(v.key)
+        if v.key == "token_sim":
+            win.set_layer(r.num_layers // 2)
+        shot(f"{i + 1}_{v.key}")
+    win.set_view("cls")
+    win.set_head("mean")
+    win.heads.grid_toggle.setChecked(True)
+    shot("8_all_heads_grid")
+    win.heads.grid_toggle.setChecked(False)
+    for t in range(win.plots.count()):
+        win.plots.setCurrentIndex(t)
+        shot(f"9_plots_{t}_{win.plots.tabText(t).replace(' ', '_').lower()}")
+    win.plots.setCurrentIndex(0)
+    win.controls.interp_combo.setCurrentIndex(1)
+    win.set_view("rollout")
+    shot("10_rollout_smooth")
+    exp = win.session.render_export()
+    if exp is not None:
+        from vitviz.imaging import write_png
+
+        write_png(out / "11_export.png", exp, overwrite=True)
+        print(out / "11_export.png")
+    if errors:
+        print("errors:", errors)
+    win.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
