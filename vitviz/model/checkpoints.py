@@ -34,6 +34,7 @@ Pickled files (``.pth``, ``.bin``, ``.pt``) are read with ``torch.load(..., weig
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -176,15 +177,19 @@ def _read_safetensors(path: Path) -> RawCheckpoint:
 
 def _torch_load(path: Path, container: str) -> RawCheckpoint:
     try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        # argparse.Namespace: timm / DeiT training checkpoints keep their command-line args next to the weights;
+        # rebuilding one only sets attributes.
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         text = str(e)
         if "Weights only load failed" in text or "Unsupported global" in text or "weights_only" in text:
             m = re.search(r"(?:Unsupported global|GLOBAL)[: ]*\s*(GLOBAL\s+)?([\w.]+)", text)
             what = f" ({m.group(2)})" if m else ""
-            raise _err(str(path), f"refused: the pickle in this file would run code{what}; vitviz only reads "
-                                  "tensors and plain containers (torch.load with weights_only=True). Convert it "
-                                  "to safetensors where you trust its source.") from None
+            raise _err(str(path), f"refused: unpickling this file would import and call Python code{what}; "
+                                  "vitviz only reads tensors and plain containers (torch.load with "
+                                  "weights_only=True). If it is a whole pickled model from a source you trust, "
+                                  "re-save its state_dict() or convert it to safetensors.") from None
         if "truncated" in text or "ran out of input" in text.lower():
             raise _err(str(path), "truncated file (the pickle ends early)") from None
         raise _err(str(path), f"not a readable torch checkpoint ({text.splitlines()[0] if text else e!r})") from None
