@@ -446,11 +446,11 @@ def _convert_hf(raw: RawCheckpoint) -> Converted:
     for k, v in raw.tensors.items():
         m = next((pat.fullmatch(k) for pat in qkv_pats if pat.fullmatch(k)), None)
         if m:
-            parts[(int(m.group(1)), m.group(3), m.group(2)[0])] = (k, v)
+            parts[(int(m.group(1)), m.group(3), m.group(2)[0])] = (k, v)  # (block, weight|bias, q|k|v)
         else:
             rest[k] = v
     c = _rename(rest, rules, ignore)
-    for (i, kind, which) in sorted({(i, kind, "q") for (i, kind, _) in parts}):
+    for i, kind in sorted({(i, kind) for (i, kind, _) in parts}):  # kind: "weight" / "bias"
         trio = [parts.get((i, kind, w)) for w in "qkv"]
         if any(t is None for t in trio):
             have = [t[0] for t in trio if t is not None]
