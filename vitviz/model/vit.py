@@ -273,6 +273,13 @@ def resample_pos_embed(
     return torch.cat([prefix, patches], dim=1)
 
 
+@torch.no_grad()
+def _trunc_normal_(t: torch.Tensor, std: float, a: float = -2.0, b: float = 2.0) -> torch.Tensor:
+    """``N(0, std)`` truncated to ``[a, b]`` (absolute bounds, as timm's init). With ``std = 0.02`` the bounds sit at
+    100 sigma, so sampling a normal and clamping is the same distribution as ``nn.init.trunc_normal_``, ~3x faster."""
+    return t.normal_(0.0, std).clamp_(a, b)
+
+
 class ViT(nn.Module):
     """Vision Transformer.
 
@@ -405,14 +412,14 @@ class ViT(nn.Module):
                 nn.init.normal_(t, std=1e-6 if t is self.cls_token else 0.02)
         for m in self.modules():
             if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
+                _trunc_normal_(m.weight, std=0.02)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
         w = self.patch_embed.proj.weight
-        nn.init.trunc_normal_(w.view(w.shape[0], -1), std=0.02)
+        _trunc_normal_(w, std=0.02)
 
     def fixed_pos_embed(self) -> torch.Tensor:
         """The fixed 2-D sin-cos position embedding ``[1, n_pos, D]`` of ``pos_embed="sincos"`` (zeros for prefix
