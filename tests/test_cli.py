@@ -107,3 +107,36 @@ def test_models_lists_pretrained(capsys, monkeypatch, tmp_path):
     for name in ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14"):
         assert name in out
     assert "not cached" in out and str(tmp_path) in out
+
+
+def test_info_on_pretrained_name_does_not_download(capsys, monkeypatch, tmp_path):
+    import importlib
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    mod = importlib.import_module("vitviz.model.pretrained")
+
+    def no_network(*a, **k):
+        raise AssertionError("info must not download")
+
+    monkeypatch.setattr(mod, "_urlopen", no_network)
+    monkeypatch.chdir(tmp_path)
+    assert main(["info", "vit_b_16"]) == 0
+    out = capsys.readouterr().out
+    assert "not downloaded yet" in out and "vit_b_16-c867db91.pth" in out and "86,567,656" in out
+
+
+def test_predict_offline_pretrained_is_one_clear_error(capsys, monkeypatch, tmp_path):
+    import importlib
+    import urllib.error
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    mod = importlib.import_module("vitviz.model.pretrained")
+
+    def offline(*a, **k):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(mod, "_urlopen", offline)
+    monkeypatch.chdir(tmp_path)
+    assert main(["predict", "vit_b_16", "x.png"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "not cached" in err and "vitviz --model" in err

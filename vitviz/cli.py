@@ -78,6 +78,20 @@ def _load(args: argparse.Namespace):
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    from vitviz.model.pretrained import PRETRAINED, cache_path, is_cached
+
+    name = args.checkpoint
+    if not Path(name).exists() and name in PRETRAINED and not is_cached(name):  # describe without downloading
+        info = PRETRAINED[name]
+        p = info.preprocess
+        print(f"name:          {name} ({info.weights}), not downloaded yet")
+        print(f"description:   {info.description}")
+        print(f"download:      {info.url} ({info.size_mb:.1f} MB) -> {cache_path(name)}")
+        print(f"preprocessing: resize {p.resize} ({p.interpolation}), centre crop {p.crop[0]}x{p.crop[1]}, "
+              f"mean {p.mean}, std {p.std}")
+        print(f"classes:       {len(info.labels) if info.labels else 'unknown'}")
+        print(f"parameters:    {info.num_params:,} ({info.num_params / 1e6:.1f} M)")
+        return 0
     model = _load(args)
     n = model.num_params()
     print(model.spec.describe())
