@@ -35,7 +35,7 @@ class ColorBar(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
-        self.setFixedWidth(78)
+        self.setFixedWidth(92)
         self._image = QImage()
         self._lut = None
         self.levels: tuple[float, float] | None = None
@@ -56,7 +56,10 @@ class ColorBar(QWidget):
     def paintEvent(self, _ev) -> None:
         p = QPainter(self)
         fm = QFontMetrics(self.font())
-        top, bottom = fm.height(), self.height() - fm.height()
+        avail = self.height() - 2 * fm.height()
+        length = min(avail, 460)
+        top = fm.height() + (avail - length) // 2
+        bottom = top + length
         if bottom - top < 20:
             return
         bar = QRectF(6, top, 14, bottom - top)

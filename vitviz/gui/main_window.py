@@ -330,7 +330,6 @@ class MainWindow(QMainWindow):
         for act, icon, short in ((self.act_open, SP.SP_DialogOpenButton, "Open"),
                                  (self.act_prev_image, SP.SP_ArrowBack, "Prev"),
                                  (self.act_next_image, SP.SP_ArrowForward, "Next"),
-                                 (self.act_fit, SP.SP_TitleBarMaxButton, "Fit"),
                                  (self.act_export, SP.SP_DialogSaveButton, "Export")):
             act.setIcon(st.standardIcon(icon))
             act.setIconText(short)

@@ -1,0 +1,139 @@
+"""Model chooser (download progress + cancel), precision, paste, drag and drop, recent files, error wording."""
+
+import importlib
+import time
+
+import numpy as np
+import pytest
+import torch
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent, QImage
+from PySide6.QtWidgets import QApplication
+
+from tests.gui.conftest import make_image, open_and_wait
+
+
+def test_download_shows_progress_and_can_be_cancelled(qtbot, window, image_path, monkeypatch):
+    import vitviz.model
+    P = importlib.import_module("vitviz.model.pretrained")
+
+    open_and_wait(qtbot, window, image_path)
+    window.dialogs = window.dialogs_recorder
+    window.dialogs_recorder.confirm_answer = True
+    name = next(iter(P.PRETRAINED))
+    calls = {"n": 0, "stopped": False}
+
+    def fake_pretrained(n, *, progress=None, show_bar=True):
+        total = 100_000_000
+        for i in range(2000):
+            calls["n"] += 1
+            if progress(i * 50_000, total) is False:
+                calls["stopped"] = True
+                raise P.DownloadCancelled(f"download of {n} cancelled")
+            time.sleep(0.005)
+        raise AssertionError("the download was never cancelled")
+
+    monkeypatch.setattr(vitviz.model, "pretrained", fake_pretrained)
+    monkeypatch.setattr(P, "is_cached", lambda n: False)
+    model, key = window.model, window.model_key
+    window.load_model(f"pretrained:{name}")
+    assert window.dialogs_recorder.confirms and "MB" in window.dialogs_recorder.confirms[0]
+    qtbot.waitUntil(lambda: "Downloading" in window.busy_label.text(), timeout=10000)
+    assert window.cancel_button.isVisible()
+    assert 0 <= window.busy_bar.value() <= 1000 and window.busy_bar.maximum() == 1000
+    qtbot.mouseClick(window.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: calls["stopped"], timeout=10000)
+    qtbot.wait(50)
+    assert window.model is model and window.model_key == key
+    assert window.dialogs_recorder.errors == []  # a cancel is not an error
+    assert not window.cancel_button.isVisible()
+
+
+def test_declined_download_does_nothing(qtbot, window, monkeypatch):
+    P = importlib.import_module("vitviz.model.pretrained")
+
+    window.dialogs = window.dialogs_recorder
+    window.dialogs_recorder.confirm_answer = False
+    monkeypatch.setattr(P, "is_cached", lambda n: False)
+    model = window.model
+    window.load_model(f"pretrained:{next(iter(P.PRETRAINED))}")
+    assert not window.runner.is_busy() and window.model is model
+
+
+def test_precision_change_reruns_in_bf16(qtbot, window, image_path):
+    open_and_wait(qtbot, window, image_path)
+    assert window.precision_combo.count() == 2  # fp32, bf16 on the CPU (fp16 only on a GPU)
+    with qtbot.waitSignal(window.resultShown, timeout=30000):
+        window.set_precision("bf16")
+    assert window.precision == "bf16"
+    assert next(window.model.parameters()).dtype == torch.bfloat16
+    r = window.session.result
+    assert r.precision == "bf16" and r.attentions.dtype == torch.float32
+    rows = r.attentions.sum(-1)
+    assert torch.allclose(rows, torch.ones_like(rows), atol=2e-2)
+    assert "bf16" in window.model_label.text()
+    with qtbot.waitSignal(window.resultShown, timeout=30000):
+        window.set_precision("fp32")
+    assert next(window.model.parameters()).dtype == torch.float32
+
+
+def test_paste_image_from_clipboard(qtbot, window):
+    arr = np.zeros((40, 60, 3), np.uint8)
+    arr[:, :30] = (255, 0, 0)
+    img = QImage(arr.data, 60, 40, 180, QImage.Format.Format_RGB888).copy()
+    QApplication.clipboard().setImage(img)
+    with qtbot.waitSignal(window.resultShown, timeout=30000):
+        window.paste_image()
+    r = window.session.result
+    assert r.source == "pasted image"
+    np.testing.assert_array_equal(r.rgb, arr)
+
+
+def test_drop_files_opens_them(qtbot, window, tmp_path):
+    a, b = tmp_path / "a.png", tmp_path / "b.jpg"
+    make_image(a, 40, 40, seed=3)
+    from PIL import Image
+    Image.fromarray(make_image(tmp_path / "tmp.png", 48, 32, seed=4)).save(b)
+    md = QMimeData()
+    md.setUrls([QUrl.fromLocalFile(str(a)), QUrl.fromLocalFile(str(b))])
+    ev = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, md, Qt.MouseButton.LeftButton,
+                    Qt.KeyboardModifier.NoModifier)
+    with qtbot.waitSignal(window.resultShown, timeout=30000):
+        window.dropEvent(ev)
+    assert window.session.images == [str(a), str(b)]
+    assert window.session.result.source == str(a)
+    assert window.recent_files()[0] == str(a)
+    assert any(act.text() == "a.png" for act in window.recent_menu.actions())
+
+
+def test_describe_error_names_file_and_cause():
+    from vitviz.gui.worker import describe_error
+
+    oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    msg = describe_error(oom, "/data/cat.jpg")
+    assert "/data/cat.jpg" in msg and "out of memory" in msg and "CPU" in msg
+    msg = describe_error(RuntimeError("boom"), "model.pth")
+    assert msg.startswith("model.pth") and "RuntimeError: boom" in msg
+
+
+def test_run_gui_opens_window_with_images(qtbot, tmp_path, tiny_model, monkeypatch, settings):
+    """``run_gui`` (what ``vitviz IMAGE`` calls) shows the window with the image; the event loop is stubbed."""
+    from vitviz.gui import app as app_mod
+    from vitviz.model import save_checkpoint
+
+    ckpt = save_checkpoint(tiny_model, tmp_path / "m.safetensors")
+    img = tmp_path / "cat.png"
+    make_image(img, 50, 80)
+    seen = {}
+
+    def fake_exec(self):
+        win = [w for w in QApplication.topLevelWidgets() if w.__class__.__name__ == "MainWindow" and w.isVisible()][-1]
+        qtbot.waitUntil(lambda: win.session.result is not None, timeout=30000)
+        seen["source"] = win.session.result.source
+        seen["key"] = win.model_key
+        win.close()
+        return 0
+
+    monkeypatch.setattr(type(QApplication.instance() or app_mod.make_app()), "exec", fake_exec)
+    assert app_mod.run_gui([str(img)], model=str(ckpt), settings=settings) == 0
+    assert seen == {"source": str(img), "key": f"file:{ckpt.resolve()}"}

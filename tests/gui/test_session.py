@@ -1,0 +1,100 @@
+"""The Qt-free session: options, caching, geometry, captions (no window)."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitviz import analysis as A
+from vitviz.session import VIEWS, Session, run_inference
+
+
+@pytest.fixture
+def session(tiny_model):
+    rng = np.random.default_rng(0)
+    img = Image.fromarray((rng.random((70, 110, 3)) * 255).astype(np.uint8))
+    s = Session()
+    s.set_result(run_inference(tiny_model, img, source="x.png"))
+    return s
+
+
+def test_layer_range_and_clamping(session):
+    assert session.layer_range("cls") == (0, 2)
+    assert session.layer_range("token_sim") == (0, 3)  # 0 = patch embeddings
+    assert session.set_options(layer=99).layer == 2
+    session.set_options(view="token_sim", layer=3)
+    assert session.options.layer == 3
+    session.set_options(view="cls")
+    assert session.options.layer == 2
+    assert session.set_options(head=17).head == 3
+    with pytest.raises(ValueError, match="unknown view"):
+        session.set_options(view="nope")
+    with pytest.raises(ValueError, match="head must be"):
+        session.set_options(head="median")
+
+
+def test_every_view_matches_the_analysis_function(session):
+    r = session.result
+    p, g = r.num_prefix_tokens, r.grid
+    session.set_options(layer=1, head=2, query=5)
+    refs = {
+        "cls": A.cls_attention(r.attentions, 1, 2, grid=g),
+        "query": A.query_attention(r.attentions, 1, 2, p + 5, grid=g),
+        "rollout": A.attention_rollout(r.attentions, grid=g),
+        "grad_rollout": A.gradient_rollout(r.attentions, r.attention_grads, grid=g),
+        "relevance": A.relevance(r.attentions, r.attention_grads, grid=g),
+        "token_sim": A.token_similarity(r.tokens, layer=1, index=p + 5, grid=g),
+        "pos_sim": A.position_embedding_similarity(r.pos_embed, grid=g)[1, 1],
+    }
+    assert set(refs) == {v.key for v in VIEWS}
+    for key, ref in refs.items():
+        session.set_options(view=key)
+        np.testing.assert_allclose(session.current_map(), ref.numpy(), rtol=1e-5, atol=1e-7, err_msg=key)
+
+
+def test_maps_are_cached_per_options(session, monkeypatch):
+    import vitviz.analysis as A_mod
+
+    calls = []
+    real = A_mod.cls_attention
+    monkeypatch.setattr(A_mod, "cls_attention", lambda *a, **k: calls.append(a[1:3]) or real(*a, **k))
+    session.set_options(layer=0, head="mean")
+    session.current_map()
+    session.set_options(layer=1)
+    session.current_map()
+    session.set_options(layer=0, cmap="viridis", opacity=0.2)  # display options do not invalidate maps
+    session.current_map()
+    assert calls == [(0, "mean"), (1, "mean")]
+
+
+def test_patch_geometry_round_trip(session):
+    r = session.result
+    gh, gw = r.grid
+    for idx in range(gh * gw):
+        x, y, w, h = session.patch_rect(idx)
+        assert session.image_to_patch(x + w / 2, y + h / 2) == divmod(idx, gw)
+        info = session.hover(x + w / 2, y + h / 2)
+        assert info.token == 1 + idx
+        assert info.value == pytest.approx(float(session.current_map()[idx // gw, idx % gw]))
+    assert session.image_to_patch(0.5, 35) is None  # left margin of the wide image lies outside the crop
+    assert session.image_to_patch(-1, 5) is None
+
+
+def test_captions_and_export(session):
+    session.set_options(view="rollout", head_fusion="max", discard_ratio=0.5)
+    cap = session.caption()
+    assert "Attention rollout" in cap and "max fusion" in cap and "x.png" in cap and "tiny test ViT" in cap
+    session.set_options(colorbar=False, caption=False)
+    out = session.render_export()
+    assert out.shape == (70, 110, 3) and out.dtype == np.uint8
+    grid = session.render_heads_grid()
+    assert grid.ndim == 3 and grid.shape[0] > 70
+
+
+def test_step_and_add_images():
+    s = Session()
+    assert s.step(1) is None
+    s.add_images(["a", "b", "c"])
+    s.index = 2
+    assert s.step(1) == "a" and s.step(-1) == "b"
+    assert s.add_images(["b"]) == 2 and s.images == ["a", "c", "b"]
