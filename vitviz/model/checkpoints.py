@@ -887,9 +887,3 @@ def _load_into(model: ViT, state: dict[str, torch.Tensor], conv: Converted, orig
             if k in state:
                 p.copy_(state[k].to(p.dtype))
 
-
-def describe_checkpoint(source: str | os.PathLike[str], **kwargs: Any) -> str:
-    """Load ``source`` and return the multi-line summary printed by ``vitviz info`` (includes the parameter count)."""
-    model = load_checkpoint(source, **kwargs)
-    n = model.num_params()
-    return model.spec.describe() + f"\nparameters:    {n:,} ({n / 1e6:.1f} M)"
