@@ -157,6 +157,19 @@ def test_transition_rows_sum_to_one_and_prefix_keys_kept(fusion, ratio):
         assert (zeros[..., p:] == M - 1).all()
 
 
+@pytest.mark.parametrize("ratio", [0.34, 0.5, 0.9, 1.0])
+def test_discard_with_ties_is_exact_and_stable(ratio):
+    p = 1
+    a = _attn(p=p, B=2, seed=31)
+    a = (a * 8).round() / 8 + 0.01  # few distinct values: many ties at every threshold
+    a[0, 1, :, 2] = 0.01  # a row where all keys are equal in every head
+    got = A.rollout_transitions(a, num_prefix_tokens=p, head_fusion="min", discard_ratio=ratio)
+    for b in range(2):
+        for l in range(L):
+            ref = ref_hat(ref_discard(ref_fuse(a[b, l], "min"), p, ratio))
+            torch.testing.assert_close(got[b, l], torch.tensor(ref, dtype=torch.float64))
+
+
 def test_discard_zero_equals_plain_product_and_identity_cases():
     p = 1
     a = _attn(p=p, seed=7)
