@@ -13,7 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPen
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem, QSizePolicy, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem, QLabel, QSizePolicy, QWidget
 
 from vitviz import imaging
 
@@ -39,6 +39,7 @@ class ColorBar(QWidget):
         self._image = QImage()
         self._lut = None
         self.levels: tuple[float, float] | None = None
+        self._hidden = True
         self.setToolTip("Colour scale of the current map (raw values)")
 
     def set_colormap(self, name: str) -> None:
@@ -47,6 +48,12 @@ class ColorBar(QWidget):
         self._image = QImage(lut.data, 1, lut.shape[0], 4, QImage.Format.Format_RGBA8888).copy()
         self.update()
 
+    def hide_bar(self, hidden: bool) -> None:
+        """Keep the space but draw nothing (no map on screen)."""
+        if hidden != self._hidden:
+            self._hidden = hidden
+            self.update()
+
     def set_levels(self, lo: float | None, hi: float | None) -> None:
         new = None if lo is None or hi is None else (float(lo), float(hi))
         if new != self.levels:
@@ -54,6 +61,8 @@ class ColorBar(QWidget):
             self.update()
 
     def paintEvent(self, _ev) -> None:
+        if self._hidden:
+            return
         p = QPainter(self)
         fm = QFontMetrics(self.font())
         avail = self.height() - 2 * fm.height()
@@ -132,6 +141,9 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.scene().sigMouseClicked.connect(self._on_mouse_clicked)
         self._image_shape: tuple[int, int] | None = None
         self._crop = QRectF(0, 0, 1, 1)
+        self.placeholder = QLabel("Open an image (Ctrl+O), drop one here, or paste one (Ctrl+V)", self)
+        self.placeholder.setStyleSheet("color: rgb(170, 170, 176); font-size: 15px;")
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._overlay_rect: tuple | None = None
 
     # ------------------------------------------------------------------ content
@@ -142,6 +154,7 @@ class Canvas(pg.GraphicsLayoutWidget):
             self.overlay_item.clear()
             self._image_shape = None
             return
+        self.placeholder.hide()
         new_shape = rgb.shape[:2]
         self.image_item.setImage(rgb, autoLevels=False, levels=(0, 255))
         changed = new_shape != self._image_shape
@@ -160,6 +173,7 @@ class Canvas(pg.GraphicsLayoutWidget):
         if values is None:
             self.overlay_item.setVisible(False)
             self.colorbar.set_levels(None, None)
+            self.colorbar.hide_bar(True)
             return
         if levels is None:
             finite = values[np.isfinite(values)]
@@ -173,6 +187,7 @@ class Canvas(pg.GraphicsLayoutWidget):
             self.overlay_item.setRect(self._crop)
         self.overlay_item.setVisible(True)
         self.colorbar.set_levels(lo, hi)
+        self.colorbar.hide_bar(False)
 
     def set_colormap(self, name: str) -> None:
         if name == self._cmap_name:
@@ -197,6 +212,14 @@ class Canvas(pg.GraphicsLayoutWidget):
             return
         h, w = self._image_shape
         self.vb.setRange(QRectF(0, 0, w, h), padding=0.02)
+
+    def set_placeholder(self, text: str) -> None:
+        self.placeholder.setText(text)
+
+    def resizeEvent(self, ev) -> None:
+        super().resizeEvent(ev)
+        if hasattr(self, "placeholder"):  # pyqtgraph calls resizeEvent from its constructor
+            self.placeholder.setGeometry(0, 0, self.width(), self.height())
 
     # ------------------------------------------------------------------ coordinates
     def image_to_widget(self, x: float, y: float) -> QPoint:

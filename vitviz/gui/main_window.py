@@ -180,7 +180,7 @@ class MainWindow(QMainWindow):
         self._add_dock("heads", "Heads", self.heads, Qt.DockWidgetArea.RightDockWidgetArea)
         self._add_dock("plots", "Plots", self.plots, Qt.DockWidgetArea.RightDockWidgetArea)
         self.resizeDocks([self._docks["controls"], self._docks["predictions"]], [560, 200], Qt.Orientation.Vertical)
-        self.resizeDocks([self._docks["heads"], self._docks["plots"]], [420, 380], Qt.Orientation.Vertical)
+        self.resizeDocks([self._docks["heads"], self._docks["plots"]], [400, 420], Qt.Orientation.Vertical)
         self.resizeDocks([self._docks["controls"], self._docks["heads"]], [290, 400], Qt.Orientation.Horizontal)
 
         self._build_status_bar()
@@ -328,11 +328,13 @@ class MainWindow(QMainWindow):
         st = self.style()
         SP = QStyle.StandardPixmap
         for act, icon, short in ((self.act_open, SP.SP_DialogOpenButton, "Open"),
-                                 (self.act_prev_image, SP.SP_ArrowBack, "Prev"),
-                                 (self.act_next_image, SP.SP_ArrowForward, "Next"),
                                  (self.act_export, SP.SP_DialogSaveButton, "Export")):
             act.setIcon(st.standardIcon(icon))
             act.setIconText(short)
+        self.act_prev_image.setIconText("◀ Prev")
+        self.act_next_image.setIconText("Next ▶")
+        self.act_fit.setIconText("Fit")
+        for act in (self.act_open, self.act_prev_image, self.act_next_image, self.act_fit, self.act_export):
             act.setToolTip(f"{act.text().replace('&', '').rstrip('…')} ({act.shortcut().toString()})")
         tb.addAction(self.act_open)
         tb.addAction(self.act_prev_image)

@@ -415,7 +415,7 @@ class HeadsPanel(QWidget):
                 maps = session.all_head_maps()
                 L, H = maps.shape[:2]
                 tiles = _upscale(colorize_tiles(maps.reshape(L * H, gh, gw), o.cmap), factor)
-                self.mosaic.set_tiles(tiles, L, H, gap=max(1, factor // 2))
+                self.mosaic.set_tiles(tiles, L, H, gap=max(2, (gh * factor) // 10))
                 self.mosaic.set_axes([str(i) for i in range(L)], [str(h) for h in range(H)], "layer", "head")
                 self.title.setText(f"All layers x heads · attention from {qtext}")
             else:
@@ -423,7 +423,7 @@ class HeadsPanel(QWidget):
                 H = maps.shape[0]
                 cols = self._cols(H)
                 tiles = _upscale(colorize_tiles(maps, o.cmap), factor)
-                self.mosaic.set_tiles(tiles, int(math.ceil(H / cols)), cols, gap=max(1, factor // 2),
+                self.mosaic.set_tiles(tiles, int(math.ceil(H / cols)), cols, gap=max(2, (gh * factor) // 10),
                                       labels=[f"h{h}" for h in range(H)])
                 self.mosaic.set_axes(None, None)
                 self.title.setText(f"Layer {self._layer} heads · attention from {qtext}")
