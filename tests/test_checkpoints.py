@@ -562,3 +562,35 @@ def test_heads_cannot_be_inferred(tmp_path):
     with pytest.raises(CheckpointError, match="num_heads="):
         load_checkpoint(ref.state_dict())
     assert load_checkpoint(ref.state_dict(), num_heads=4).config.num_heads == 4
+
+
+@pytest.mark.parametrize("width,heads", [(192, 3), (384, 6), (768, 12), (1024, 16), (1280, 16), (512, 8)])
+def test_heads_from_width(width, heads):
+    """The paper's table (ViT-H/14: 1280 wide, 16 heads of 80), otherwise head_dim 64."""
+    from vitviz.model.checkpoints import Converted, infer_config
+
+    state = {"patch_embed.proj.weight": torch.zeros(width, 3, 14, 14), "pos_embed": torch.zeros(1, 1 + 16 * 16, width),
+             "cls_token": torch.zeros(1, 1, width)}
+    cfg = infer_config(Converted(state, {}, []), "<test>")
+    assert (cfg.num_heads, cfg.patch_size, cfg.img_size, cfg.depth, cfg.num_classes) == (heads, 14, (224, 224), 0, 0)
+
+
+def test_non_square_grid_and_bad_activation(tmp_path):
+    ref, _ = _timm_small_file(tmp_path, num_classes=3)
+    sd = dict(ref.state_dict())
+    sd["pos_embed"] = torch.zeros(1, 1 + 12, 64)
+    with pytest.raises(CheckpointError, match="13 slots.*not a square"):
+        load_checkpoint(sd, num_heads=4)
+    hf = _hf_model()
+    hf.save_pretrained(tmp_path / "hf")
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    cfg["hidden_act"] = "relu"
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="hidden_act='relu'"):
+        load_checkpoint(tmp_path / "hf")
+
+
+def test_img_size_not_multiple_of_patch(tmp_path):
+    _, path = _timm_small_file(tmp_path, num_classes=3)
+    with pytest.raises(CheckpointError, match=r"small.safetensors.*img_size height 50 is not a multiple of patch_size=8"):
+        load_checkpoint(path, num_heads=4, img_size=50)
