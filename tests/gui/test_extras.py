@@ -137,3 +137,28 @@ def test_run_gui_opens_window_with_images(qtbot, tmp_path, tiny_model, monkeypat
     monkeypatch.setattr(type(QApplication.instance() or app_mod.make_app()), "exec", fake_exec)
     assert app_mod.run_gui([str(img)], model=str(ckpt), settings=settings) == 0
     assert seen == {"source": str(img), "key": f"file:{ckpt.resolve()}"}
+
+
+def test_copy_view_puts_the_export_on_the_clipboard(qtbot, window, image_path):
+    open_and_wait(qtbot, window, image_path)
+    window.controls.export_colorbar.setChecked(False)
+    window.controls.export_caption.setChecked(False)
+    QApplication.clipboard().clear()
+    window.copy_view()
+    img = QApplication.clipboard().image()
+    assert (img.width(), img.height()) == (110, 70)
+    from vitviz.gui.main_window import rgb_from_qimage
+    np.testing.assert_array_equal(rgb_from_qimage(img), window.session.render_export())
+
+
+def test_failed_start_model_falls_back_to_the_demo_model(qtbot, settings, tmp_path):
+    from vitviz.gui.main_window import MainWindow
+    from tests.gui.conftest import Recorder
+
+    rec = Recorder()
+    w = MainWindow(settings=settings, model_key=f"file:{tmp_path / 'missing.safetensors'}", dialogs=rec)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: w.model is not None, timeout=60000)
+    assert w.model_key == "demo"
+    (title, msg), = rec.errors
+    assert "missing.safetensors" in msg

@@ -310,7 +310,7 @@ def test_closing_while_work_runs_exits_cleanly(qtbot, tiny_model, settings, imag
     w.resultShown.connect(lambda: dropped.append(1))
     w.open_images([str(image_path)])
     w.close()
-    assert not w.runner._thread.isRunning()
+    assert not w.runner._thread.is_alive()
     qtbot.wait(100)
     assert dropped == []
 

@@ -543,11 +543,13 @@ class MainWindow(QMainWindow):
             from vitviz.model.pretrained import PRETRAINED, is_cached
             name = key.split(":", 1)[1]
             info = PRETRAINED.get(name)
-            if info is not None and not is_cached(name) and not initial:
+            if info is not None and not is_cached(name):
                 if not self.dialogs.confirm("Download weights?",
                                             f"{name}: {getattr(info, 'description', '')}\n\nDownload "
                                             f"{getattr(info, 'size_mb', 0):.0f} MB from\n{info.url}?"):
                     self._fill_model_combo()
+                    if self.model is None:  # first start without the remembered weights: use the demo model
+                        self.load_model("demo", initial=True)
                     return
 
         def work(job: Job) -> tuple[str, torch.nn.Module, str | None]:
@@ -779,6 +781,9 @@ class MainWindow(QMainWindow):
         self._set_busy_text("")
         if kind == "model":
             self._pending_move = None
+            if self.model is None and job.subject != "bundled demo model":
+                # the remembered / requested model failed at start: fall back to the bundled one
+                QTimer.singleShot(0, lambda: self.load_model("demo", initial=True))
             self._waiting_image_fallback()
             self._fill_model_combo()
             self._fill_device_menus()
@@ -815,19 +820,19 @@ class MainWindow(QMainWindow):
             self._set_busy_text("")
 
     def _set_busy_text(self, text: str, cancellable: bool = False) -> None:
-        show = bool(text) or self.runner.is_busy()
-        self.busy_label.setText(text or self.busy_label.text())
-        if not text and not self.runner.is_busy():
+        """Busy indicator in the status bar: shown while any job runs; Cancel only for downloads."""
+        busy = self.runner.is_busy()
+        if text:
+            self.busy_label.setText(text)
+            self.busy_bar.setRange(0, 0)
+        elif not busy:
             self.busy_label.setText("")
-            show = False
-        self.busy_bar.setRange(0, 0)
-        for w in (self.busy_label, self.busy_bar):
-            w.setVisible(show)
-        self.cancel_button.setVisible(cancellable or (show and self.runner.is_busy("model")
-                                                      and self.model_key != "" and cancellable))
+        show = bool(text) or busy
+        self.busy_label.setVisible(show)
+        self.busy_bar.setVisible(show)
         if cancellable:
             self.cancel_button.setVisible(True)
-        elif not show:
+        elif not self.runner.is_busy("model"):
             self.cancel_button.setVisible(False)
 
     def show_error(self, title: str, message: str, detail: str = "") -> None:

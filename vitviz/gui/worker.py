@@ -1,4 +1,4 @@
-"""Long work off the GUI thread: one worker thread, numbered requests, the newest request of a kind wins.
+"""Long work off the GUI thread: one worker thread (a daemon Python thread), numbered requests, the newest request of a kind wins.
 
 ``TaskRunner.submit(kind, fn, subject=...)`` queues ``fn(job)`` on the worker thread. A job that is superseded (a newer
 one of the same kind was submitted) is skipped if it has not started yet, asked to stop if it has (``job.cancelled``),
@@ -8,12 +8,13 @@ and its result, if any, is dropped on the GUI thread. Every exception is turned 
 
 from __future__ import annotations
 
+import queue
 import threading
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, Qt, Signal, Slot
 
 from vitviz.session import CancelledError
 
@@ -39,7 +40,7 @@ class Job:
 
     def report(self, done: int, total: int) -> bool:
         """Progress from inside ``fn``; returns False when the job was cancelled (for download callbacks)."""
-        if self._runner is not None:
+        if self._runner is not None and not self._runner._closed:
             self._runner._worker.progress.emit(self, int(done), int(total))
         return not self.cancelled
 
@@ -128,7 +129,6 @@ class TaskRunner(QObject):
     failed = Signal(str, str, str, object)
     progress = Signal(str, int, int)
     busyChanged = Signal(bool)
-    _submit = Signal(object)
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -136,20 +136,27 @@ class TaskRunner(QObject):
         self._jobs: dict[str, Job] = {}
         self._pending = 0
         self._next_id = 0
-        self._thread = QThread()
-        self._thread.setObjectName("vitviz-worker")
-        self._worker = _Worker(self._latest)
-        self._worker.moveToThread(self._thread)
-        self._submit.connect(self._worker.run)
-        self._worker.finished.connect(self._on_finished)
-        self._worker.failed.connect(self._on_failed)
-        self._worker.cancelled.connect(self._on_cancelled)
-        self._worker.progress.connect(self._on_progress)
         self._closed = False
+        # A daemon Python thread (not a QThread): a model call that outlives the window can never abort the
+        # process at exit ("QThread destroyed while running"), and signals emitted from it are queued to the GUI.
+        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._worker = _Worker(self._latest)
+        self._worker.finished.connect(self._on_finished, Qt.ConnectionType.QueuedConnection)
+        self._worker.failed.connect(self._on_failed, Qt.ConnectionType.QueuedConnection)
+        self._worker.cancelled.connect(self._on_cancelled, Qt.ConnectionType.QueuedConnection)
+        self._worker.progress.connect(self._on_progress, Qt.ConnectionType.QueuedConnection)
+        self._thread = threading.Thread(target=self._loop, name="vitviz-worker", daemon=True)
         self._thread.start()
         app = QCoreApplication.instance()
-        if app is not None:  # never leave a running thread behind at exit
+        if app is not None:  # stop the thread when the application quits
             app.aboutToQuit.connect(self.shutdown)
+
+    def _loop(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            self._worker.run(job)
 
     # ------------------------------------------------------------------ API
     def submit(self, kind: str, fn: Callable[[Job], Any], *, subject: str = "", title: str = "Error") -> Job:
@@ -167,7 +174,7 @@ class TaskRunner(QObject):
         self._pending += 1
         if self._pending == 1:
             self.busyChanged.emit(True)
-        self._submit.emit(job)
+        self._queue.put(job)
         return job
 
     def cancel(self, kind: str) -> None:
@@ -183,18 +190,22 @@ class TaskRunner(QObject):
         job = self._jobs.get(kind)
         return job is not None and self._latest.get(kind) == job.id
 
-    def shutdown(self, timeout_ms: int = 30000) -> bool:
-        """Cancel everything, stop the thread and wait for it (called when the window closes)."""
+    def shutdown(self, timeout_ms: int = 10000) -> bool:
+        """Cancel everything and stop the thread (called when the window closes).
+
+        Waits up to ``timeout_ms`` for a running model call to return; a call that takes longer is left to finish
+        on its own (its result is dropped; the daemon thread never blocks the process from exiting).
+        """
         if self._closed:
-            return True
+            return not self._thread.is_alive()
         self._closed = True
         for job in self._jobs.values():
             job.cancel()
         for k in list(self._latest):
             self._latest[k] = -1
-        self._thread.quit()
-        ok = self._thread.wait(timeout_ms)
-        return bool(ok)
+        self._queue.put(None)
+        self._thread.join(timeout_ms / 1000.0)
+        return not self._thread.is_alive()
 
     # ------------------------------------------------------------------ slots (GUI thread)
     def _current(self, job: Job) -> bool:
