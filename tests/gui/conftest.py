@@ -11,6 +11,8 @@ from PIL import Image
 
 pytest.importorskip("pytestqt")
 
+from gui_helpers import Recorder, make_image  # noqa: E402
+
 
 @pytest.fixture
 def tiny_model():
@@ -28,13 +30,6 @@ def tiny_model():
     return m.eval()
 
 
-def make_image(path, h=70, w=110, seed=0):
-    rng = np.random.default_rng(seed)
-    arr = (rng.random((h, w, 3)) * 255).astype(np.uint8)
-    Image.fromarray(arr).save(path)
-    return arr
-
-
 @pytest.fixture
 def image_path(tmp_path):
     p = tmp_path / "photo.png"
@@ -47,37 +42,6 @@ def settings(tmp_path):
     from PySide6.QtCore import QSettings
 
     return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-
-
-class Recorder:
-    """Replaces the window's dialogs: records errors and answers questions."""
-
-    def __init__(self):
-        self.errors = []
-        self.infos = []
-        self.confirm_answer = False
-        self.confirms = []
-        self.save_path = None
-
-    def error(self, title, message, detail=""):
-        self.errors.append((title, message))
-
-    def info(self, title, html):
-        self.infos.append((title, html))
-
-    def confirm(self, title, text):
-        self.confirms.append(text)
-        return self.confirm_answer
-
-    def confirm_overwrite(self, path):
-        self.confirms.append(path)
-        return self.confirm_answer
-
-    def save_png(self, suggested):
-        return self.save_path
-
-    def open_images(self, folder):
-        return []
 
 
 @pytest.fixture
@@ -94,9 +58,3 @@ def window(qtbot, tiny_model, settings):
     qtbot.waitExposed(w)
     yield w
     w.close()
-
-
-def open_and_wait(qtbot, w, path, timeout=30000):
-    with qtbot.waitSignal(w.resultShown, timeout=timeout):
-        w.open_images([str(path)])
-    return w.session.result

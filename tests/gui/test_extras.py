@@ -10,7 +10,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent, QImage
 from PySide6.QtWidgets import QApplication
 
-from tests.gui.conftest import make_image, open_and_wait
+from gui_helpers import make_image, open_and_wait
 
 
 def test_download_shows_progress_and_can_be_cancelled(qtbot, window, image_path, monkeypatch):
@@ -153,7 +153,7 @@ def test_copy_view_puts_the_export_on_the_clipboard(qtbot, window, image_path):
 
 def test_failed_start_model_falls_back_to_the_demo_model(qtbot, settings, tmp_path):
     from vitviz.gui.main_window import MainWindow
-    from tests.gui.conftest import Recorder
+    from gui_helpers import Recorder
 
     rec = Recorder()
     w = MainWindow(settings=settings, model_key=f"file:{tmp_path / 'missing.safetensors'}", dialogs=rec)

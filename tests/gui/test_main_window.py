@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from vitviz import analysis as A
 from vitviz.capture import capture
-from tests.gui.conftest import make_image, open_and_wait
+from gui_helpers import make_image, open_and_wait
 
 
 def _reference_capture(model, path, target=None):

@@ -1,0 +1,48 @@
+"""Helpers shared by the GUI tests (imported as ``gui_helpers``; fixtures live in conftest.py)."""
+
+import numpy as np
+from PIL import Image
+
+
+def make_image(path, h=70, w=110, seed=0):
+    rng = np.random.default_rng(seed)
+    arr = (rng.random((h, w, 3)) * 255).astype(np.uint8)
+    Image.fromarray(arr).save(path)
+    return arr
+
+
+class Recorder:
+    """Replaces the window's dialogs: records errors and answers questions."""
+
+    def __init__(self):
+        self.errors = []
+        self.infos = []
+        self.confirm_answer = False
+        self.confirms = []
+        self.save_path = None
+
+    def error(self, title, message, detail=""):
+        self.errors.append((title, message))
+
+    def info(self, title, html):
+        self.infos.append((title, html))
+
+    def confirm(self, title, text):
+        self.confirms.append(text)
+        return self.confirm_answer
+
+    def confirm_overwrite(self, path):
+        self.confirms.append(path)
+        return self.confirm_answer
+
+    def save_png(self, suggested):
+        return self.save_path
+
+    def open_images(self, folder):
+        return []
+
+
+def open_and_wait(qtbot, w, path, timeout=30000):
+    with qtbot.waitSignal(w.resultShown, timeout=timeout):
+        w.open_images([str(path)])
+    return w.session.result
