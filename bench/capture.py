@@ -198,7 +198,8 @@ def bench_memory() -> None:
             r = json.loads(out.stdout.strip().splitlines()[-1])
             gib = 1024**3
             print(f"    {name:22s} {dtype:8s} attentions {tuple(r['shape'])}: stored {r['stored'] / gib:5.2f} GiB, "
-                  f"process peak {r['peak_rss'] / gib:5.2f} GiB (plain forward peak {r['plain_forward_peak_rss'] / gib:5.2f}"
+                  f"process peak {r['peak_rss'] / gib:5.2f} GiB "
+                  f"(plain forward peak {r['plain_forward_peak_rss'] / gib:5.2f}"
                   f" GiB, weights {r['params'] / gib:4.2f} GiB), capture {r['seconds']:.1f} s; "
                   f"peak - plain peak = {(r['peak_rss'] - r['plain_forward_peak_rss']) / gib:5.2f} GiB")
 

@@ -181,7 +181,7 @@ def test_bad_inputs():
 
 # ---------------------------------------------------------------- gradients vs an independent float64 forward
 def _manual_forward(sd: dict, x: torch.Tensor, perturb: list[torch.Tensor]):
-    """Our own float64 ViT forward from the state dict; attention of layer l is ``softmax(qk^T/sqrt(d)) + perturb[l]``."""
+    """Our own float64 ViT forward from the state dict; attention l is ``softmax(qk^T/sqrt(d)) + perturb[l]``."""
     sd = {k: v.double() for k, v in sd.items()}
     D, H, P = CFG["embed_dim"], CFG["num_heads"], CFG["patch_size"]
     hd = D // H
@@ -276,6 +276,33 @@ def test_float16_storage_halves_memory():
     mixed = capture(model, x, target=0, store_dtype=torch.float16, grad_dtype=torch.float32)
     assert mixed.attention_grads.dtype == torch.float32
     torch.testing.assert_close(mixed.attention_grads, full.attention_grads)
+
+
+def test_concurrent_captures_of_one_model_are_serialised():
+    import threading
+
+    _, model = _pair()
+    xs = [torch.randn(1, 3, 32, 32) for _ in range(4)]
+    expected = [capture(model, x, target=1) for x in xs]
+    results: dict[int, Capture] = {}
+    errors: list[BaseException] = []
+
+    def work(i):
+        try:
+            results[i] = capture(model, xs[i], target=1)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i in range(4):
+        torch.testing.assert_close(results[i].attentions, expected[i].attentions)
+        torch.testing.assert_close(results[i].attention_grads, expected[i].attention_grads)
+    assert model.fused_attention
 
 
 def test_capture_is_a_dataclass_with_documented_fields():

@@ -27,6 +27,7 @@ This module never imports Qt.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,10 @@ import torch
 from torch import nn
 
 __all__ = ["Capture", "CaptureError", "ImageCapture", "capture"]
+
+# capture() switches the model's attention path and adds hooks for the duration of a forward pass: two captures of
+# the same model at once (a GUI worker and another thread) would restore each other's flags mid-pass. Serialise them.
+_CAPTURE_LOCK = threading.RLock()
 
 
 class CaptureError(RuntimeError):
@@ -277,44 +282,45 @@ def capture(
 
         return hook
 
-    fused_before = [b.attn.fused for b in blocks]
-    handles = []
-    try:
-        for b in blocks:
-            b.attn.fused = False
-        handles.append(blocks[0].register_forward_pre_hook(embed_hook))
-        for i, b in enumerate(blocks):
-            handles.append(b.attn.attn_map.register_forward_hook(make_attn_hook(i)))
-            handles.append(b.register_forward_hook(make_block_hook(i)))
-        if want_grad:
-            with torch.enable_grad():
-                if not any(p.requires_grad for p in model.parameters()):
-                    x = x.detach().requires_grad_(True)  # frozen model: make the graph exist anyway
-                logits = model(x)
+    with _CAPTURE_LOCK:  # one capture at a time (flags and hooks are shared model state)
+        fused_before = [b.attn.fused for b in blocks]
+        handles = []
+        try:
+            for b in blocks:
+                b.attn.fused = False
+            handles.append(blocks[0].register_forward_pre_hook(embed_hook))
+            for i, b in enumerate(blocks):
+                handles.append(b.attn.attn_map.register_forward_hook(make_attn_hook(i)))
+                handles.append(b.register_forward_hook(make_block_hook(i)))
+            if want_grad:
+                with torch.enable_grad():
+                    if not any(p.requires_grad for p in model.parameters()):
+                        x = x.detach().requires_grad_(True)  # frozen model: make the graph exist anyway
+                    logits = model(x)
+                    _check_counts(counts, L)
+                    if not all(t is not None and t.requires_grad for t in live_attn):
+                        raise CaptureError("the attention is not part of an autograd graph; cannot take its grads")
+                    sel = logits.gather(1, tgt.to(logits.device)[:, None]).sum()
+                    grads = torch.autograd.grad(sel, live_attn, allow_unused=True)
+                grad_buf = torch.empty((L, B, H, N, N), dtype=grad_dtype, device=store_device)
+                for i, g in enumerate(grads):
+                    if g is None:
+                        grad_buf[i].zero_()
+                    else:
+                        grad_buf[i].copy_(g)
+                del grads, sel
+                live_attn.clear()
+            else:
+                grad_buf = None
+                with torch.inference_mode():
+                    logits = model(x)
                 _check_counts(counts, L)
-                if not all(t is not None and t.requires_grad for t in live_attn):
-                    raise CaptureError("the attention tensors are not part of an autograd graph; cannot take grads")
-                sel = logits.gather(1, tgt.to(logits.device)[:, None]).sum()
-                grads = torch.autograd.grad(sel, live_attn, allow_unused=True)
-            grad_buf = torch.empty((L, B, H, N, N), dtype=grad_dtype, device=store_device)
-            for i, g in enumerate(grads):
-                if g is None:
-                    grad_buf[i].zero_()
-                else:
-                    grad_buf[i].copy_(g)
-            del grads, sel
+        finally:
+            for h in handles:
+                h.remove()
+            for b, f in zip(blocks, fused_before):
+                b.attn.fused = f
             live_attn.clear()
-        else:
-            grad_buf = None
-            with torch.inference_mode():
-                logits = model(x)
-            _check_counts(counts, L)
-    finally:
-        for h in handles:
-            h.remove()
-        for b, f in zip(blocks, fused_before):
-            b.attn.fused = f
-        live_attn.clear()
 
     logits_out = torch.empty(tuple(logits.shape), dtype=torch.float32, device=store_device)
     logits_out.copy_(logits.detach())

@@ -48,7 +48,8 @@ def resolve_grid(num_tokens: int, grid: tuple[int, int] | None, num_prefix_token
         side = int(round(math.sqrt(max(m, 0))))
         if m <= 0 or side * side != m:
             raise ValueError(
-                f"cannot infer a square patch grid from {num_tokens} tokens with num_prefix_tokens={p}; pass grid=(gh, gw)"
+                f"cannot infer a square patch grid from {num_tokens} tokens with num_prefix_tokens={p}; "
+                "pass grid=(gh, gw)"
             )
         return (side, side)
     gh, gw = int(grid[0]), int(grid[1])
