@@ -457,3 +457,35 @@ def test_map_to_image_crop_geometry_direct():
     inside = img[2:8, 5:15]
     assert not torch.isnan(inside).any()
     assert inside[0, 0] == 1 and inside[-1, -1] == 6 and inside[3, 0] == 4
+
+
+def test_capture_to_analysis_end_to_end():
+    from vitviz.capture import capture
+    from vitviz.model.vit import ViT
+
+    model = ViT(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=4, num_reg_tokens=1).eval()
+    cap = capture(model, torch.randn(2, 3, 32, 32), target=[0, 3], store_dtype=torch.float16)
+    attn_bf = cap.attentions.transpose(0, 1)  # [B, L, H, N, N]
+    grads_bf = cap.attention_grads.transpose(0, 1)
+    kw = dict(grid=cap.grid, num_prefix_tokens=cap.num_prefix_tokens)
+    batch = {
+        "rollout": A.attention_rollout(attn_bf, discard_ratio=0.5, **kw),
+        "grad": A.gradient_rollout(attn_bf, grads_bf, **kw),
+        "rel": A.relevance(attn_bf, grads_bf, **kw),
+        "dist": A.mean_attention_distance(attn_bf, patch_size=cap.patch_size, **kw),
+    }
+    geo = Preprocess(resize=32, crop=(32, 32)).geometry((48, 32))
+    for b in range(2):
+        im = cap.image(b)
+        kwi = dict(grid=im.grid, num_prefix_tokens=im.num_prefix_tokens)
+        one = {
+            "rollout": A.attention_rollout(im.attentions, discard_ratio=0.5, **kwi),
+            "grad": A.gradient_rollout(im.attentions, im.attention_grads, **kwi),
+            "rel": A.relevance(im.attentions, im.attention_grads, **kwi),
+            "dist": A.mean_attention_distance(im.attentions, patch_size=im.patch_size, **kwi),
+        }
+        for k in batch:
+            torch.testing.assert_close(batch[k][b], one[k])
+        assert one["rollout"].shape == (4, 4) and one["dist"].shape == (2, 2)
+        img = A.map_to_image(one["rollout"], geo).numpy()
+        assert img.shape == (48, 32) and np.isnan(img[:8]).all() and np.isfinite(img[8:40]).all()
