@@ -1,15 +1,17 @@
 """Layer change -> repaint latency of the real window on a 1024x1024 image with ViT-B/16-sized captures.
 
 L=12 layers, H=12 heads, N=197 tokens (14x14 patches + CLS), D=768, random (softmax-normalised) attention; no model
-runs. Each sample is: ``window.set_layer(k)`` (recompute the map from the stored capture, update every panel) and a
-synchronous repaint, timed until the paint has finished. Interleaved with a peer in the same process: the naive way,
+runs. Each sample is ``window.set_layer(k)`` (recompute the map from the stored capture, update every panel) followed by
+(a) a synchronous repaint of the canvas, or (b) one pass of the event loop, which paints every widget the change
+dirtied (canvas, colour bar, heads thumbnails, plots, controls); timed until the painting has finished. Interleaved with a peer in the same process: the naive way,
 compositing the colour-mapped map over the full-resolution photo on the CPU (``imaging.overlay`` at 1024x1024) and
 uploading that RGB image instead of a tiny LUT-mapped overlay.
 
 Usage:
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/gui.py [--repeats 200]
     xvfb-run -s "-screen 0 1600x1000x24" .venv/bin/python bench/gui.py
-Target: median < 16 ms (one frame at 60 Hz) for the canvas repaint.
+Target: median < 16 ms (one frame at 60 Hz). Wall times on a shared, loaded machine are inflated by other
+processes; the GUI thread's CPU time (``time.thread_time``) is printed beside them as the load-insensitive figure.
 """
 
 from __future__ import annotations
@@ -82,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         vp.repaint()
 
     def ours_window(layer: int) -> None:
+        # a whole frame: every widget the change dirtied (canvas, colour bar, heads, plots, controls, title) is
+        # painted by the event loop's update requests
         win.set_layer(layer)
-        win.repaint()
+        app.processEvents()
 
     photo_item = win.canvas.image_item
 
@@ -96,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         photo_item.setImage(comp, autoLevels=False, levels=(0, 255))
         vp.repaint()
 
-    times: dict[str, list[float]] = {"ours (canvas)": [], "ours (whole window)": [], "naive full-res composite": []}
-    fns = {"ours (canvas)": ours, "ours (whole window)": ours_window, "naive full-res composite": naive}
+    times: dict[str, list[float]] = {"ours (canvas)": [], "ours (whole frame)": [], "naive full-res composite": []}
+    cpu: dict[str, list[float]] = {k: [] for k in times}
+    fns = {"ours (canvas)": ours, "ours (whole frame)": ours_window, "naive full-res composite": naive}
     L = r.num_layers
     for name, fn in fns.items():  # warm-up
         for k in range(3):
@@ -108,22 +113,30 @@ def main(argv: list[str] | None = None) -> int:
             if layer == win.session.options.layer:
                 layer = (layer + 1) % L
             win.session._cache.clear() if name == "naive full-res composite" else None
+            c0 = time.thread_time()
             t0 = time.perf_counter()
             fn(layer)
             times[name].append((time.perf_counter() - t0) * 1e3)
+            cpu[name].append((time.thread_time() - c0) * 1e3)
             if name == "naive full-res composite":  # restore the plain photo for our paths (untimed)
                 photo_item.setImage(r.rgb, autoLevels=False, levels=(0, 255))
-                win.repaint()
+                vp.repaint()
+                app.processEvents()
     print(f"platform {QApplication.platformName()}, image 1024x1024, L=12 H=12 N=197, {args.repeats} samples each, "
           f"torch threads {torch.get_num_threads()}")
     med = {}
     for name, t in times.items():
         a = np.array(t)
         med[name] = float(np.median(a))
-        print(f"{name:28s} median {np.median(a):7.2f} ms   p95 {np.percentile(a, 95):7.2f} ms   max {a.max():7.2f} ms")
+        c = np.array(cpu[name])
+        print(f"{name:26s} wall: median {np.median(a):7.2f} ms  p95 {np.percentile(a, 95):7.2f} ms   "
+              f"GUI-thread CPU: median {np.median(c):7.2f} ms  p95 {np.percentile(c, 95):7.2f} ms")
     print(f"ratio naive / ours (canvas): {med['naive full-res composite'] / med['ours (canvas)']:.1f}x")
-    print(f"target median < 16 ms: {'met' if med['ours (canvas)'] < 16 else 'NOT met'} (canvas), "
-          f"{'met' if med['ours (whole window)'] < 16 else 'NOT met'} (whole window)")
+    for name in ("ours (canvas)", "ours (whole frame)"):
+        w_ok = med[name] < 16
+        c_ok = float(np.median(cpu[name])) < 16
+        print(f"target median < 16 ms, {name}: wall {'met' if w_ok else 'NOT met'}, GUI-thread CPU "
+              f"{'met' if c_ok else 'NOT met'}")
     win.close()
     return 0
 

@@ -13,7 +13,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPen
 from PySide6.QtWidgets import (
-    QAbstractItemView, QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGraphicsRectItem,
+    QAbstractItemView, QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGraphicsItem,
+    QGraphicsRectItem,
     QGroupBox, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QRadioButton, QSlider, QSpinBox, QTableWidget,
     QTableWidgetItem, QTabWidget, QToolButton, QVBoxLayout, QWidget,
 )
@@ -484,6 +485,8 @@ class PlotsPanel(QTabWidget):
         self.dist_scatter = pg.ScatterPlotItem(size=8, pen=pg.mkPen(None), hoverable=True,
                                                hoverPen=pg.mkPen("w", width=1.5), tip=None)
         self.dist_scatter.sigClicked.connect(self._on_point)
+        # static per result: cache the rendering so moving the current-head ring does not repaint 100s of points
+        self.dist_scatter.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.dist_plot.addItem(self.dist_scatter)
         self.dist_current = pg.ScatterPlotItem(size=15, pen=pg.mkPen((0, 230, 255), width=2),
                                                brush=pg.mkBrush(None))
@@ -509,6 +512,7 @@ class PlotsPanel(QTabWidget):
         self.ent_plot.setLabel("bottom", "head")
         self.ent_plot.setLabel("left", "layer")
         self.ent_item = pg.ImageItem(axisOrder="row-major")
+        self.ent_item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.ent_plot.addItem(self.ent_item)
         self.ent_bar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get("viridis"), interactive=False,
                                        width=12, label="entropy (nats)")
