@@ -177,6 +177,10 @@ def test_bad_inputs():
         capture(model, torch.randn(2, 3, 32, 32), target=[1, 2, 3])
     with pytest.raises(ValueError, match="integer"):
         capture(model, torch.randn(2, 3, 32, 32), target=torch.tensor([0.5, 1.0]))
+    with pytest.raises(ValueError, match="store_dtype"):
+        capture(model, torch.randn(2, 3, 32, 32), store_dtype=torch.int8)
+    with pytest.raises(ValueError, match="empty"):
+        capture(model, torch.randn(0, 3, 32, 32))
 
 
 # ---------------------------------------------------------------- gradients vs an independent float64 forward

@@ -235,6 +235,11 @@ def capture(
             f"images must be a batch [B, C, H, W]; got one image {tuple(images.shape)} (use images[None])"
         )
     grid = tuple(model.patch_embed.check_input(images))  # raises ValueError naming the problem
+    if images.shape[0] == 0:
+        raise ValueError("images is an empty batch (B = 0)")
+    for name, dt in (("store_dtype", store_dtype), ("grad_dtype", grad_dtype)):
+        if dt is not None and (not isinstance(dt, torch.dtype) or not dt.is_floating_point):
+            raise ValueError(f"{name} must be a floating torch.dtype (float32, float16, bfloat16), got {dt!r}")
     device, dtype = _model_device_dtype(model)
     x = images.to(device=device, dtype=dtype)
     B = int(x.shape[0])
