@@ -411,6 +411,8 @@ class Session:
                 m = A.query_attention(attn, o.layer, o.head, p + o.query, grid=grid, num_prefix_tokens=p)
         elif o.view == "query":
             m = A.query_attention(attn, o.layer, o.head, p + o.query, grid=grid, num_prefix_tokens=p)
+        elif o.view in ("rollout", "grad_rollout", "relevance") and p == 0:
+            return None  # rollouts follow the [CLS] row: undefined without one
         elif o.view == "rollout":
             m = A.attention_rollout(attn, grid=grid, num_prefix_tokens=p, head_fusion=o.head_fusion,
                                     discard_ratio=o.discard_ratio, start_layer=o.start_layer)
@@ -434,6 +436,21 @@ class Session:
         else:  # pragma: no cover - _clamped rejects unknown views
             raise ValueError(o.view)
         return _as_grid(m, grid)
+
+    def unavailable_reason(self) -> str | None:
+        """Why the current view has no map (None when it has one)."""
+        r = self.result
+        if r is None:
+            return "no image has been analysed yet"
+        if self.current_map() is not None:
+            return None
+        if self.options.view in ("rollout", "grad_rollout", "relevance") and r.num_prefix_tokens == 0:
+            return "the model has no [CLS] token"
+        if self.view.uses_target and r.attention_grads is None:
+            return "the model has no classifier, so there are no gradients"
+        if self.options.view == "pos_sim":
+            return "the model has no learned position embedding for this grid"
+        return "not available for this model"
 
     def head_maps(self, layer: int | None = None) -> np.ndarray | None:
         """Every head of ``layer`` for the per-head views: float32 ``[H, gh, gw]``.

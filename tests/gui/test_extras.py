@@ -162,3 +162,37 @@ def test_failed_start_model_falls_back_to_the_demo_model(qtbot, settings, tmp_pa
     assert w.model_key == "demo"
     (title, msg), = rec.errors
     assert "missing.safetensors" in msg
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(num_reg_tokens=2, distilled=True, num_classes=4),  # 4 prefix tokens
+    dict(class_token=False, global_pool="avg", num_classes=0),  # no [CLS], no classifier: no gradients
+])
+def test_unusual_models_show_every_view_without_errors(qtbot, settings, image_path, kwargs):
+    from gui_helpers import Recorder
+
+    from vitviz.gui.main_window import MainWindow
+    from vitviz.model import create_model
+    from vitviz.session import VIEWS
+
+    m = create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
+                     **kwargs).eval()
+    rec = Recorder()
+    w = MainWindow(settings=settings, model=m, dialogs=rec)
+    qtbot.addWidget(w)
+    w.show()
+    open_and_wait(qtbot, w, image_path)
+    r = w.session.result
+    assert r.num_prefix_tokens == m.num_prefix_tokens
+    for v in VIEWS:
+        w.set_view(v.key)
+        w.step_layer(1)
+        w.step_head(1)
+        m_ = w.session.current_map()
+        if kwargs.get("num_classes") == 0 and (v.uses_target or v.key == "rollout"):
+            assert m_ is None and not w.canvas.overlay_item.isVisible()
+            assert "not available" in w.statusBar().currentMessage()
+        else:
+            assert m_.shape == (4, 4) and w.canvas.overlay_item.isVisible()
+    w.heads.grid_toggle.setChecked(True)
+    assert rec.errors == []

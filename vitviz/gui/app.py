@@ -48,6 +48,29 @@ def make_app(argv: list[str] | None = None) -> QApplication:
     return app  # type: ignore[return-value]
 
 
+def install_excepthook() -> None:
+    """Show any exception that escapes a Qt slot in a dialog as well as on stderr (a user may have no terminal)."""
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        import traceback
+
+        from PySide6.QtWidgets import QMessageBox
+
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        previous(exc_type, exc, tb)
+        if issubclass(exc_type, KeyboardInterrupt):
+            return
+        try:
+            box = QMessageBox(QMessageBox.Icon.Critical, "Unexpected error", f"{exc_type.__name__}: {exc}")
+            box.setDetailedText(text)
+            box.exec()
+        except Exception:  # noqa: BLE001
+            pass
+
+    sys.excepthook = hook
+
+
 def resolve_model_key(model: str | None) -> str | None:
     """``--model`` value -> a model key: an existing path is a checkpoint, a known name a pretrained model."""
     if model is None:
@@ -84,6 +107,7 @@ def run_gui(images: list[str], model: str | None = None, device: str | None = No
         The exit code of the event loop.
     """
     app = make_app()
+    install_excepthook()
     win = MainWindow(settings=settings, model_key=resolve_model_key(model), device=device,
                      load_samples=not images)
     win.show()

@@ -754,6 +754,15 @@ class MainWindow(QMainWindow):
     def _on_done(self, kind: str, result: Any, job: Job) -> None:
         if self._closing:
             return
+        try:
+            self._adopt_done(kind, result, job)
+        except Exception as e:  # noqa: BLE001 - shown, never only printed
+            import traceback
+
+            self._set_busy_text("")
+            self.show_error("Could not show the result", describe_error(e, job.subject), traceback.format_exc())
+
+    def _adopt_done(self, kind: str, result: Any, job: Job) -> None:
         if kind == "model":
             key, model, note = result
             moved = getattr(self, "_pending_move", None)
@@ -873,9 +882,8 @@ class MainWindow(QMainWindow):
         self._set(query=int(index))
 
     def _on_head_tile(self, layer: int, head: int) -> None:
-        view = self.session.options.view
         changes: dict[str, Any] = {"layer": layer, "head": head}
-        if not VIEWS[[v.key for v in VIEWS].index(view)].uses_head:
+        if not self.session.view.uses_head:  # a head was picked: show it
             changes["view"] = "cls"
         self._set(**changes)
 
@@ -914,7 +922,16 @@ class MainWindow(QMainWindow):
                                                                 mode="bilinear").numpy())
 
     def refresh_view(self) -> None:
-        """Redraw from the stored result (never runs the model)."""
+        """Redraw from the stored result (never runs the model). Errors go to the dialog, never only to stderr."""
+        try:
+            self._refresh_view()
+        except Exception as e:  # noqa: BLE001
+            import traceback
+
+            self.show_error("Could not draw the view", describe_error(e, self.session.caption()),
+                            traceback.format_exc())
+
+    def _refresh_view(self) -> None:
         s = self.session
         o = s.options
         self.canvas.set_colormap(o.cmap)
@@ -926,8 +943,8 @@ class MainWindow(QMainWindow):
             levels = imaging.value_range(m) if m is not None else None
             self.canvas.set_overlay(disp, levels)
             self.canvas.set_marker(s.patch_rect(o.query))
-            if m is None and s.view.uses_target:
-                self.statusBar().showMessage("This model has no classifier: gradient views are unavailable", 5000)
+            if m is None:
+                self.statusBar().showMessage(f"{s.view.title} is not available: {s.unavailable_reason()}", 8000)
         self.controls.refresh(s)
         for i, a in enumerate(self.view_actions):
             a.setChecked(VIEWS[i].key == o.view)
