@@ -89,7 +89,6 @@ def main(argv: list[str] | None = None) -> int:
             app.processEvents()
 
     wait(lambda: win.model is not None)
-    print("window", win.geometry(), win.minimumSizeHint(), QApplication.primaryScreen().geometry())
     image = args.image or _default_image(tmp)
     win.open_images([image])
     wait(lambda: win.session.result is not None)
@@ -102,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     win.set_layer(r.num_layers - 3)
     win.set_head(1 if r.num_heads > 1 else 0)
 
+    y0, x0, y1, x1 = win.session.crop_rect_yx()
+
     def shot(name: str) -> None:
+        # pretend the mouse rests on a patch so the status bar read-out shows
+        win._on_hover(x0 + 0.62 * (x1 - x0), y0 + 0.41 * (y1 - y0))
         for _ in range(5):
             app.processEvents()
         screen = QApplication.primaryScreen()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication
 
@@ -113,4 +114,9 @@ def run_gui(images: list[str], model: str | None = None, device: str | None = No
     win.show()
     if images:
         win.open_images([str(Path(p)) for p in images])
+    # Ctrl+C in the terminal closes the window cleanly (Python only sees signals while it runs: wake it up)
+    signal.signal(signal.SIGINT, lambda *_: win.close())
+    ticker = QTimer()
+    ticker.timeout.connect(lambda: None)
+    ticker.start(250)
     return int(app.exec())

@@ -242,7 +242,10 @@ class Canvas(pg.GraphicsLayoutWidget):
             self.hovered.emit(float("nan"), float("nan"))
 
     def _on_mouse_clicked(self, ev) -> None:
-        if self._image_shape is None or ev.button() != Qt.MouseButton.LeftButton or ev.double():
+        if self._image_shape is None or ev.button() != Qt.MouseButton.LeftButton:
+            return
+        if ev.double():  # double-click: fit the image to the window
+            self.fit()
             return
         if not self.vb.sceneBoundingRect().contains(ev.scenePos()):
             return

@@ -43,7 +43,7 @@ SHORTCUTS: list[tuple[str, str]] = [
     ("1 ... 7", "choose the view"),
     ("Click on the image", "select the query patch"),
     ("Mouse wheel / drag", "zoom / pan"),
-    ("F", "fit the image to the window"),
+    ("F / double-click", "fit the image to the window"),
     ("G", "heads panel: this layer / all layers"),
     ("PageUp / PageDown", "previous / next image"),
     ("Ctrl+O", "open images"),
@@ -180,7 +180,7 @@ class MainWindow(QMainWindow):
         self._add_dock("heads", "Heads", self.heads, Qt.DockWidgetArea.RightDockWidgetArea)
         self._add_dock("plots", "Plots", self.plots, Qt.DockWidgetArea.RightDockWidgetArea)
         self.resizeDocks([self._docks["controls"], self._docks["predictions"]], [560, 200], Qt.Orientation.Vertical)
-        self.resizeDocks([self._docks["heads"], self._docks["plots"]], [400, 420], Qt.Orientation.Vertical)
+        self.resizeDocks([self._docks["heads"], self._docks["plots"]], [360, 460], Qt.Orientation.Vertical)
         self.resizeDocks([self._docks["controls"], self._docks["heads"]], [290, 400], Qt.Orientation.Horizontal)
 
         self._build_status_bar()

@@ -539,7 +539,7 @@ class PlotsPanel(QTabWidget):
             self._result_id = id(r)
             self._fill(session)
         layer, head = o.layer, o.head
-        if isinstance(head, int) and 0 <= layer < r.num_layers:
+        if isinstance(head, int) and 0 <= layer < r.num_layers and session.view.uses_head:
             d = session.mean_distances()
             self.dist_current.setData([layer], [float(d[layer, head])])
             self.ent_current.setRect(QRectF(head, layer, 1, 1))
