@@ -565,6 +565,7 @@ class MainWindow(QMainWindow):
         self.runner.cancel("model")
         self._set_busy_text("")
         self._fill_model_combo()
+        self._waiting_image_fallback()  # an image that waited for the new model runs with the current one
         self.statusBar().showMessage("Model loading cancelled", 4000)
 
     def _adopt_model(self, model: torch.nn.Module, key: str, note: str | None = None) -> None:
