@@ -196,3 +196,32 @@ def test_unusual_models_show_every_view_without_errors(qtbot, settings, image_pa
             assert m_.shape == (4, 4) and w.canvas.overlay_item.isVisible()
     w.heads.grid_toggle.setChecked(True)
     assert rec.errors == []
+
+
+def test_plots_panel_clicks_select_layer_head_and_patch(qtbot, window, image_path):
+    from PySide6.QtCore import QPointF
+
+    r = open_and_wait(qtbot, window, image_path)
+    plots = window.plots
+    # distance plot: click the point of layer 2, head 3
+    plots.setCurrentIndex(0)
+    qtbot.wait(20)
+    pt = next(p for p in plots.dist_scatter.points() if tuple(p.data()) == (2, 3))
+    vb = plots.dist_plot.getViewBox()
+    pos = plots.dist_widget.mapFromScene(vb.mapViewToScene(QPointF(pt.pos().x(), pt.pos().y())))
+    qtbot.mouseClick(plots.dist_widget.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    assert (window.session.options.layer, window.session.options.head) == (2, 3)
+    d = window.session.mean_distances()
+    assert pt.pos().y() == pytest.approx(float(d[2, 3]))
+    # entropy map: click the cell of layer 1, head 0
+    plots.setCurrentIndex(3)
+    qtbot.wait(20)
+    evb = plots.ent_plot.getViewBox()
+    pos = plots.ent_widget.mapFromScene(evb.mapViewToScene(QPointF(0.5, 1.5)))
+    qtbot.mouseClick(plots.ent_widget.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    assert (window.session.options.layer, window.session.options.head) == (1, 0)
+    # position-embedding grid: click tile (row 3, col 1) -> query patch 3 * gw + 1
+    plots.setCurrentIndex(1)
+    qtbot.wait(20)
+    qtbot.mouseClick(plots.pos_mosaic.viewport(), Qt.MouseButton.LeftButton, pos=plots.pos_mosaic.tile_center(3, 1))
+    assert window.session.options.query == 3 * r.grid[1] + 1
