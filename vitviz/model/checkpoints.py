@@ -42,6 +42,7 @@ import pickle
 import re
 import struct
 import tempfile
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,33 +176,42 @@ def _read_safetensors(path: Path) -> RawCheckpoint:
     return RawCheckpoint(tensors=tensors, origin=str(path), container="safetensors", metadata=metadata)
 
 
+def _unpickler_complaint(text: str) -> str:
+    """torch wraps the unpickler's complaint in advice to turn weights_only off: keep only the complaint."""
+    text = text.replace("WeightsUnpickler error:", "\n\n")
+    skip = ("Weights only load failed", "Please file an issue", "Check the documentation")
+    for para in (p.strip() for p in text.split("\n\n")):
+        if para and not para.startswith(skip):
+            return " ".join(para.split())
+    return ""
+
+
 def _torch_load(path: Path, container: str) -> RawCheckpoint:
+    origin = str(path)
     try:
         # argparse.Namespace: timm / DeiT training checkpoints keep their command-line args next to the weights;
         # rebuilding one only sets attributes.
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            obj = torch.load(str(path), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
+        with warnings.catch_warnings(), torch.serialization.safe_globals([argparse.Namespace]):
+            warnings.simplefilter("ignore")
+            obj = torch.load(origin, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch.load raises many types (UnpicklingError, RuntimeError, IndexError, struct.error)
         text = str(e)
-        if "Weights only load failed" in text or "Unsupported global" in text or "weights_only" in text:
-            m = re.search(r"(?:Unsupported global|GLOBAL)[: ]*\s*(GLOBAL\s+)?([\w.]+)", text)
-            what = f" ({m.group(2)})" if m else ""
-            raise _err(str(path), f"refused: unpickling this file would import and call Python code{what}; "
-                                  "vitviz only reads tensors and plain containers (torch.load with "
-                                  "weights_only=True). If it is a whole pickled model from a source you trust, "
-                                  "re-save its state_dict() or convert it to safetensors.") from None
-        if "truncated" in text or "ran out of input" in text.lower():
-            raise _err(str(path), "truncated file (the pickle ends early)") from None
-        raise _err(str(path), f"not a readable torch checkpoint ({text.splitlines()[0] if text else e!r})") from None
-    except (EOFError, RuntimeError, OSError) as e:
-        text = str(e)
+        detail = _unpickler_complaint(text)
         low = text.lower()
-        if isinstance(e, EOFError) or "central directory" in low or "truncated" in low or "unexpected eof" in low \
-                or "failed reading" in low or "ran out of input" in low:
-            raise _err(str(path), f"truncated or corrupt file ({text.splitlines()[0] if text else 'unexpected end'})") \
-                from None
-        raise _err(str(path), f"not a readable torch checkpoint ({text.splitlines()[0] if text else e!r})") from None
-    return RawCheckpoint(tensors=_unwrap_state_dict(obj, str(path)), origin=str(path), container=container)
+        if isinstance(e, (EOFError, IndexError, struct.error)) or any(s in low for s in ("truncated", "ran out of input", "central directory",
+                                                             "unexpected eof", "failed reading")):
+            raise _err(origin, f"truncated or corrupt file ({detail or 'unexpected end of data'})") from None
+        m = re.search(r"[Uu]nsupported (?:global: )?GLOBAL ([\w.]+)", text)
+        if m or "Unsupported class" in text:
+            what = f" ({m.group(1)})" if m else ""
+            raise _err(origin, f"refused: unpickling this file would import and call Python code{what}; vitviz only "
+                               "reads tensors and plain containers (torch.load with weights_only=True). If it is a "
+                               "whole pickled model from a source you trust, re-save its state_dict() or convert it "
+                               "to safetensors.") from None
+        if "Unsupported operand" in text or "magic number" in low:
+            raise _err(origin, "not a checkpoint: a plain Python pickle, not a file written by torch.save") from None
+        raise _err(origin, f"not a readable torch checkpoint ({detail or type(e).__name__})") from None
+    return RawCheckpoint(tensors=_unwrap_state_dict(obj, origin), origin=origin, container=container)
 
 
 def _read_npz(path: Path) -> RawCheckpoint:
@@ -257,6 +267,9 @@ def _read_file(path: Path) -> RawCheckpoint:
             raise _err(str(path), f"truncated or corrupt file: the zip archive cannot be read ({e})") from None
         if names and all(n.endswith(".npy") for n in names):
             return _read_npz(path)
+        if any(n.endswith("constants.pkl") or "/code/" in n for n in names):
+            raise _err(str(path), "a TorchScript archive (torch.jit.save) is not supported: save the model's "
+                                  "state_dict() with torch.save or safetensors instead")
         if any(n.endswith("data.pkl") for n in names):
             return _torch_load(path, "torch")
         raise _err(str(path), f"not a checkpoint: a zip archive holding {_names(names[:6])}")
