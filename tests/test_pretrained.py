@@ -179,3 +179,26 @@ def test_corrupt_cached_file(tiny):
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(PretrainedError, match="unreadable.*truncated.*Delete"):
         pretrained(info.name)
+
+
+def test_load_model_path_or_name(tiny, tmp_path, monkeypatch):
+    from vitviz.model.checkpoints import CheckpointError
+    from vitviz.model.pretrained import load_model
+
+    info, data, ref = tiny
+    f = tmp_path / "local.pth"
+    f.write_bytes(data)
+    m = load_model(str(f), num_heads=2)
+    assert m.spec.source_path == str(f) and m.spec.labels is None  # a file: no registry labels
+    path = cache_path(info.name)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    monkeypatch.setattr(pretrained_mod, "_urlopen", _no_network)
+    assert load_model(info.name).spec.labels == info.labels  # a name: registry labels and preprocessing
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / info.name).write_bytes(data)  # a file of that name in the working directory wins
+    assert load_model(info.name, num_heads=2).spec.labels is None
+    with pytest.raises(CheckpointError, match="no such file or directory, and not a pretrained name.*vit_b_16"):
+        load_model("vit_b_17")
+    with pytest.raises(ValueError, match="apply to checkpoint files"):
+        load_model("vit_b_16", num_classes=3)

@@ -64,17 +64,10 @@ def _sub_parser() -> argparse.ArgumentParser:
 
 def _load(args: argparse.Namespace):
     """A checkpoint path, or a pretrained name (only when no such file exists)."""
-    from vitviz.model import PRETRAINED, load_checkpoint, pretrained
+    from vitviz.model.pretrained import load_model
 
-    kw = dict(num_heads=args.num_heads, num_classes=args.num_classes, img_size=args.img_size,
-              preprocess=args.preprocess)
-    src = args.checkpoint
-    if not Path(src).exists() and src in PRETRAINED:
-        model = pretrained(src)
-        if any(v is not None for v in kw.values()):
-            raise ValueError("--num-heads/--num-classes/--img-size/--preprocess apply to checkpoint files only")
-        return model
-    return load_checkpoint(src, **kw)
+    return load_model(args.checkpoint, num_heads=args.num_heads, num_classes=args.num_classes,
+                      img_size=args.img_size, preprocess=args.preprocess)
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
