@@ -225,3 +225,13 @@ def test_plots_panel_clicks_select_layer_head_and_patch(qtbot, window, image_pat
     qtbot.wait(20)
     qtbot.mouseClick(plots.pos_mosaic.viewport(), Qt.MouseButton.LeftButton, pos=plots.pos_mosaic.tile_center(3, 1))
     assert window.session.options.query == 3 * r.grid[1] + 1
+
+
+def test_settings_location_can_be_redirected(monkeypatch, tmp_path):
+    from vitviz.gui.main_window import default_settings
+
+    monkeypatch.setenv("VITVIZ_SETTINGS", str(tmp_path / "s.ini"))
+    s = default_settings()
+    s.setValue("colormap", "gray")
+    s.sync()
+    assert (tmp_path / "s.ini").is_file() and "gray" in (tmp_path / "s.ini").read_text()

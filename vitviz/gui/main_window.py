@@ -55,6 +55,14 @@ SHORTCUTS: list[tuple[str, str]] = [
 ]
 
 
+def default_settings() -> QSettings:
+    """The user's settings (``QSettings("vitviz", "vitviz")``), or the INI file named by ``$VITVIZ_SETTINGS``."""
+    path = os.environ.get("VITVIZ_SETTINGS")
+    if path:
+        return QSettings(path, QSettings.Format.IniFormat)
+    return QSettings(ORGANIZATION, APPLICATION)
+
+
 class Dialogs:
     """Every dialog the window shows. Tests replace methods (or patch QMessageBox / QFileDialog)."""
 
@@ -123,7 +131,7 @@ class MainWindow(QMainWindow):
     """The vitviz window.
 
     Args:
-        settings: where preferences persist (default: the user's ``QSettings("vitviz", "vitviz")``).
+        settings: where preferences persist (default: :func:`default_settings`).
         model: an already-built model to use instead of the remembered one (tests, scripts).
         model_key: ``"demo"``, ``"file:PATH"``, ``"pretrained:NAME"`` or ``"random:NAME"`` to load on start.
         device: torch device to start on (default: remembered, else CPU).
@@ -143,7 +151,7 @@ class MainWindow(QMainWindow):
                  model_key: str | None = None, device: str | None = None, dialogs: Dialogs | None = None,
                  load_samples: bool = False):
         super().__init__()
-        self.settings = settings if settings is not None else QSettings(ORGANIZATION, APPLICATION)
+        self.settings = settings if settings is not None else default_settings()
         self.dialogs = dialogs or Dialogs(self)
         self.session = Session()
         self.runner = TaskRunner(self)
