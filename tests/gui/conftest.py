@@ -58,3 +58,9 @@ def window(qtbot, tiny_model, settings):
     qtbot.waitExposed(w)
     yield w
     w.close()
+
+
+@pytest.fixture(autouse=True)
+def _private_settings(tmp_path, monkeypatch):
+    """No GUI test ever touches the user's real settings."""
+    monkeypatch.setenv("VITVIZ_SETTINGS", str(tmp_path / "default-settings.ini"))
