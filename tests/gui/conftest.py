@@ -4,10 +4,8 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 pytest.importorskip("pytestqt")
 

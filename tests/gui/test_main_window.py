@@ -87,10 +87,9 @@ def test_changing_layer_head_colormap_never_reruns_the_model(qtbot, window, imag
 def test_clicking_a_head_tile_selects_that_head(qtbot, window, image_path, tiny_model):
     open_and_wait(qtbot, window, image_path)
     before = _overlay(window).copy()
-    pos = window.heads.mosaic.tile_center(0, 2)  # tile row 0, col 2 -> head 2 (2 columns for 4 heads? see below)
-    cols = window.heads.mosaic.cols
-    head = 0 * cols + 2 if cols > 2 else 2 // cols * cols + 2 % cols
-    pos = window.heads.mosaic.tile_center(*divmod(head, cols))
+    head = 2  # 4 heads: one row of 4 thumbnails
+    assert window.heads.mosaic.cols == 4
+    pos = window.heads.mosaic.tile_center(*divmod(head, window.heads.mosaic.cols))
     qtbot.mouseClick(window.heads.mosaic.viewport(), Qt.MouseButton.LeftButton, pos=pos)
     assert window.session.options.head == head
     cap, _ = _reference_capture(tiny_model, image_path)
@@ -161,7 +160,7 @@ def test_hover_reports_patch_token_and_value(qtbot, window, image_path):
 
 
 def test_export_writes_png_of_image_size_that_differs_where_the_map_is_high(qtbot, window, image_path, tmp_path):
-    r = open_and_wait(qtbot, window, image_path)
+    open_and_wait(qtbot, window, image_path)
     window.controls.export_colorbar.setChecked(False)
     window.controls.export_caption.setChecked(False)
     window.dialogs = window.dialogs_recorder
