@@ -609,3 +609,14 @@ def test_img_size_not_multiple_of_patch(tmp_path):
     _, path = _timm_small_file(tmp_path, num_classes=3)
     with pytest.raises(CheckpointError, match=r"small.safetensors.*img_size height 50 is not a multiple of patch_size=8"):
         load_checkpoint(path, num_heads=4, img_size=50)
+
+
+def test_mlp_width_that_float_rounding_would_lose():
+    """120 / 88 * 88 == 119.99999999999999: the inferred ratio must still rebuild a 120-wide MLP."""
+    m = ViT(img_size=16, patch_size=8, embed_dim=88, depth=1, num_heads=2, num_classes=2, mlp_ratio=2.0)
+    sd = dict(m.state_dict())
+    sd["blocks.0.mlp.fc1.weight"] = torch.randn(120, 88)
+    sd["blocks.0.mlp.fc1.bias"] = torch.randn(120)
+    sd["blocks.0.mlp.fc2.weight"] = torch.randn(88, 120)
+    back = load_checkpoint(sd, num_heads=2)
+    assert back.blocks[0].mlp.fc1.out_features == 120

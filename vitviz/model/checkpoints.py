@@ -621,7 +621,12 @@ def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) 
     embed_dim, in_ch, patch = int(w.shape[0]), int(w.shape[1]), int(w.shape[2])
     depth = len({int(m.group(1)) for k in s if (m := re.match(r"blocks\.(\d+)\.", k))})
     fc1 = s.get("blocks.0.mlp.fc1.weight")
-    mlp_ratio = float(fc1.shape[0]) / embed_dim if fc1 is not None else 4.0
+    mlp_ratio = 4.0
+    if fc1 is not None:
+        hidden = int(fc1.shape[0])
+        mlp_ratio = hidden / embed_dim
+        if int(embed_dim * mlp_ratio) != hidden:  # float rounding (e.g. 120 / 88): ViT uses int(dim * ratio)
+            mlp_ratio = (hidden + 0.5) / embed_dim
     class_token = "cls_token" in s
     distilled = "dist_token" in s
     num_reg = int(s["reg_token"].shape[1]) if "reg_token" in s else 0
