@@ -144,7 +144,7 @@ def _offline_message(info: PretrainedInfo, dest: Path, reason: str) -> str:
 def download(name: str, *, progress: ProgressFn | None = None, show_bar: bool = True) -> Path:
     """Download the weights of ``name`` into the cache (no-op when cached) and return the cached file.
 
-    The download goes to ``<file>.partial`` and is moved into place only when complete and, where the file name
+    The download goes to ``<file>.<pid>.partial`` and is moved into place only when complete and, where the file name
     carries a hash prefix (torchvision's ``name-<sha256 prefix>.pth``), when the hash matches.
 
     Args:
@@ -161,7 +161,7 @@ def download(name: str, *, progress: ProgressFn | None = None, show_bar: bool = 
     if dest.is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(dest.name + ".partial")
+    partial = dest.with_name(f"{dest.name}.{os.getpid()}.partial")  # per process: parallel downloads don't collide
     try:
         resp = _urlopen(info.url)
     except (urllib.error.URLError, OSError, TimeoutError) as e:
