@@ -197,6 +197,8 @@ def download(name: str, *, progress: ProgressFn | None = None, show_bar: bool = 
         os.replace(partial, dest)
     except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
         raise PretrainedError(_offline_message(info, dest, f"network error during download: {e}")) from None
+    except OSError as e:  # disk full, permissions ...
+        raise PretrainedError(f"could not write the download of {info.name} to {dest.parent}: {e}") from None
     finally:
         if bar is not None:
             bar.close()
