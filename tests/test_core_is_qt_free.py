@@ -51,3 +51,17 @@ def test_importing_every_core_module_loads_no_qt():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "LOADED" in r.stdout
+
+
+def test_public_api_is_lazy_and_complete():
+    code = (
+        "import sys, vitviz\n"
+        "assert 'torch' not in sys.modules, 'import vitviz must stay cheap'\n"
+        "from vitviz.capture import capture\n"
+        "for n in vitviz.__all__:\n"
+        "    getattr(vitviz, n)\n"
+        "assert callable(vitviz.load_checkpoint) and callable(vitviz.analysis.attention_rollout)\n"
+        "print('OK')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
