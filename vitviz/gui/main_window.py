@@ -551,7 +551,9 @@ class MainWindow(QMainWindow):
             from vitviz.model.pretrained import PRETRAINED, is_cached
             name = key.split(":", 1)[1]
             info = PRETRAINED.get(name)
-            if info is not None and not is_cached(name):
+            # asked from the menu: confirm the download; named on the command line (initial): just download,
+            # with progress and Cancel in the status bar
+            if info is not None and not is_cached(name) and not initial:
                 if not self.dialogs.confirm("Download weights?",
                                             f"{name}: {getattr(info, 'description', '')}\n\nDownload "
                                             f"{getattr(info, 'size_mb', 0):.0f} MB from\n{info.url}?"):
