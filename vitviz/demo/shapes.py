@@ -34,6 +34,8 @@ SUPERSAMPLE = 4  # object masks are drawn this many times larger and box-filtere
 
 # object radius (half of the circumscribed diameter) as a fraction of the region's shorter side
 RADIUS_RANGE = (0.14, 0.27)
+# object rotation, uniform in +-MAX_ROTATION degrees about its upright pose (triangle, star and heart point up)
+MAX_ROTATION = 30.0
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,7 @@ def render(
     size: tuple[int, int] = (BASE, BASE),
     region: tuple[int, int, int, int] | None = None,
     clutter: float = 1.0,
+    scale: float = 1.0,
 ) -> ShapeSample:
     """Render one image of class ``label`` with randomness from ``rng``.
 
@@ -183,6 +186,8 @@ def render(
             region's shorter side.
         clutter: in ``[0, 1]``, scales the background's gradient, blotches, number of lines and specks, and the
             pixel noise (1: the full distribution; training ramps it up as a curriculum).
+        scale: multiplies the object's size range :data:`RADIUS_RANGE` (1: the full distribution; training starts
+            with larger objects as a curriculum). At most ``0.48 / RADIUS_RANGE[1]``.
 
     Returns:
         A :class:`ShapeSample`.
@@ -200,14 +205,16 @@ def render(
 
     if not 0.0 <= clutter <= 1.0:
         raise ValueError(f"clutter={clutter} must lie in [0, 1]")
+    if not 0.0 < scale * RADIUS_RANGE[1] <= 0.48:
+        raise ValueError(f"scale={scale} must lie in (0, {0.48 / RADIUS_RANGE[1]:.3f}]")
     img = _background(rng, h, w, unit, clutter)
     canvas = Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB")
     _draw_clutter(rng, canvas, unit, clutter)
     img = np.asarray(canvas, dtype=np.float32)
 
     # object geometry
-    r = rng.uniform(*RADIUS_RANGE) * side
-    rot = rng.uniform(0, 2 * np.pi)
+    r = rng.uniform(*RADIUS_RANGE) * side * scale
+    rot = math.radians(rng.uniform(-MAX_ROTATION, MAX_ROTATION))
     rmat = np.array([[math.cos(rot), -math.sin(rot)], [math.sin(rot), math.cos(rot)]])
     parts = [(p @ rmat.T * r, f) for p, f in _OUTLINES[CLASSES[label]]]
     outer = parts[0][0]
@@ -265,6 +272,7 @@ def generate(
     region: tuple[int, int, int, int] | None = None,
     label: int | None = None,
     clutter: float = 1.0,
+    scale: float = 1.0,
 ) -> ShapeSample:
     """Image ``index`` of a stream: deterministic from ``(stream, seed, index)``.
 
@@ -273,21 +281,27 @@ def generate(
     """
     rng = _rng(stream, seed, index)
     lab = index % len(CLASSES) if label is None else int(label)
-    return render(lab, rng, size=size, region=region, clutter=clutter)
+    return render(lab, rng, size=size, region=region, clutter=clutter, scale=scale)
 
 
 def generate_batch(
     start: int, count: int, seed: int = 0, stream: Stream = "train", size: tuple[int, int] = (BASE, BASE),
     clutter: float = 1.0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    scale: float = 1.0,
+    with_masks: bool = False,
+) -> tuple[np.ndarray, ...]:
     """Images ``start .. start+count-1`` of a stream.
 
     Returns:
-        ``images uint8 [count, H, W, 3]``, ``labels int64 [count]``, ``boxes int64 [count, 4]`` (x0, y0, x1, y1).
+        ``images uint8 [count, H, W, 3]``, ``labels int64 [count]``, ``boxes int64 [count, 4]`` (x0, y0, x1, y1),
+        and with ``with_masks`` also ``masks float32 [count, H, W]`` (object coverage).
     """
-    samples = [generate(i, seed, stream, size, clutter=clutter) for i in range(start, start + count)]
-    return (np.stack([s.image for s in samples]), np.array([s.label for s in samples], np.int64),
-            np.array([s.box for s in samples], np.int64))
+    samples = [generate(i, seed, stream, size, clutter=clutter, scale=scale) for i in range(start, start + count)]
+    out = (np.stack([s.image for s in samples]), np.array([s.label for s in samples], np.int64),
+           np.array([s.box for s in samples], np.int64))
+    if with_masks:
+        return out + (np.stack([s.mask for s in samples]),)
+    return out
 
 
 def sample_region(size: tuple[int, int]) -> tuple[int, int, int, int]:
