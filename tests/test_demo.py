@@ -181,7 +181,7 @@ def test_jax_init_scales_and_zero_head():
     model = build_model(64, 1, 2)
     jax_init_(model, torch.Generator().manual_seed(0))
     assert torch.count_nonzero(model.head.weight) == 0
-    fc1 = model.blocks[0].mlp.fc1.weight
+    fc1 = model.blocks[0].mlp.fc1.weight.detach()
     bound = (6 / (fc1.shape[0] + fc1.shape[1])) ** 0.5
     assert float(fc1.abs().max()) <= bound and float(fc1.std()) > 0.8 * bound / 3**0.5
     w = model.patch_embed.proj.weight
