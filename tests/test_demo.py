@@ -184,7 +184,7 @@ def test_jax_init_scales_and_zero_head():
     fc1 = model.blocks[0].mlp.fc1.weight.detach()
     bound = (6 / (fc1.shape[0] + fc1.shape[1])) ** 0.5
     assert float(fc1.abs().max()) <= bound and float(fc1.std()) > 0.8 * bound / 3**0.5
-    w = model.patch_embed.proj.weight
+    w = model.patch_embed.proj.weight.detach()
     assert abs(float(w.std()) - 1 / (w[0].numel()) ** 0.5) < 0.01
 
 
