@@ -181,3 +181,19 @@ def test_write_png_unwritable_folder(tmp_path, monkeypatch):
         write_png(tmp_path / "x.png", np.zeros((2, 2, 3), np.uint8))
     assert str(tmp_path / "x.png") in str(ei.value) and "not writable" in str(ei.value)
     assert not (tmp_path / "x.png").exists()
+
+
+def test_written_files_get_the_users_normal_permissions(tmp_path):
+    import stat
+
+    from vitviz.model import ViT, save_checkpoint
+
+    old = os.umask(0o022)
+    try:
+        png = write_png(tmp_path / "v.png", np.zeros((2, 2, 3), np.uint8))
+        ckpt = save_checkpoint(ViT(img_size=16, patch_size=8, embed_dim=8, depth=1, num_heads=2, num_classes=2),
+                               tmp_path / "m.safetensors")
+    finally:
+        os.umask(old)
+    for p in (png, ckpt):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o644, p  # not mkstemp's 0600

@@ -15,6 +15,8 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError
 
+from vitviz._io import default_file_mode
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif")
 MAX_PIXELS = 20000 * 20000  # refuse larger images (decompression bombs) with a clear message
 
@@ -428,7 +430,7 @@ def write_png(path: str | os.PathLike, rgb: np.ndarray, *, overwrite: bool = Fal
             Image.fromarray(arr, "RGBA" if arr.shape[2] == 4 else "RGB").save(fh, format="PNG")
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, default_file_mode())
         if overwrite:
             os.replace(tmp, target)
         else:

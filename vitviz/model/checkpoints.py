@@ -51,6 +51,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 import numpy as np
 import torch
 
+from vitviz._io import default_file_mode
 from vitviz.model.spec import ModelSpec, imagenet_preprocess, inception_preprocess
 from vitviz.model.vit import ViT, ViTConfig, resample_pos_embed
 from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, Preprocess
@@ -108,6 +109,7 @@ def save_checkpoint(model: ViT, path: str | os.PathLike[str], *, overwrite: bool
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata=metadata)
+        os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
