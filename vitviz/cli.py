@@ -125,10 +125,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 def _cmd_models(args: argparse.Namespace) -> int:
     from vitviz.model.pretrained import PRETRAINED, cache_path, is_cached
 
+    width = max(len(n) for n in PRETRAINED)
     for name, info in PRETRAINED.items():
         state = "cached" if is_cached(name) else "not cached"
-        print(f"{name:<10s} {info.size_mb:8.1f} MB  {state:<10s}  {info.description}")
-        print(f"{'':<10s} {cache_path(name)}")
+        print(f"{name:<{width}s} {info.size_mb:8.1f} MB  {state:<10s}  {info.description}")
+        print(f"{'':<{width}s} {cache_path(name)}")
     return 0
 
 
