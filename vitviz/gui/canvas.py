@@ -20,6 +20,22 @@ from vitviz import imaging
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)
 
 
+HIGHLIGHT_COLOR = QColor(0, 230, 255)
+
+
+def highlight_rect(width: float = 2.0, z: float | None = None, visible: bool = True) -> QGraphicsRectItem:
+    """The cyan outline used for every selection marker (query patch, selected tile, current cell)."""
+    item = QGraphicsRectItem()
+    pen = QPen(HIGHLIGHT_COLOR)
+    pen.setCosmetic(True)
+    pen.setWidthF(width)
+    item.setPen(pen)
+    if z is not None:
+        item.setZValue(z)
+    item.setVisible(visible)
+    return item
+
+
 def colormap_for(name: str) -> pg.ColorMap:
     lut = imaging.get_colormap(name)
     return pg.ColorMap(np.linspace(0.0, 1.0, lut.shape[0]), lut[:, :4], name=name)
@@ -122,13 +138,7 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.crop_outline.setVisible(False)
         self.vb.addItem(self.crop_outline)
 
-        self.marker = QGraphicsRectItem()
-        mpen = QPen(QColor(0, 230, 255))
-        mpen.setCosmetic(True)
-        mpen.setWidthF(2.5)
-        self.marker.setPen(mpen)
-        self.marker.setZValue(3)
-        self.marker.setVisible(False)
+        self.marker = highlight_rect(2.5, z=3, visible=False)
         self.vb.addItem(self.marker)
 
         self._cmap_name = ""

@@ -11,15 +11,15 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QPen
+from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView, QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGraphicsItem,
-    QGraphicsRectItem,
     QGroupBox, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QRadioButton, QSlider, QSpinBox, QTableWidget,
     QTableWidgetItem, QTabWidget, QToolButton, QVBoxLayout, QWidget,
 )
 
 from vitviz import imaging
+from vitviz.gui.canvas import highlight_rect
 from vitviz.session import HEAD_REDUCTIONS, VIEWS
 
 BACKGROUND = QColor(38, 38, 42)
@@ -51,13 +51,7 @@ class Mosaic(pg.GraphicsLayoutWidget):
             self.plot.hideAxis(name)
         self.item = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.item)
-        self.highlight = QGraphicsRectItem()
-        pen = QPen(QColor(0, 230, 255))
-        pen.setCosmetic(True)
-        pen.setWidthF(2.0)
-        self.highlight.setPen(pen)
-        self.highlight.setZValue(5)
-        self.highlight.setVisible(False)
+        self.highlight = highlight_rect(2.0, z=5, visible=False)
         self.plot.addItem(self.highlight)
         self._labels: list[pg.TextItem] = []
         self.rows = self.cols = 0
@@ -517,11 +511,7 @@ class PlotsPanel(QTabWidget):
         self.ent_bar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get("viridis"), interactive=False,
                                        width=12, label="entropy (nats)")
         self.ent_bar.setImageItem(self.ent_item, insert_in=self.ent_plot)
-        self.ent_current = QGraphicsRectItem()
-        pen = QPen(QColor(0, 230, 255))
-        pen.setCosmetic(True)
-        pen.setWidthF(2)
-        self.ent_current.setPen(pen)
+        self.ent_current = highlight_rect(2.0)
         self.ent_plot.addItem(self.ent_current)
         self.ent_widget.scene().sigMouseClicked.connect(self._on_entropy_click)
         self.addTab(self.ent_widget, "Entropy")
