@@ -25,14 +25,21 @@ def as_float(x: Any, name: str) -> torch.Tensor:
     return x.float()
 
 
+def with_batch_dim(x: torch.Tensor, ndim: int, name: str, dims: str) -> tuple[torch.Tensor, bool]:
+    """Return ``x`` with a leading batch dimension and whether it already had one.
+
+    ``x`` must have ``ndim`` dimensions (one image, described by ``dims`` such as ``"L, H, N, N"``) or ``ndim + 1``.
+    """
+    if x.ndim == ndim:
+        return x[None], False
+    if x.ndim == ndim + 1:
+        return x, True
+    raise ValueError(f"{name} must be [{dims}] (one image) or [B, {dims}], got shape {tuple(x.shape)}")
+
+
 def check_attn(attn: torch.Tensor, name: str = "attn") -> tuple[torch.Tensor, bool]:
     """Return ``attn`` as ``[B, L, H, N, N]`` and whether the input had the batch dimension."""
-    if attn.ndim == 4:
-        attn, batched = attn[None], False
-    elif attn.ndim == 5:
-        batched = True
-    else:
-        raise ValueError(f"{name} must be [L, H, N, N] (one image) or [B, L, H, N, N], got shape {tuple(attn.shape)}")
+    attn, batched = with_batch_dim(attn, 4, name, "L, H, N, N")
     if attn.shape[-1] != attn.shape[-2]:
         raise ValueError(f"{name} must be square over tokens (..., N, N), got shape {tuple(attn.shape)}")
     return attn, batched

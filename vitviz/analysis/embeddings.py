@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis._common import as_float, check_layer, resolve_grid
+from vitviz.analysis._common import as_float, check_layer, resolve_grid, with_batch_dim
 
 __all__ = ["embedding_filters", "position_embedding_similarity", "token_similarity"]
 
@@ -73,13 +73,7 @@ def token_similarity(
     Returns:
         ``[gh, gw]`` (or ``[B, gh, gw]``) float32 (float64 for float64 input).
     """
-    t = as_float(tokens, "tokens")
-    if t.ndim == 3:
-        t, batched = t[None], False
-    elif t.ndim == 4:
-        batched = True
-    else:
-        raise ValueError(f"tokens must be [L+1, N, D] or [B, L+1, N, D], got shape {tuple(t.shape)}")
+    t, batched = with_batch_dim(as_float(tokens, "tokens"), 3, "tokens", "L+1, N, D")
     B, L1, N, D = t.shape
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     layer = check_layer(layer, L1)

@@ -166,10 +166,6 @@ def _cls_row_of_product(T: torch.Tensor, *, residual: bool) -> torch.Tensor:
     return v[:, 0]
 
 
-def _check_start(start_layer: int, L: int) -> int:
-    return check_layer(start_layer, L, "start_layer")
-
-
 def attention_rollout(
     attn: Any,
     *,
@@ -201,7 +197,7 @@ def attention_rollout(
     a, batched = check_attn(as_float(attn, "attn"))
     B, L, H, N, _ = a.shape
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
-    s = _check_start(start_layer, L)
+    s = check_layer(start_layer, L, "start_layer")
     T = rollout_transitions(a[:, s:], num_prefix_tokens=num_prefix_tokens, head_fusion=head_fusion,
                             discard_ratio=discard_ratio)
     row = _cls_row_of_product(T, residual=False)
@@ -275,7 +271,7 @@ def gradient_rollout(
     g = check_grads(a, grads, batched)
     B, L, H, N, _ = a.shape
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
-    s = _check_start(start_layer, L)
+    s = check_layer(start_layer, L, "start_layer")
     A = _grad_weighted(a[:, s:], g[:, s:], clamp)
     T = _transitions_from_fused(A, num_prefix_tokens, discard_ratio)
     row = _cls_row_of_product(T, residual=False)
