@@ -14,10 +14,12 @@ __all__ = ["attention_entropy", "mean_attention_distance", "patch_distances"]
 
 
 @lru_cache(maxsize=8)
-def _patch_distances(gh: int, gw: int, patch_size: float) -> torch.Tensor:
+def _patch_distances(gh: int, gw: int, patch_size: float, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The cached ``[gh*gw, gh*gw]`` distance matrix (computed in float64, then cast): callers must not modify it."""
     y, x = torch.meshgrid(torch.arange(gh, dtype=torch.float64), torch.arange(gw, dtype=torch.float64), indexing="ij")
     c = torch.stack([y.reshape(-1), x.reshape(-1)], dim=1)
-    return (c[:, None, :] - c[None, :, :]).pow(2).sum(-1).sqrt() * patch_size  # exact (cdist may use a matmul)
+    d = (c[:, None, :] - c[None, :, :]).pow(2).sum(-1).sqrt() * patch_size  # exact (cdist may use a matmul)
+    return d.to(dtype)
 
 
 def patch_distances(grid: tuple[int, int], patch_size: float) -> torch.Tensor:
@@ -48,7 +50,7 @@ def mean_attention_distance(
     N = a.shape[-1]
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     p = int(num_prefix_tokens)
-    dist = _patch_distances(gh, gw, float(patch_size)).to(device=a.device, dtype=a.dtype)
+    dist = _patch_distances(gh, gw, float(patch_size), a.dtype).to(a.device)
     B, L, H = a.shape[:3]
     M = N - p
     num = torch.empty((B, L, H, M), dtype=a.dtype, device=a.device)
@@ -79,14 +81,16 @@ def attention_entropy(attn: Any) -> torch.Tensor:
     a, batched = check_attn(as_float(attn, "attn"))
     B, L, H, N, _ = a.shape
     tiny = torch.finfo(a.dtype).tiny
-    rows = torch.empty((B, L, H, N), dtype=a.dtype, device=a.device)
+    heads = torch.empty((B, L, H), dtype=a.dtype, device=a.device)  # sum over rows and keys of a log2 a
     buf = torch.empty((H, N, N), dtype=a.dtype, device=a.device)
     for b in range(B):  # one (image, layer) at a time: the [H, N, N] temporary stays in cache
         for l in range(L):
-            # a * log2(max(a, tiny)) is exactly 0 where a == 0; log2 is the fastest log here; ln 2 rescales to nats
-            torch.clamp(a[b, l], min=tiny, out=buf)
-            buf.log2_()
-            buf.mul_(a[b, l])
-            torch.sum(buf, -1, out=rows[b, l])
-    out = rows.mean(-1).mul_(-math.log(2.0))
+            x, s = a[b, l], heads[b, l]
+            # log2 is the fastest log here (ln 2 rescales to nats); no clamp pass in the common case of no zeros
+            torch.log2(x, out=buf).mul_(x)
+            torch.sum(buf.view(H, N * N), -1, out=s)
+            if s.isnan().any():  # 0 * log2(0) (or invalid input): a * log2(max(a, tiny)) is exactly 0 at a == 0
+                torch.clamp(x, min=tiny, out=buf).log2_().mul_(x)
+                torch.sum(buf.view(H, N * N), -1, out=s)
+    out = heads.mul_(-math.log(2.0) / N)
     return out if batched else out[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any, Literal
 
 import torch
@@ -59,14 +60,20 @@ def upsample(map: Any, size: int | tuple[int, int], mode: UpsampleMode = "neares
     return out if batched else out[0]
 
 
-def _axis_weights(n_img: int, n_resized: int, crop_start: int, crop_len: int, cells: int, mode: str):
-    """Interpolation matrix ``[n_img, cells]`` for one axis and the mask of original pixels inside the crop."""
+@lru_cache(maxsize=32)
+def _axis_weights(
+    n_img: int, n_resized: int, crop_start: int, crop_len: int, cells: int, mode: str
+) -> tuple[torch.Tensor, slice]:
+    """Interpolation matrix ``[n_inside, cells]`` for one axis, over the original pixels whose centre is inside the
+    crop, and the slice of those pixels (a contiguous run: centres increase with the index). Cached: do not modify.
+    """
     # centre of original pixel i, in crop pixels (crop edges at 0 and crop_len)
     c = (torch.arange(n_img, dtype=torch.float64) + 0.5) * (n_resized / n_img) - crop_start
-    inside = (c >= 0) & (c < crop_len)
-    g = c * (cells / crop_len)  # cell coordinate: cell j spans [j, j + 1)
-    W = torch.zeros(n_img, cells, dtype=torch.float64)
-    rows = torch.arange(n_img)
+    ins = ((c >= 0) & (c < crop_len)).nonzero()[:, 0]
+    inside = slice(int(ins[0]), int(ins[-1]) + 1) if len(ins) else slice(0, 0)
+    g = c[inside] * (cells / crop_len)  # cell coordinate: cell j spans [j, j + 1)
+    W = torch.zeros(len(g), cells, dtype=torch.float64)
+    rows = torch.arange(len(g))
     if mode == "nearest":
         idx = g.floor().long().clamp(0, cells - 1)
         W[rows, idx] = 1.0
@@ -109,11 +116,8 @@ def map_to_image(map: Any, geometry: CropGeometry, *, mode: UpsampleMode = "bili
     top, left, ch, cw = geometry.crop_box
     if min(H, W, rh, rw, ch, cw) <= 0:
         raise ValueError(f"degenerate crop geometry {geometry}")
-    Wy, in_y = _axis_weights(H, rh, top, ch, gh, mode)
-    Wx, in_x = _axis_weights(W, rw, left, cw, gw, mode)
-    out = (Wy @ m.double() @ Wx.T).to(m.dtype)  # [B, H, W]
-    # 0 inside the crop, NaN outside, added in one broadcast pass
-    nan_y = torch.zeros(H, 1, dtype=m.dtype).masked_fill_(~in_y[:, None], math.nan)
-    nan_x = torch.zeros(1, W, dtype=m.dtype).masked_fill_(~in_x[None, :], math.nan)
-    out += nan_y + nan_x
+    Wy, rows = _axis_weights(H, rh, top, ch, gh, mode)
+    Wx, cols = _axis_weights(W, rw, left, cw, gw, mode)
+    out = torch.full((B, H, W), math.nan, dtype=m.dtype)
+    out[:, rows, cols] = Wy @ m.double() @ Wx.T  # computed in float64 over the crop only
     return out if batched else out[0]

@@ -44,8 +44,9 @@ def relevance(
     B, L, H, N, _ = a.shape
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     s = check_layer(start_layer, L, "start_layer")
-    Abar = _grad_weighted(a[:, s:], g[:, s:], "before_mean")
+    Abar = _grad_weighted(a[:, s:-1], g[:, s:-1], "before_mean")
+    last = _grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], "before_mean")  # only the [CLS] row of the last layer
     # row 0 of (I + Abar_{L-1}) ... (I + Abar_s), which is R after the loop above
-    row = _cls_row_of_product(Abar, residual=True)
+    row = _cls_row_of_product(Abar, last[:, 0, 0], residual=True)
     out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
     return out if batched else out[0]

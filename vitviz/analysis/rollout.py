@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from vitviz.analysis._common import (
+    FUSIONS,
     Head,
     HeadFusion,
     as_float,
@@ -113,8 +114,22 @@ def _discard_(A: torch.Tensor, num_prefix_tokens: int, discard_ratio: float) -> 
     return A
 
 
+def _fused(a: torch.Tensor, head_fusion: HeadFusion) -> torch.Tensor:
+    """``a [B, L, H, R, N]`` -> ``[B, L, R, N]``, heads fused; a new tensor (the caller's is never modified)."""
+    if head_fusion not in FUSIONS:
+        raise ValueError(f"head_fusion={head_fusion!r}; valid: 'mean', 'max', 'min'")
+    B, L, H, R, N = a.shape
+    if head_fusion == "mean" and a.is_contiguous():  # a GEMV over heads: one pass, faster than mean()
+        w = torch.full((1, H), 1.0 / H, dtype=a.dtype, device=a.device)
+        return torch.matmul(w, a.view(B * L, H, R * N)).view(B, L, R, N)
+    return fuse_heads(a, head_fusion, dim=2)
+
+
 def _transitions_from_fused(A: torch.Tensor, num_prefix_tokens: int, discard_ratio: float) -> torch.Tensor:
-    """``A [..., N, N]`` (fresh tensor, modified in place) -> ``(discard(A) + I)`` with rows normalised to 1."""
+    """``A [..., R, N]`` (fresh tensor, modified in place) -> ``(discard(A) + I)`` with rows normalised to 1.
+
+    ``R`` is ``N``, or 1 for the [CLS] row alone (its diagonal entry is then column 0).
+    """
     _discard_(A, num_prefix_tokens, discard_ratio)
     A.diagonal(dim1=-2, dim2=-1).add_(1.0)
     A.div_(A.sum(-1, keepdim=True))
@@ -138,29 +153,23 @@ def rollout_transitions(
     Returns:
         ``[L, N, N]`` (or ``[B, L, N, N]``) float32 (float64 for float64 input).
     """
-    if head_fusion not in ("mean", "max", "min"):
-        raise ValueError(f"head_fusion={head_fusion!r}; valid: 'mean', 'max', 'min'")
     a, batched = check_attn(as_float(attn, "attn"))
-    B, L, H, N, _ = a.shape
-    if head_fusion == "mean" and a.is_contiguous():  # a GEMV over heads: one pass, faster than mean()
-        w = torch.full((1, H), 1.0 / H, dtype=a.dtype, device=a.device)
-        A = torch.matmul(w, a.view(B * L, H, N * N)).view(B, L, N, N)
-    else:
-        A = fuse_heads(a, head_fusion, dim=2)  # a new tensor: the caller's is never modified
-    A = _transitions_from_fused(A, num_prefix_tokens, discard_ratio)
+    A = _transitions_from_fused(_fused(a, head_fusion), num_prefix_tokens, discard_ratio)
     return A if batched else A[0]
 
 
-def _cls_row_of_product(T: torch.Tensor, *, residual: bool) -> torch.Tensor:
-    """Row 0 of ``T_{L-1} ... T_0`` (``residual=False``) or of ``(I + T_{L-1}) ... (I + T_0)`` for ``T [B, L, N, N]``.
+def _cls_row_of_product(T: torch.Tensor, last_row: torch.Tensor, *, residual: bool) -> torch.Tensor:
+    """Row 0 of ``T_{L-1} ... T_0`` (``residual=False``) or of ``(I + T_{L-1}) ... (I + T_0)``.
 
     Computed as a row vector times matrices, last layer first, in float64: ``O(L N^2)`` instead of ``O(L N^3)``.
-    Returns ``[B, N]`` float64.
+    The vector starts as the one-hot [CLS] row, so of the last layer only row 0 matters: callers compute just
+    ``last_row = T_{L-1}[0]`` ``[B, N]`` (1/N of that layer's work) and pass the layers before it as
+    ``T [B, L-1, N, N]``. Returns ``[B, N]`` float64.
     """
-    B, L, N, _ = T.shape
-    v = torch.zeros(B, 1, N, dtype=torch.float64, device=T.device)
-    v[:, 0, 0] = 1.0
-    for l in range(L - 1, -1, -1):
+    v = last_row.to(torch.float64, copy=True)[:, None]  # e_0 T_{L-1}, or e_0 (I + T_{L-1})
+    if residual:
+        v[:, 0, 0] += 1.0
+    for l in range(T.shape[1] - 1, -1, -1):
         step = torch.bmm(v, T[:, l].double())
         v = v + step if residual else step
     return v[:, 0]
@@ -198,30 +207,33 @@ def attention_rollout(
     B, L, H, N, _ = a.shape
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     s = check_layer(start_layer, L, "start_layer")
-    T = rollout_transitions(a[:, s:], num_prefix_tokens=num_prefix_tokens, head_fusion=head_fusion,
-                            discard_ratio=discard_ratio)
-    row = _cls_row_of_product(T, residual=False)
+    p = num_prefix_tokens
+    T = _transitions_from_fused(_fused(a[:, s:-1], head_fusion), p, discard_ratio)
+    # only the [CLS] row of the last layer (made contiguous: the same GEMV over heads as the other layers)
+    last = _transitions_from_fused(_fused(a[:, -1:, :, :1].contiguous(), head_fusion), p, discard_ratio)
+    row = _cls_row_of_product(T, last[:, 0, 0], residual=False)
     out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
     return out if batched else out[0]
 
 
 def _grad_weighted(a: torch.Tensor, g: torch.Tensor, clamp: GradClamp) -> torch.Tensor:
-    """``[B, L, H, N, N]`` x2 -> ``[B, L, N, N]``: mean_h(A*G) clamped at 0 after or before the mean.
+    """``[B, L, H, R, N]`` x2 -> ``[B, L, R, N]``: mean_h(A*G) clamped at 0 after or before the mean.
 
-    One (image, layer) at a time so that the ``[H, N, N]`` product stays in cache.
+    One (image, layer) at a time so that the ``[H, R, N]`` product stays in cache; the mean over heads is a GEMV with
+    weights 1/H (faster than a sum and a division).
     """
     if clamp not in ("after_mean", "before_mean"):
         raise ValueError(f"clamp={clamp!r}; valid: 'after_mean', 'before_mean'")
-    B, L, H, N, _ = a.shape
-    out = torch.empty((B, L, N, N), dtype=a.dtype, device=a.device)
-    buf = torch.empty((H, N, N), dtype=a.dtype, device=a.device)
+    B, L, H, R, N = a.shape
+    out = torch.empty((B, L, R, N), dtype=a.dtype, device=a.device)
+    buf = torch.empty((H, R, N), dtype=a.dtype, device=a.device)
+    w = torch.full((1, H), 1.0 / H, dtype=a.dtype, device=a.device)
     for b in range(B):
         for l in range(L):
             torch.mul(a[b, l], g[b, l], out=buf)
             if clamp == "before_mean":
                 buf.clamp_(min=0)
-            torch.sum(buf, 0, out=out[b, l])
-    out.div_(H)
+            torch.mm(w, buf.view(H, R * N), out=out[b, l].view(1, R * N))
     if clamp == "after_mean":
         out.clamp_(min=0)
     return out
@@ -272,8 +284,9 @@ def gradient_rollout(
     B, L, H, N, _ = a.shape
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     s = check_layer(start_layer, L, "start_layer")
-    A = _grad_weighted(a[:, s:], g[:, s:], clamp)
-    T = _transitions_from_fused(A, num_prefix_tokens, discard_ratio)
-    row = _cls_row_of_product(T, residual=False)
+    p = num_prefix_tokens
+    T = _transitions_from_fused(_grad_weighted(a[:, s:-1], g[:, s:-1], clamp), p, discard_ratio)
+    last = _transitions_from_fused(_grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], clamp), p, discard_ratio)
+    row = _cls_row_of_product(T, last[:, 0, 0], residual=False)  # only the [CLS] row of the last layer is needed
     out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
     return out if batched else out[0]
