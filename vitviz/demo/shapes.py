@@ -33,7 +33,7 @@ BASE = 112  # the side (pixels) the unit lengths below refer to
 SUPERSAMPLE = 4  # object masks are drawn this many times larger and box-filtered down (anti-aliasing)
 
 # object radius (half of the circumscribed diameter) as a fraction of the region's shorter side
-RADIUS_RANGE = (0.14, 0.27)
+RADIUS_RANGE = (0.2, 0.36)
 # object rotation, uniform in +-MAX_ROTATION degrees about its upright pose (triangle, star and heart point up)
 MAX_ROTATION = 30.0
 
@@ -127,17 +127,17 @@ def _upsample_nearest(a: np.ndarray, h: int, w: int) -> np.ndarray:
     return a[ys][:, xs]
 
 
-def _background(rng: np.random.Generator, h: int, w: int, unit: float, clutter: float) -> np.ndarray:
+def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     """Gradient + blotches: ``float32 [H, W, 3]`` in 0..255."""
     c0 = _random_colour(rng)
-    c1 = c0 + (_random_colour(rng) - c0) * clutter
+    c1 = _random_colour(rng)
     theta = rng.uniform(0, 2 * np.pi)
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
     t = xx * math.cos(theta) + yy * math.sin(theta)
     t = (t - t.min()) / max(float(t.max() - t.min()), 1e-6)
     img = c0[None, None] + t[..., None] * (c1 - c0)[None, None]
     # low-frequency blotches: a coarse random grid, bilinearly upsampled
-    amp = rng.uniform(0, 50) * clutter
+    amp = rng.uniform(0, 50)
     if amp > 1:
         gh, gw = rng.integers(3, 7), rng.integers(3, 7)
         coarse = rng.normal(0, amp, size=(gh, gw, 3)).astype(np.float32)
@@ -147,11 +147,11 @@ def _background(rng: np.random.Generator, h: int, w: int, unit: float, clutter: 
     return img
 
 
-def _draw_clutter(rng: np.random.Generator, canvas: Image.Image, unit: float, clutter: float) -> None:
+def _draw_clutter(rng: np.random.Generator, canvas: Image.Image, unit: float) -> None:
     """Straight lines and small irregular specks, drawn onto ``canvas`` in place."""
     w, h = canvas.size
     draw = ImageDraw.Draw(canvas)
-    for _ in range(int(rng.integers(0, 7) * clutter + 0.5)):
+    for _ in range(int(rng.integers(0, 7))):
         col = tuple(int(c) for c in rng.integers(0, 256, 3))
         x0, y0 = rng.uniform(-0.2 * w, 1.2 * w), rng.uniform(-0.2 * h, 1.2 * h)
         ang = rng.uniform(0, np.pi)
@@ -159,7 +159,7 @@ def _draw_clutter(rng: np.random.Generator, canvas: Image.Image, unit: float, cl
         x1, y1 = x0 + length * math.cos(ang), y0 + length * math.sin(ang)
         width = max(1, int(round(rng.uniform(0.6, 1.8) * unit)))
         draw.line([(x0, y0), (x1, y1)], fill=col, width=width)
-    for _ in range(int(rng.integers(0, 16) * clutter + 0.5)):
+    for _ in range(int(rng.integers(0, 16))):
         col = tuple(int(c) for c in rng.integers(0, 256, 3))
         cx, cy = rng.uniform(0, w), rng.uniform(0, h)
         k = int(rng.integers(5, 9))
@@ -173,8 +173,6 @@ def render(
     rng: np.random.Generator,
     size: tuple[int, int] = (BASE, BASE),
     region: tuple[int, int, int, int] | None = None,
-    clutter: float = 1.0,
-    scale: float = 1.0,
 ) -> ShapeSample:
     """Render one image of class ``label`` with randomness from ``rng``.
 
@@ -184,10 +182,6 @@ def render(
         size: ``(height, width)`` of the image.
         region: ``(x0, y0, x1, y1)`` the object must lie inside (default: the whole image). Lengths scale with the
             region's shorter side.
-        clutter: in ``[0, 1]``, scales the background's gradient, blotches, number of lines and specks, and the
-            pixel noise (1: the full distribution; training ramps it up as a curriculum).
-        scale: multiplies the object's size range :data:`RADIUS_RANGE` (1: the full distribution; training starts
-            with larger objects as a curriculum). At most ``0.48 / RADIUS_RANGE[1]``.
 
     Returns:
         A :class:`ShapeSample`.
@@ -202,18 +196,13 @@ def render(
         raise ValueError(f"region {region} does not lie inside an image of (height, width) = {size}")
     side = min(rx1 - rx0, ry1 - ry0)
     unit = side / BASE
-
-    if not 0.0 <= clutter <= 1.0:
-        raise ValueError(f"clutter={clutter} must lie in [0, 1]")
-    if not 0.0 < scale * RADIUS_RANGE[1] <= 0.48:
-        raise ValueError(f"scale={scale} must lie in (0, {0.48 / RADIUS_RANGE[1]:.3f}]")
-    img = _background(rng, h, w, unit, clutter)
+    img = _background(rng, h, w)
     canvas = Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB")
-    _draw_clutter(rng, canvas, unit, clutter)
+    _draw_clutter(rng, canvas, unit)
     img = np.asarray(canvas, dtype=np.float32)
 
     # object geometry
-    r = rng.uniform(*RADIUS_RANGE) * side * scale
+    r = rng.uniform(*RADIUS_RANGE) * side
     rot = math.radians(rng.uniform(-MAX_ROTATION, MAX_ROTATION))
     rmat = np.array([[math.cos(rot), -math.sin(rot)], [math.sin(rot), math.cos(rot)]])
     parts = [(p @ rmat.T * r, f) for p, f in _OUTLINES[CLASSES[label]]]
@@ -253,7 +242,7 @@ def render(
     img[by0:by1, bx0:bx1] = patch * (1 - small[..., None]) + obj * small[..., None]
 
     # pixel noise at the base resolution (so it scales with the image)
-    sigma = rng.uniform(0, 14) * clutter
+    sigma = rng.uniform(0, 14)
     if sigma > 0.5:
         nh, nw = max(1, int(round(h / unit))), max(1, int(round(w / unit)))
         noise = rng.normal(0, sigma, size=(nh, nw, 3)).astype(np.float32)
@@ -271,8 +260,6 @@ def generate(
     size: tuple[int, int] = (BASE, BASE),
     region: tuple[int, int, int, int] | None = None,
     label: int | None = None,
-    clutter: float = 1.0,
-    scale: float = 1.0,
 ) -> ShapeSample:
     """Image ``index`` of a stream: deterministic from ``(stream, seed, index)``.
 
@@ -281,13 +268,11 @@ def generate(
     """
     rng = _rng(stream, seed, index)
     lab = index % len(CLASSES) if label is None else int(label)
-    return render(lab, rng, size=size, region=region, clutter=clutter, scale=scale)
+    return render(lab, rng, size=size, region=region)
 
 
 def generate_batch(
     start: int, count: int, seed: int = 0, stream: Stream = "train", size: tuple[int, int] = (BASE, BASE),
-    clutter: float = 1.0,
-    scale: float = 1.0,
     with_masks: bool = False,
 ) -> tuple[np.ndarray, ...]:
     """Images ``start .. start+count-1`` of a stream.
@@ -296,7 +281,7 @@ def generate_batch(
         ``images uint8 [count, H, W, 3]``, ``labels int64 [count]``, ``boxes int64 [count, 4]`` (x0, y0, x1, y1),
         and with ``with_masks`` also ``masks float32 [count, H, W]`` (object coverage).
     """
-    samples = [generate(i, seed, stream, size, clutter=clutter, scale=scale) for i in range(start, start + count)]
+    samples = [generate(i, seed, stream, size) for i in range(start, start + count)]
     out = (np.stack([s.image for s in samples]), np.array([s.label for s in samples], np.int64),
            np.array([s.box for s in samples], np.int64))
     if with_masks:

@@ -1,22 +1,22 @@
 """Train the bundled shapes demo model: ``python -m vitviz.demo.train``.
 
 A small :class:`~vitviz.model.ViT` (112 px input, patch 8: a 14 x 14 grid like ViT-B/16 at 224) is trained from
-scratch on an endless stream of freshly generated :mod:`vitviz.demo.shapes` images: step ``s`` sees images
-``s*B .. s*B+B-1`` of the ``"train"`` stream, so every batch is class-balanced, no image is seen twice, and a run is
-reproducible from its ``--seed`` (at a fixed ``--threads``).
+scratch on :mod:`vitviz.demo.shapes` images. ``--pool-size`` images of the ``"train"`` stream are generated up front
+by ``--workers`` processes (generating is about as costly as a training step, so each image is reused over a few
+epochs, in a seeded order, with augmentation: horizontal flips, channel order, brightness/contrast jitter). A run is
+reproducible from its ``--seed`` at a fixed ``--threads``.
 
-The recipe: AdamW (weight decay on matrices only), linear warmup then cosine decay, label smoothing, gradient
-clipping; batch augmentation (horizontal flips, channel permutation, brightness/contrast jitter); a curriculum
-that starts with bigger objects on plainer backgrounds and reaches the full distribution after ``--curriculum`` of
-the steps; progressive resizing (the first ``--low-res-frac`` of the steps at ``--low-res`` px, where the model's
-position embeddings are resampled, then 112 px); and a dense auxiliary loss (``--dense-labels``, in the spirit of
-token labelling, Jiang et al. 2021): every patch token predicts "object class or background" through a separate
-linear head that is thrown away after training. Without it a small ViT sits at chance level for many hundreds of
-steps on this data. The [CLS] token, whose attention the app visualises, is trained by the ordinary
-classification loss only. ``--init-from`` continues from a checkpoint (a second, full-resolution stage).
+The recipe: sin-cos position embeddings; the original ViT's (JAX) initialisation with the patch embedding set to
+whitened principal components of the training patches (:func:`pca_patch_init_`); AdamW (weight decay on matrices
+only) with a small batch and gradient clipping, in two phases, each with linear warmup then cosine decay:
+``--low-res-steps`` at ``--low-res`` px (56: a 7 x 7 grid, about 4x cheaper per image, the position embeddings
+resampled) at a high peak learning rate ``--lr``, then ``--steps`` at the full 112 px at ``--full-res-lr``; and
+a dense auxiliary loss (``--dense-labels``, in the spirit of token labelling, Jiang et al. 2021): every patch token
+predicts "object class or background" through a separate linear head that is thrown away after training. The [CLS] token, whose attention the app visualises, is trained by the
+ordinary classification loss only. ``--init-from`` continues from a checkpoint.
 
 Progress is printed every ``--log-every`` steps with the accuracy on a fixed validation set (the ``"val"`` stream,
-never used for training). On a machine shared with other jobs, ``--threads 1`` is much faster than 2.
+never used for training).
 
 No Qt here.
 """
@@ -27,7 +27,6 @@ import argparse
 import math
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
@@ -112,30 +111,24 @@ def to_input(images: np.ndarray, preprocess: Preprocess) -> torch.Tensor:
     return (x - mean) / std
 
 
-def augment(x: torch.Tensor, gen: torch.Generator, masks: torch.Tensor | None = None, rot90: bool = False):
-    """Batch augmentation on ``[B, 3, H, W]`` images in [0, 1]: horizontal flips, channel order, jitter, and with
-    ``rot90`` also 90-degree turns (off by default: the generator's objects are near-upright).
+def augment(x: torch.Tensor, gen: torch.Generator, masks: torch.Tensor | None = None):
+    """Batch augmentation on ``[B, 3, H, W]`` images in [0, 1]: horizontal flips, a random channel order per image,
+    brightness and contrast jitter (+-20 %). The input is not modified.
 
-    ``masks [B, H, W]`` (optional) get the same flips and turns; then ``(images, masks)`` is returned.
+    ``masks [B, H, W]`` (optional) get the same flips; then ``(images, masks)`` is returned.
     """
     B = x.shape[0]
-    if masks is not None:
-        x = torch.cat([x, masks[:, None].to(x.dtype)], dim=1)
     flip = torch.rand(B, generator=gen) < 0.5
-    x = torch.where(flip.view(B, 1, 1, 1), x.flip(-1), x)
-    k = torch.randint(0, 4, (B,), generator=gen)
-    if rot90 and x.shape[-1] == x.shape[-2]:
-        x = torch.stack([torch.rot90(xi, int(ki), dims=(-2, -1)) for xi, ki in zip(x, k)])
-    if masks is not None:
-        x, masks = x[:, :3], x[:, 3]
-    perm = torch.stack([torch.randperm(3, generator=gen) for _ in range(B)])
-    x = torch.gather(x, 1, perm.view(B, 3, 1, 1).expand_as(x))
+    perm = torch.argsort(torch.rand(B, 3, generator=gen), dim=1)
+    x = torch.gather(x, 1, perm.view(B, 3, 1, 1).expand_as(x))  # a new tensor: flipped and jittered in place
+    x[flip] = x[flip].flip(-1)
     bright = 1 + (torch.rand(B, 1, 1, 1, generator=gen) - 0.5) * 0.4
     contrast = 1 + (torch.rand(B, 1, 1, 1, generator=gen) - 0.5) * 0.4
     mean = x.mean(dim=(1, 2, 3), keepdim=True)
-    x = ((x - mean) * contrast + mean) * bright
-    x = x.clamp_(0, 1)
-    return x if masks is None else (x, masks)
+    x.sub_(mean).mul_(contrast).add_(mean).mul_(bright).clamp_(0, 1)
+    if masks is None:
+        return x
+    return x, torch.where(flip.view(B, 1, 1), masks.flip(-1), masks)
 
 
 def lr_at(step: int, total: int, base_lr: float, warmup: int, min_ratio: float = 0.01) -> float:
@@ -194,22 +187,17 @@ def token_label_loss(model: ViT, feats: torch.Tensor, masks: torch.Tensor, label
     return F.cross_entropy(model.head(tokens), target, label_smoothing=label_smoothing)
 
 
-def clutter_at(step: int, total: int, curriculum: float, start: float = 0.0) -> float:
-    """Background clutter of training step ``step``: linear from ``start`` to 1 over the first ``curriculum`` part."""
-    ramp = curriculum * total
-    if ramp <= 0 or step >= ramp:
-        return 1.0
-    return float(min(1.0, max(0.0, start + (1.0 - start) * step / ramp)))
-
-
 @torch.no_grad()
-def evaluate(model: ViT, images: np.ndarray, labels: np.ndarray, batch_size: int = 100) -> float:
-    """Top-1 accuracy on ``uint8 [N, H, W, 3]`` images."""
+def evaluate(model: ViT, images: np.ndarray, labels: np.ndarray, batch_size: int = 100, side: int | None = None
+             ) -> float:
+    """Top-1 accuracy on ``uint8 [N, H, W, 3]`` images (downscaled to ``side`` px, area-averaged, when given)."""
     was_training = model.training
     model.eval()
     correct = 0
     for i in range(0, len(images), batch_size):
         x = to_input(images[i:i + batch_size], model.spec.preprocess)
+        if side is not None and side != x.shape[-1]:
+            x = F.interpolate(x, size=(side, side), mode="area")
         correct += int((model(x).argmax(-1).numpy() == labels[i:i + batch_size]).sum())
     model.train(was_training)
     return correct / max(1, len(images))
@@ -218,53 +206,104 @@ def evaluate(model: ViT, images: np.ndarray, labels: np.ndarray, batch_size: int
 def save(model: ViT, path: Path) -> None:
     from vitviz.model import save_checkpoint
 
-    try:
-        save_checkpoint(model, path, overwrite=True)
-    except NotImplementedError:  # TEMPORARY until the engine's save_checkpoint lands
-        from safetensors.torch import save_file
+    save_checkpoint(model, path, overwrite=True)
 
-        sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-        save_file(sd, str(path), metadata={"vitviz_spec": model.spec.to_json()})
+
+@torch.no_grad()
+def pca_patch_init_(model: ViT, images: torch.Tensor, eps: float = 1e-2) -> None:
+    """Data-dependent patch-embedding initialisation: the filters whiten the leading principal components of the
+    training patches.
+
+    Every non-overlapping ``P x P`` patch of ``images`` (normalised ``[B, 3, H, W]``) is flattened; filter ``i`` is
+    eigenvector ``i`` of their covariance (descending eigenvalue) divided by ``sqrt(eigenvalue + eps)``, the bias
+    makes the mean patch embed to zero. Each embedding dimension then starts as a decorrelated, unit-variance
+    feature that keeps the patch's most important structure (colour, then edges at growing frequency), instead of a
+    random projection. Like the whitened first layer of fast CIFAR-10 training recipes (Page 2018; Jordan 2024),
+    it removes the slowest part of learning from scratch.
+    """
+    P = model.patch_size
+    D = model.embed_dim
+    x = images.float()
+    patches = x.unfold(2, P, P).unfold(3, P, P).permute(0, 2, 3, 1, 4, 5).reshape(-1, x.shape[1] * P * P)
+    if patches.shape[1] < D:
+        raise ValueError(f"embed_dim {D} exceeds the patch dimension {patches.shape[1]}")
+    mean = patches.mean(0)
+    centred = patches.double() - mean.double()
+    cov = centred.T @ centred / max(1, len(centred) - 1)
+    evals, evecs = torch.linalg.eigh(cov)  # ascending
+    evals, evecs = evals.flip(0)[:D].clamp_min(0), evecs.flip(1)[:, :D]
+    # a deterministic sign per eigenvector (eigh's is arbitrary): the largest-magnitude entry is positive
+    sign = torch.sign(evecs.gather(0, evecs.abs().argmax(0, keepdim=True)))
+    w = (evecs * sign / (evals + eps).sqrt()).T.float()  # [D, 3 P P]
+    model.patch_embed.proj.weight.copy_(w.reshape(D, x.shape[1], P, P))
+    model.patch_embed.proj.bias.copy_(-(w @ mean))
+
+
+def _pool_chunk(args: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    start, count, seed, side = args
+    x, y, _, m = generate_batch(start, count, seed=seed, stream="train", size=(side, side), with_masks=True)
+    return x, y, np.round(m * 255).astype(np.uint8)
+
+
+def make_pool(count: int, seed: int, side: int = BASE, workers: int = 1, chunk: int = 250
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Training images ``0 .. count-1`` of the ``"train"`` stream, generated by ``workers`` processes.
+
+    Returns:
+        ``images uint8 [count, side, side, 3]``, ``labels int64 [count]``, ``masks uint8 [count, side, side]``
+        (object coverage x 255). Identical for any ``workers``: every image depends only on its index and seed.
+    """
+    jobs = [(s, min(chunk, count - s), seed, side) for s in range(0, count, chunk)]
+    if workers <= 1 or len(jobs) == 1:
+        parts = [_pool_chunk(j) for j in jobs]
+    else:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            parts = pool.map(_pool_chunk, jobs)
+    images, labels, masks = (np.concatenate(p) for p in zip(*parts))
+    return images, labels, masks
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m vitviz.demo.train", description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=2600, help="optimizer steps")
+    p.add_argument("--low-res-steps", type=int, default=12000,
+                   help="phase 1: optimizer steps at --low-res px (0: skip the phase)")
+    p.add_argument("--steps", type=int, default=2500, help="phase 2: optimizer steps at the full 112 px")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=7e-4, help="peak learning rate")
+    p.add_argument("--pool-size", type=int, default=40000,
+                   help="training images generated up front (the \"train\" stream, indices 0..N-1); training "
+                        "cycles through them in a seeded order, with augmentation")
+    p.add_argument("--workers", type=int, default=2, help="processes that generate the training images")
+    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate of phase 1")
+    p.add_argument("--full-res-lr", type=float, default=5e-4, help="peak learning rate of phase 2")
     p.add_argument("--weight-decay", type=float, default=0.05)
-    p.add_argument("--warmup", type=float, default=0.03, help="warmup steps as a fraction of --steps")
-    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--warmup", type=float, default=0.05, help="warmup steps as a fraction of each phase's steps")
+    p.add_argument("--label-smoothing", type=float, default=0.0)
     p.add_argument("--embed-dim", type=int, default=64)
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--heads", type=int, default=2)
     p.add_argument("--drop-path", type=float, default=0.0)
-    p.add_argument("--img-size", type=int, default=BASE)
-    p.add_argument("--curriculum", type=float, default=0.3,
-                   help="fraction of --steps over which the background clutter ramps from --clutter-start to 1")
-    p.add_argument("--clutter-start", type=float, default=0.0)
-    p.add_argument("--scale-start", type=float, default=1.7,
-                   help="object size multiplier at step 0, ramping to 1 over the curriculum (big objects first)")
-    p.add_argument("--low-res", type=int, default=56,
-                   help="progressive resizing: image side of the first --low-res-frac of the steps (0: off)")
-    p.add_argument("--low-res-frac", type=float, default=0.5)
+    p.add_argument("--low-res", type=int, default=56, help="image side of phase 1 (a multiple of the patch size 8)")
     p.add_argument("--token-labels", type=float, default=0.0,
                    help="weight of the token-labelling loss (Jiang et al. 2021): patch tokens covering the object "
                         "also predict its class through the shared head (0: off)")
-    p.add_argument("--pos-embed", choices=("learned", "sincos"), default="learned")
-    p.add_argument("--mimetic", action="store_true", help="mimetic query/key initialisation (Trockman & Kolter 2023)")
-    p.add_argument("--init", choices=("timm", "jax"), default="timm",
-                   help="weight initialisation: timm (normal, std 0.02) or jax (Xavier; the original ViT's)")
     p.add_argument("--dense-labels", type=float, default=1.0,
                    help="weight of a dense auxiliary loss: every patch token predicts object class or background "
                         "through a separate head that is discarded after training (0: off)")
+    p.add_argument("--pos-embed", choices=("learned", "sincos"), default="sincos")
+    p.add_argument("--init", choices=("timm", "jax"), default="jax",
+                   help="weight initialisation: timm (normal, std 0.02) or jax (Xavier; the original ViT's)")
+    p.add_argument("--patch-init", choices=("pca", "random"), default="pca",
+                   help="patch-embedding filters: whitened principal components of the training patches, or the "
+                        "--init scheme's random ones")
+    p.add_argument("--mimetic", action="store_true", help="mimetic query/key initialisation (Trockman & Kolter 2023)")
     p.add_argument("--init-from", type=Path, default=None,
                    help="start from this checkpoint's weights (same architecture) instead of random ones")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (1 is far faster than 2 on a busy machine; results depend slightly on it)")
-    p.add_argument("--val-size", type=int, default=100)
-    p.add_argument("--log-every", type=int, default=100)
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (results depend slightly on it)")
+    p.add_argument("--val-size", type=int, default=500)
+    p.add_argument("--log-every", type=int, default=500)
     p.add_argument("--out", type=Path, default=None,
                    help="output .safetensors (default: resources/demo/shapes_vit.safetensors in the repository)")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
@@ -284,20 +323,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out.suffix != ".safetensors":
         print(f"error: {out}: the output must be a .safetensors file", file=sys.stderr)
         return 2
-    if args.low_res % 8 or args.img_size % 8:
-        print(f"error: --img-size {args.img_size} and --low-res {args.low_res} must be multiples of the patch size 8",
+    if args.low_res % 8 or args.low_res < 0 or args.low_res > BASE:
+        print(f"error: --low-res {args.low_res} must be 0 or a multiple of the patch size 8 up to {BASE}",
               file=sys.stderr)
         return 2
-    if args.steps < 1 or args.batch_size < 1:
-        print("error: --steps and --batch-size must be positive", file=sys.stderr)
+    if args.steps < 1 or args.low_res_steps < 0 or args.batch_size < 1 or args.pool_size < args.batch_size:
+        print("error: --steps and --batch-size must be positive, --low-res-steps non-negative and --pool-size at "
+              "least --batch-size",
+              file=sys.stderr)
         return 2
     torch.set_num_threads(max(1, args.threads))
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
-    size = (args.img_size, args.img_size)
+    t_start = time.perf_counter()
 
-    model = build_model(args.embed_dim, args.depth, args.heads, img_size=args.img_size,
-                        drop_path_rate=args.drop_path, pos_embed=args.pos_embed)
+    images, labels, masks = make_pool(args.pool_size, args.seed, workers=args.workers)
+    X = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()  # uint8 [N, 3, H, W]
+    del images  # the channels-last copy (1.5 GB for the default pool)
+    Y, M = torch.from_numpy(labels), torch.from_numpy(masks)
+    val_x, val_y, _ = generate_batch(0, args.val_size, seed=args.seed, stream="val")
+    print(f"generated {len(X)} training and {len(val_x)} validation images in "
+          f"{time.perf_counter() - t_start:.0f} s ({args.workers} workers)", flush=True)
+
+    model = build_model(args.embed_dim, args.depth, args.heads, drop_path_rate=args.drop_path,
+                        pos_embed=args.pos_embed)
+    pre = model.spec.preprocess
+    mean, std = torch.tensor(pre.mean).view(1, 3, 1, 1), torch.tensor(pre.std).view(1, 3, 1, 1)
     if args.init_from is not None:
         from vitviz.model import load_checkpoint
 
@@ -307,13 +358,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         model.load_state_dict(src.state_dict())
-    elif args.init == "jax":
-        jax_init_(model, gen=torch.Generator().manual_seed(args.seed + 2))
-    if args.mimetic:
-        mimetic_init_(model, gen=torch.Generator().manual_seed(args.seed + 1))
+    else:
+        if args.init == "jax":
+            jax_init_(model, gen=torch.Generator().manual_seed(args.seed + 2))
+        if args.patch_init == "pca":
+            pca_patch_init_(model, (X[:2000].float() / 255 - mean) / std)
+        if args.mimetic:
+            mimetic_init_(model, gen=torch.Generator().manual_seed(args.seed + 1))
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {model.spec.name}: dim {args.embed_dim}, depth {args.depth}, heads {args.heads}, "
-          f"{n_params / 1e6:.2f} M parameters; {args.steps} steps x {args.batch_size} images", flush=True)
+          f"{n_params / 1e6:.2f} M parameters; "
+          f"{args.low_res_steps if args.low_res else 0} steps at {args.low_res} px, then {args.steps} at {BASE} px, "
+          f"{args.batch_size} images each", flush=True)
     aux_head = torch.nn.Linear(args.embed_dim, len(CLASSES) + 1) if args.dense_labels > 0 else None
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "pos_embed" not in n and "token" not in n]
     if aux_head is not None:
@@ -322,67 +378,55 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                 and "token" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.999))
-    warmup = max(1, int(round(args.warmup * args.steps)))
-    val_x, val_y, _ = generate_batch(0, args.val_size, seed=args.seed, stream="val", size=size)
+    phases = [(args.low_res, args.low_res_steps, args.lr)] if args.low_res and args.low_res_steps else []
+    phases.append((BASE, args.steps, args.full_res_lr))
 
     t0 = time.perf_counter()
     model.train()
-    run_loss, run_acc, run_n = 0.0, 0.0, 0
-    def batch_params(step: int) -> tuple[int, float, float]:
-        clutter = clutter_at(step, args.steps, args.curriculum, args.clutter_start)
-        scale = args.scale_start + (1.0 - args.scale_start) * clutter_at(step, args.steps, args.curriculum)
-        side = args.low_res if args.low_res and step < args.low_res_frac * args.steps else args.img_size
-        return side, clutter, scale
-
-    def make_batch(step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        side, clutter, scale = batch_params(step)
-        return generate_batch(step * args.batch_size, args.batch_size, seed=args.seed, stream="train",
-                              size=(side, side), clutter=clutter, scale=scale, with_masks=True)
-
-    # the next batch is generated in a background thread while this one trains (a pure function of its step)
-    pool = ThreadPoolExecutor(max_workers=1)
-    pending = pool.submit(make_batch, 0)
-    for step in range(args.steps):
-        side, clutter, scale = batch_params(step)
-        imgs, labels, _, masks = pending.result()
-        if step + 1 < args.steps:
-            pending = pool.submit(make_batch, step + 1)
-        x = torch.from_numpy(imgs).permute(0, 3, 1, 2).float().div_(255.0)
-        x, m = augment(x, gen, torch.from_numpy(masks))
-        pre = model.spec.preprocess
-        x = (x - torch.tensor(pre.mean).view(1, 3, 1, 1)) / torch.tensor(pre.std).view(1, 3, 1, 1)
-        y = torch.from_numpy(labels)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.steps, args.lr, warmup)
-        feats = model.forward_features(x)
-        logits = model.forward_head(feats)
-        loss = F.cross_entropy(logits, y, label_smoothing=args.label_smoothing)
-        if args.token_labels > 0:
-            loss = loss + args.token_labels * token_label_loss(model, feats, m, y, args.label_smoothing)
-        if aux_head is not None:
-            loss = loss + args.dense_labels * dense_label_loss(model, aux_head, feats, m, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        run_loss += loss.item() * len(y)
-        run_acc += float((logits.argmax(-1) == y).float().sum())
-        run_n += len(y)
-        if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
-            el = time.perf_counter() - t0
-            val = evaluate(model, val_x, val_y) if args.val_size else float("nan")
-            print(f"step {step + 1:5d}/{args.steps}  lr {opt.param_groups[0]['lr']:.2e}  "
-                  f"{side}px  clutter {clutter:.2f}  scale {scale:.2f}  loss {run_loss / run_n:.4f}  train acc {run_acc / run_n:.3f}  val acc {val:.3f}  "
-                  f"elapsed {el / 60:.1f} min  eta {(args.steps - step - 1) * el / (step + 1) / 60:.1f} min",
-                  flush=True)
-            run_loss, run_acc, run_n = 0.0, 0.0, 0
-    pool.shutdown()
+    order, pos = torch.randperm(len(X), generator=gen), 0
+    for phase, (side, n_steps, peak_lr) in enumerate(phases, 1):
+        warmup = max(1, int(round(args.warmup * n_steps)))
+        run_loss, run_acc, run_n = 0.0, 0.0, 0
+        for step in range(n_steps):
+            if pos + args.batch_size > len(order):
+                order, pos = torch.randperm(len(X), generator=gen), 0
+            idx = order[pos:pos + args.batch_size]
+            pos += args.batch_size
+            x, m = X[idx].float(), M[idx].float()
+            if side != x.shape[-1]:  # downscale first: augmenting the small images is cheaper
+                x = F.interpolate(x, size=(side, side), mode="area")
+                m = F.interpolate(m[:, None], size=(side, side), mode="area")[:, 0]
+            x, m = augment(x.div_(255.0), gen, m.div_(255.0))
+            x = (x - mean) / std
+            y = Y[idx]
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, n_steps, peak_lr, warmup)
+            feats = model.forward_features(x)
+            logits = model.forward_head(feats)
+            loss = F.cross_entropy(logits, y, label_smoothing=args.label_smoothing)
+            if args.token_labels > 0:
+                loss = loss + args.token_labels * token_label_loss(model, feats, m, y, args.label_smoothing)
+            if aux_head is not None:
+                loss = loss + args.dense_labels * dense_label_loss(model, aux_head, feats, m, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            run_loss += loss.item() * len(y)
+            run_acc += float((logits.argmax(-1) == y).float().sum())
+            run_n += len(y)
+            if (step + 1) % args.log_every == 0 or step + 1 == n_steps:
+                el = time.perf_counter() - t0
+                val = evaluate(model, val_x, val_y, side=side) if args.val_size else float("nan")
+                print(f"phase {phase}/{len(phases)} step {step + 1:5d}/{n_steps}  {side}px  "
+                      f"lr {opt.param_groups[0]['lr']:.2e}  loss {run_loss / run_n:.4f}  "
+                      f"train acc {run_acc / run_n:.3f}  val acc {val:.3f}  elapsed {el / 60:.1f} min", flush=True)
+                run_loss, run_acc, run_n = 0.0, 0.0, 0
     model.eval()
-    elapsed = time.perf_counter() - t0
     out.parent.mkdir(parents=True, exist_ok=True)
     save(model, out)
     val = evaluate(model, val_x, val_y) if args.val_size else float("nan")
-    print(f"done in {elapsed / 60:.1f} min; validation accuracy {val:.4f}; saved {out} "
+    print(f"done in {(time.perf_counter() - t_start) / 60:.1f} min; validation accuracy {val:.4f}; saved {out} "
           f"({out.stat().st_size / 1e6:.2f} MB)", flush=True)
     return 0
 
