@@ -101,6 +101,9 @@ class InferenceResult:
         patch_embed_weight: ``[D, C, P, P]`` the patch-embedding filters.
         model_name, device, precision: for captions and the status bar.
         labels: class names (None when the model has none).
+        analyses: rollout, gradient rollout, relevance, mean attention distance and entropy at the default view
+            options, computed in one sweep (:func:`vitviz.analysis.analyse_image`) by :func:`run_inference` in the
+            background, so those views and plots show at once; None without a [CLS] token.
     """
 
     source: str
@@ -120,6 +123,7 @@ class InferenceResult:
     device: str = "cpu"
     precision: str = "fp32"
     labels: tuple[str, ...] | None = None
+    analyses: Any = None  # vitviz.analysis.ImageAnalyses
 
     @property
     def num_layers(self) -> int:
@@ -183,6 +187,7 @@ def run_inference(model: torch.nn.Module, image: Any, *, source: str = "image", 
     Returns:
         An :class:`InferenceResult` with tensors on the CPU in float32.
     """
+    from vitviz.analysis import analyse_image
     from vitviz.capture import capture
 
     spec = model.spec
@@ -209,13 +214,19 @@ def run_inference(model: torch.nn.Module, image: Any, *, source: str = "image", 
         except Exception:  # noqa: BLE001 - a model without resampling support still shows the other views
             pos_embed = pos[0].detach().float().cpu()
     weight = model.patch_embed.proj.weight.detach().float().cpu() if hasattr(model, "patch_embed") else None
+    attentions = cap.attentions[:, 0].float().cpu()
+    attention_grads = grads[:, 0].float().cpu() if grads is not None else None
+    analyses = None
+    if cap.num_prefix_tokens >= 1:
+        analyses = analyse_image(attentions, attention_grads, grid=tuple(cap.grid), patch_size=cap.patch_size,
+                                 num_prefix_tokens=cap.num_prefix_tokens)
     return InferenceResult(
         source=source,
         rgb=image_to_rgb(rgb_image),
         geometry=geometry,
-        attentions=cap.attentions[:, 0].float().cpu(),
+        attentions=attentions,
         tokens=cap.tokens[:, 0].float().cpu(),
-        attention_grads=grads[:, 0].float().cpu() if grads is not None else None,
+        attention_grads=attention_grads,
         logits=cap.logits[0].float().cpu(),
         target=target,
         grid=tuple(int(g) for g in cap.grid),  # type: ignore[arg-type]
@@ -227,6 +238,7 @@ def run_inference(model: torch.nn.Module, image: Any, *, source: str = "image", 
         device=device,
         precision=precision,
         labels=getattr(spec, "labels", None),
+        analyses=analyses,
     )
 
 
@@ -272,6 +284,12 @@ class _LRU(OrderedDict):
         if len(self) > self.maxsize:
             self.popitem(last=False)
         return val
+
+    def put(self, key: Any, val: Any) -> None:
+        self[key] = val
+        self.move_to_end(key)
+        if len(self) > self.maxsize:
+            self.popitem(last=False)
 
 
 class Session:
@@ -319,6 +337,16 @@ class Session:
         if result.source in self.images:
             self.index = self.images.index(result.source)
         self.options = self._clamped(self.options)
+        pre = result.analyses
+        if pre is not None:  # the one-sweep results are what the views compute at the default options
+            default = ViewOptions()
+            for view, m in (("rollout", pre.rollout), ("grad_rollout", pre.gradient_rollout),
+                            ("relevance", pre.relevance)):
+                if m is not None:
+                    key = self._map_key(replace(default, view=view))
+                    self._cache.put(("map",) + key, _as_grid(m, result.grid))
+            self._cache.put(("mad",), _np(pre.mean_attention_distance))
+            self._cache.put(("entropy",), _np(pre.attention_entropy))
 
     def set_options(self, **changes: Any) -> ViewOptions:
         """Change view options (unknown names raise); returns the new, clamped options."""

@@ -97,3 +97,29 @@ def test_step_and_add_images():
     s.index = 2
     assert s.step(1) == "a" and s.step(-1) == "b"
     assert s.add_images(["b"]) == 2 and s.images == ["a", "c", "b"]
+
+
+def test_default_whole_attention_views_come_from_the_one_sweep(session, monkeypatch):
+    """run_inference computes rollout, gradient rollout, relevance, distances and entropies in one sweep; the session
+    serves them without recomputing, and computes anything at other options as before."""
+    import vitviz.analysis as A_mod
+
+    r = session.result
+    assert r.analyses is not None
+    calls = []
+    for name in ("attention_rollout", "gradient_rollout", "relevance", "mean_attention_distance",
+                 "attention_entropy"):
+        real = getattr(A_mod, name)
+        monkeypatch.setattr(A_mod, name, lambda *a, _n=name, _f=real, **k: calls.append(_n) or _f(*a, **k))
+    for view, ref in (("rollout", r.analyses.rollout), ("grad_rollout", r.analyses.gradient_rollout),
+                      ("relevance", r.analyses.relevance)):
+        session.set_options(view=view)
+        np.testing.assert_array_equal(session.current_map(), ref.numpy())
+    np.testing.assert_array_equal(session.mean_distances(), r.analyses.mean_attention_distance.numpy())
+    np.testing.assert_array_equal(session.entropies(), r.analyses.attention_entropy.numpy())
+    assert calls == []
+    session.set_options(view="rollout", discard_ratio=0.5)
+    m = session.current_map()
+    assert calls == ["attention_rollout"]
+    np.testing.assert_allclose(m, A.attention_rollout(r.attentions, grid=r.grid, discard_ratio=0.5).numpy(),
+                               rtol=1e-6)

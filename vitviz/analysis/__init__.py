@@ -11,6 +11,7 @@ from vitviz.analysis.distance import attention_entropy, mean_attention_distance,
 from vitviz.analysis.embeddings import embedding_filters, position_embedding_similarity, token_similarity
 from vitviz.analysis.mapping import map_to_image, upsample
 from vitviz.analysis.relevance import relevance
+from vitviz.analysis.sweep import ImageAnalyses, analyse_image
 from vitviz.analysis.rollout import (
     attention_rollout,
     cls_attention,
@@ -20,7 +21,7 @@ from vitviz.analysis.rollout import (
 )
 
 __all__ = [
-    "FUSIONS", "Head", "HeadFusion", "attention_entropy", "attention_rollout", "cls_attention", "embedding_filters",
+    "FUSIONS", "Head", "HeadFusion", "ImageAnalyses", "analyse_image", "attention_entropy", "attention_rollout", "cls_attention", "embedding_filters",
     "gradient_rollout", "map_to_image", "mean_attention_distance", "patch_distances", "position_embedding_similarity",
     "query_attention", "relevance", "rollout_transitions", "token_similarity", "upsample",
 ]

@@ -1,0 +1,177 @@
+"""Every whole-attention analysis of one image in a single sweep over the layers. No Qt.
+
+:func:`attention_rollout`, :func:`gradient_rollout`, :func:`relevance`, :func:`mean_attention_distance` and
+:func:`attention_entropy` each read all of ``attn [L, H, N, N]`` (and the first three also ``grads``): for ViT-B/16
+at 224 px that is 22 MB per tensor, more than the CPU caches hold, so run one after the other they stream the
+attention from memory five times and the gradients twice. :func:`analyse_image` visits one layer at a time instead
+(a ``[H, N, N]`` slice, 1.9 MB, stays in cache) and computes all five from it, with the same formulas and the same
+arithmetic as the individual functions (results equal to float32 round-off; the tests check it).
+
+The app calls it once per captured image (in the background worker), so every view and plot of that image is ready
+when the user switches to it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from vitviz.analysis._common import FUSIONS, HeadFusion, as_float, check_attn, check_layer, fuse_heads, resolve_grid
+from vitviz.analysis.distance import _patch_distances
+from vitviz.analysis.rollout import GradClamp, _cls_row_of_product, _transitions_from_fused, check_grads
+
+__all__ = ["ImageAnalyses", "analyse_image"]
+
+
+@dataclass(frozen=True)
+class ImageAnalyses:
+    """The whole-attention analyses of one image (see :func:`analyse_image`).
+
+    Attributes:
+        rollout: ``[gh, gw]``, as :func:`~vitviz.analysis.attention_rollout`.
+        gradient_rollout: ``[gh, gw]``, as :func:`~vitviz.analysis.gradient_rollout` (None without grads).
+        relevance: ``[gh, gw]``, as :func:`~vitviz.analysis.relevance` (None without grads).
+        mean_attention_distance: ``[L, H]`` pixels, as :func:`~vitviz.analysis.mean_attention_distance`.
+        attention_entropy: ``[L, H]`` nats, as :func:`~vitviz.analysis.attention_entropy`.
+    """
+
+    rollout: torch.Tensor
+    gradient_rollout: torch.Tensor | None
+    relevance: torch.Tensor | None
+    mean_attention_distance: torch.Tensor
+    attention_entropy: torch.Tensor
+
+
+def analyse_image(
+    attn: Any,
+    grads: Any = None,
+    *,
+    grid: tuple[int, int] | None = None,
+    patch_size: float,
+    num_prefix_tokens: int = 1,
+    head_fusion: HeadFusion = "mean",
+    discard_ratio: float = 0.0,
+    clamp: GradClamp = "after_mean",
+    start_layer: int = 0,
+) -> ImageAnalyses:
+    """Attention rollout, gradient rollout, relevance, mean attention distance and attention entropy of one image.
+
+    Equal to ``attention_rollout(attn, head_fusion=..., discard_ratio=..., start_layer=...)``,
+    ``gradient_rollout(attn, grads, discard_ratio=..., clamp=..., start_layer=...)``,
+    ``relevance(attn, grads, start_layer=...)``, ``mean_attention_distance(attn, patch_size=...)`` and
+    ``attention_entropy(attn)`` (formulas and papers in their docstrings), computed in one pass over the layers,
+    each layer's attention is read from memory once and its gradients once.
+
+    Args:
+        attn: ``[L, H, N, N]`` of one image (a batch dimension is not accepted: call once per image).
+        grads: same shape (``Capture.attention_grads`` of the image), or None to skip the two gradient maps.
+        grid: ``(gh, gw)``; None infers a square grid.
+        patch_size: patch side in input pixels (for the distances).
+        num_prefix_tokens: p (>= 1: row 0 must be the [CLS] token).
+        head_fusion, discard_ratio: of the attention rollout (the gradient rollout uses ``discard_ratio`` too).
+        clamp: of the gradient rollout.
+        start_layer: first layer of the three products (distance and entropy cover every layer).
+
+    Returns:
+        :class:`ImageAnalyses`, float32 (float64 for float64 input).
+    """
+    if num_prefix_tokens < 1:
+        raise ValueError("analyse_image needs a [CLS] token (num_prefix_tokens >= 1)")
+    if head_fusion not in FUSIONS:
+        raise ValueError(f"head_fusion={head_fusion!r}; valid: 'mean', 'max', 'min'")
+    if clamp not in ("after_mean", "before_mean"):
+        raise ValueError(f"clamp={clamp!r}; valid: 'after_mean', 'before_mean'")
+    a = as_float(attn, "attn")
+    if a.ndim != 4:
+        raise ValueError(f"attn must be one image's [L, H, N, N], got shape {tuple(a.shape)}")
+    a = check_attn(a)[0][0].contiguous()
+    g = None if grads is None else check_grads(a[None], grads, False)[0].contiguous()
+    L, H, N, _ = a.shape
+    p = int(num_prefix_tokens)
+    gh, gw = resolve_grid(N, grid, p)
+    s = check_layer(start_layer, L, "start_layer")
+    M = N - p
+    dt, dev = a.dtype, a.device
+    dist = _patch_distances(gh, gw, float(patch_size), dt).to(dev)
+    tiny = torch.finfo(dt).tiny
+    w = torch.full((1, H), 1.0 / H, dtype=dt, device=dev)  # the mean over heads as a GEMV
+
+    ent = torch.empty((L, H), dtype=dt, device=dev)  # sum of a log2 a per head
+    num = torch.empty((L, H, M), dtype=dt, device=dev)  # distance-weighted patch attention per query
+    den = torch.empty((L, H, M), dtype=dt, device=dev)  # patch attention per query
+    buf = torch.empty((H, N, N), dtype=dt, device=dev)
+    pbuf = torch.empty((H, M, M), dtype=dt, device=dev)
+    # heads fused per layer (rows of the last layer: only the [CLS] row, since the products start from e_0):
+    # attention (rollout), mean_h(A G) and mean_h(max(A G, 0)) (gradient rollout and relevance)
+    n = L - 1 - s
+    roll, roll_last = torch.empty((1, n, N, N), dtype=dt, device=dev), None
+    if g is not None:
+        ag = torch.empty((1, n, N, N), dtype=dt, device=dev)
+        pos = torch.empty((1, n, N, N), dtype=dt, device=dev)
+        ag_last = torch.empty((1, N), dtype=dt, device=dev)
+        pos_last = torch.empty((1, N), dtype=dt, device=dev)
+
+    for l in range(L):
+        x = a[l]
+        # entropy (attention_entropy): log2 is the fastest log; the clamped form only where a zero makes a NaN
+        torch.log2(x, out=buf).mul_(x)
+        torch.sum(buf.view(H, N * N), -1, out=ent[l])
+        if ent[l].isnan().any():
+            torch.clamp(x, min=tiny, out=buf).log2_().mul_(x)
+            torch.sum(buf.view(H, N * N), -1, out=ent[l])
+        # mean attention distance: patch queries x patch keys
+        P = x[:, p:, p:]
+        torch.mul(P, dist, out=pbuf)
+        torch.sum(pbuf, -1, out=num[l])
+        torch.sum(P, -1, out=den[l])
+        if l < s:
+            continue
+        last = l == L - 1
+        R = 1 if last else N
+        rows = x[:, :1].contiguous() if last else x
+        if head_fusion == "mean":  # a GEMV over heads, as attention_rollout does
+            fused = torch.mm(w, rows.view(H, R * N)).view(R, N)
+        else:
+            fused = fuse_heads(rows, head_fusion, dim=0)
+        if last:
+            roll_last = fused[None]
+        else:
+            roll[0, l - s] = fused
+        if g is None:
+            continue
+        # A * G once, its head mean, then clamped in place and the head mean again
+        prod = buf.view(-1)[: H * R * N].view(H, R, N)
+        torch.mul(x[:, :R], g[l, :, :R], out=prod)
+        out_ag = ag_last if last else ag[0, l - s].view(1, N * N)
+        out_pos = pos_last if last else pos[0, l - s].view(1, N * N)
+        torch.mm(w, prod.view(H, R * N), out=out_ag)
+        prod.clamp_(min=0)
+        torch.mm(w, prod.view(H, R * N), out=out_pos)
+
+    def to_map(row: torch.Tensor) -> torch.Tensor:
+        return row[0, p:].reshape(gh, gw).to(dt)
+
+    # the same transitions and products as attention_rollout / gradient_rollout / relevance
+    T = _transitions_from_fused(roll, p, discard_ratio)
+    rollout = to_map(_cls_row_of_product(T, _transitions_from_fused(roll_last, p, discard_ratio)[0], residual=False))
+    grad_rollout = relevance = None
+    if g is not None:
+        if clamp == "after_mean":
+            Tg, Tg_last = _transitions_from_fused(ag.clamp_(min=0), p, discard_ratio), ag_last.clamp_(min=0)
+        else:
+            Tg, Tg_last = _transitions_from_fused(pos.clone(), p, discard_ratio), pos_last.clone()
+        Tg_last = _transitions_from_fused(Tg_last[None], p, discard_ratio)[0]
+        grad_rollout = to_map(_cls_row_of_product(Tg, Tg_last, residual=False))
+        relevance = to_map(_cls_row_of_product(pos, pos_last, residual=True))
+
+    per_query = torch.where(den > 0, num / den.clamp_min(tiny), torch.zeros_like(num))
+    return ImageAnalyses(
+        rollout=rollout,
+        gradient_rollout=grad_rollout,
+        relevance=relevance,
+        mean_attention_distance=per_query.mean(-1),
+        attention_entropy=ent.mul_(-math.log(2.0) / N),
+    )
