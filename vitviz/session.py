@@ -280,9 +280,7 @@ class _LRU(OrderedDict):
             self.move_to_end(key)
             return self[key]
         val = fn()
-        self[key] = val
-        if len(self) > self.maxsize:
-            self.popitem(last=False)
+        self.put(key, val)
         return val
 
     def put(self, key: Any, val: Any) -> None:

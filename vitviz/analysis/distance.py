@@ -27,6 +27,39 @@ def patch_distances(grid: tuple[int, int], patch_size: float) -> torch.Tensor:
     return _patch_distances(int(grid[0]), int(grid[1]), float(patch_size)).clone()
 
 
+def distance_sums_(x: torch.Tensor, p: int, dist: torch.Tensor, buf: torch.Tensor, num: torch.Tensor,
+                   den: torch.Tensor) -> None:
+    """One layer of one image, ``x [H, N, N]``: ``num[h, i] = sum_j P_hij dist_ij`` and ``den[h, i] = sum_j P_hij``
+    over the patch block ``P = x[:, p:, p:]`` (``buf [H, M, M]`` is scratch)."""
+    P = x[:, p:, p:]
+    torch.mul(P, dist, out=buf)
+    torch.sum(buf, -1, out=num)
+    torch.sum(P, -1, out=den)
+
+
+def distance_from_sums(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``[..., M]`` sums of :func:`distance_sums_` -> ``[...]`` mean over the patch queries of ``num / den`` (a query
+    with no patch mass contributes 0)."""
+    tiny = torch.finfo(num.dtype).tiny
+    return torch.where(den > 0, num / den.clamp_min(tiny), torch.zeros_like(num)).mean(-1)
+
+
+def entropy_sum_(x: torch.Tensor, buf: torch.Tensor, out: torch.Tensor) -> None:
+    """One layer of one image, ``x [H, N, N]``: ``out[h] = sum_ij x_hij log2 x_hij`` (0 log 0 = 0; ``buf [H, N, N]``
+    is scratch). log2 is the fastest log here; the clamp pass runs only when a zero (or invalid input) made a NaN."""
+    H, N = x.shape[0], x.shape[-1]
+    torch.log2(x, out=buf).mul_(x)
+    torch.sum(buf.view(H, N * N), -1, out=out)
+    if out.isnan().any():  # a * log2(max(a, tiny)) is exactly 0 at a == 0
+        torch.clamp(x, min=torch.finfo(x.dtype).tiny, out=buf).log2_().mul_(x)
+        torch.sum(buf.view(H, N * N), -1, out=out)
+
+
+def entropy_from_sums(sums: torch.Tensor, num_keys: int) -> torch.Tensor:
+    """Sums of :func:`entropy_sum_` (in place) -> mean row entropy in nats (ln 2 rescales log2)."""
+    return sums.mul_(-math.log(2.0) / num_keys)
+
+
 def mean_attention_distance(
     attn: Any, *, grid: tuple[int, int] | None = None, patch_size: float, num_prefix_tokens: int = 1
 ) -> torch.Tensor:
@@ -58,12 +91,8 @@ def mean_attention_distance(
     buf = torch.empty((H, M, M), dtype=a.dtype, device=a.device)
     for b in range(B):  # one (image, layer) at a time: the [H, M, M] product stays in cache
         for l in range(L):
-            P = a[b, l, :, p:, p:]
-            torch.mul(P, dist, out=buf)
-            torch.sum(buf, -1, out=num[b, l])
-            torch.sum(P, -1, out=den[b, l])
-    per_query = torch.where(den > 0, num / den.clamp_min(torch.finfo(a.dtype).tiny), torch.zeros_like(num))
-    out = per_query.mean(-1)
+            distance_sums_(a[b, l], p, dist, buf, num[b, l], den[b, l])
+    out = distance_from_sums(num, den)
     return out if batched else out[0]
 
 
@@ -80,17 +109,10 @@ def attention_entropy(attn: Any) -> torch.Tensor:
     """
     a, batched = check_attn(as_float(attn, "attn"))
     B, L, H, N, _ = a.shape
-    tiny = torch.finfo(a.dtype).tiny
     heads = torch.empty((B, L, H), dtype=a.dtype, device=a.device)  # sum over rows and keys of a log2 a
     buf = torch.empty((H, N, N), dtype=a.dtype, device=a.device)
     for b in range(B):  # one (image, layer) at a time: the [H, N, N] temporary stays in cache
         for l in range(L):
-            x, s = a[b, l], heads[b, l]
-            # log2 is the fastest log here (ln 2 rescales to nats); no clamp pass in the common case of no zeros
-            torch.log2(x, out=buf).mul_(x)
-            torch.sum(buf.view(H, N * N), -1, out=s)
-            if s.isnan().any():  # 0 * log2(0) (or invalid input): a * log2(max(a, tiny)) is exactly 0 at a == 0
-                torch.clamp(x, min=tiny, out=buf).log2_().mul_(x)
-                torch.sum(buf.view(H, N * N), -1, out=s)
-    out = heads.mul_(-math.log(2.0) / N)
+            entropy_sum_(a[b, l], buf, heads[b, l])
+    out = entropy_from_sums(heads, N)
     return out if batched else out[0]

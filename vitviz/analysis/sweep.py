@@ -13,15 +13,20 @@ when the user switches to it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from vitviz.analysis._common import FUSIONS, HeadFusion, as_float, check_attn, check_layer, fuse_heads, resolve_grid
-from vitviz.analysis.distance import _patch_distances
-from vitviz.analysis.rollout import GradClamp, _cls_row_of_product, _transitions_from_fused, check_grads
+from vitviz.analysis._common import FUSIONS, HeadFusion, as_float, check_attn, check_layer, resolve_grid
+from vitviz.analysis.distance import (
+    _patch_distances,
+    distance_from_sums,
+    distance_sums_,
+    entropy_from_sums,
+    entropy_sum_,
+)
+from vitviz.analysis.rollout import GradClamp, _cls_row_of_product, _fused, _transitions_from_fused, check_grads
 
 __all__ = ["ImageAnalyses", "analyse_image"]
 
@@ -62,8 +67,8 @@ def analyse_image(
     Equal to ``attention_rollout(attn, head_fusion=..., discard_ratio=..., start_layer=...)``,
     ``gradient_rollout(attn, grads, discard_ratio=..., clamp=..., start_layer=...)``,
     ``relevance(attn, grads, start_layer=...)``, ``mean_attention_distance(attn, patch_size=...)`` and
-    ``attention_entropy(attn)`` (formulas and papers in their docstrings), computed in one pass over the layers,
-    each layer's attention is read from memory once and its gradients once.
+    ``attention_entropy(attn)`` (formulas and papers in their docstrings), computed in one pass over the layers that
+    reads each layer's attention from memory once and its gradients once.
 
     Args:
         attn: ``[L, H, N, N]`` of one image (a batch dimension is not accepted: call once per image).
@@ -96,7 +101,6 @@ def analyse_image(
     M = N - p
     dt, dev = a.dtype, a.device
     dist = _patch_distances(gh, gw, float(patch_size), dt).to(dev)
-    tiny = torch.finfo(dt).tiny
     w = torch.full((1, H), 1.0 / H, dtype=dt, device=dev)  # the mean over heads as a GEMV
 
     ent = torch.empty((L, H), dtype=dt, device=dev)  # sum of a log2 a per head
@@ -116,26 +120,14 @@ def analyse_image(
 
     for l in range(L):
         x = a[l]
-        # entropy (attention_entropy): log2 is the fastest log; the clamped form only where a zero makes a NaN
-        torch.log2(x, out=buf).mul_(x)
-        torch.sum(buf.view(H, N * N), -1, out=ent[l])
-        if ent[l].isnan().any():
-            torch.clamp(x, min=tiny, out=buf).log2_().mul_(x)
-            torch.sum(buf.view(H, N * N), -1, out=ent[l])
-        # mean attention distance: patch queries x patch keys
-        P = x[:, p:, p:]
-        torch.mul(P, dist, out=pbuf)
-        torch.sum(pbuf, -1, out=num[l])
-        torch.sum(P, -1, out=den[l])
+        entropy_sum_(x, buf, ent[l])
+        distance_sums_(x, p, dist, pbuf, num[l], den[l])
         if l < s:
             continue
         last = l == L - 1
         R = 1 if last else N
         rows = x[:, :1].contiguous() if last else x
-        if head_fusion == "mean":  # a GEMV over heads, as attention_rollout does
-            fused = torch.mm(w, rows.view(H, R * N)).view(R, N)
-        else:
-            fused = fuse_heads(rows, head_fusion, dim=0)
+        fused = _fused(rows[None, None], head_fusion)[0, 0]
         if last:
             roll_last = fused[None]
         else:
@@ -167,11 +159,10 @@ def analyse_image(
         grad_rollout = to_map(_cls_row_of_product(Tg, Tg_last, residual=False))
         relevance = to_map(_cls_row_of_product(pos, pos_last, residual=True))
 
-    per_query = torch.where(den > 0, num / den.clamp_min(tiny), torch.zeros_like(num))
     return ImageAnalyses(
         rollout=rollout,
         gradient_rollout=grad_rollout,
         relevance=relevance,
-        mean_attention_distance=per_query.mean(-1),
-        attention_entropy=ent.mul_(-math.log(2.0) / N),
+        mean_attention_distance=distance_from_sums(num, den),
+        attention_entropy=entropy_from_sums(ent, N),
     )

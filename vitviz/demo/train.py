@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from vitviz.demo.shapes import BASE, CLASSES, generate_batch
+from vitviz.model import load_checkpoint, save_checkpoint
 from vitviz.model.spec import ModelSpec
 from vitviz.model.vit import ViT
 from vitviz.preprocess import INCEPTION_MEAN, INCEPTION_STD, Preprocess
@@ -203,12 +204,6 @@ def evaluate(model: ViT, images: np.ndarray, labels: np.ndarray, batch_size: int
     return correct / max(1, len(images))
 
 
-def save(model: ViT, path: Path) -> None:
-    from vitviz.model import save_checkpoint
-
-    save_checkpoint(model, path, overwrite=True)
-
-
 @torch.no_grad()
 def pca_patch_init_(model: ViT, images: torch.Tensor, eps: float = 1e-2) -> None:
     """Data-dependent patch-embedding initialisation: the filters whiten the leading principal components of the
@@ -350,8 +345,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     pre = model.spec.preprocess
     mean, std = torch.tensor(pre.mean).view(1, 3, 1, 1), torch.tensor(pre.std).view(1, 3, 1, 1)
     if args.init_from is not None:
-        from vitviz.model import load_checkpoint
-
         src = load_checkpoint(args.init_from)
         if src.config != model.config:
             print(f"error: {args.init_from}: architecture {src.config} differs from the requested {model.config}",
@@ -424,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run_loss, run_acc, run_n = 0.0, 0.0, 0
     model.eval()
     out.parent.mkdir(parents=True, exist_ok=True)
-    save(model, out)
+    save_checkpoint(model, out, overwrite=True)
     val = evaluate(model, val_x, val_y) if args.val_size else float("nan")
     print(f"done in {(time.perf_counter() - t_start) / 60:.1f} min; validation accuracy {val:.4f}; saved {out} "
           f"({out.stat().st_size / 1e6:.2f} MB)", flush=True)
