@@ -19,14 +19,16 @@ from typing import Any
 import torch
 
 from vitviz.analysis._common import FUSIONS, HeadFusion, as_float, check_attn, check_layer, resolve_grid
+from vitviz.analysis import _kernels
 from vitviz.analysis.distance import (
     _patch_distances,
     distance_from_sums,
     distance_sums_,
+    entropy_from_kernel_sums,
     entropy_from_sums,
     entropy_sum_,
 )
-from vitviz.analysis.rollout import GradClamp, _cls_row_of_product, _fused, _transitions_from_fused, check_grads
+from vitviz.analysis.rollout import GradClamp, _cls_row, _fused, check_grads
 
 __all__ = ["ImageAnalyses", "analyse_image"]
 
@@ -98,11 +100,43 @@ def analyse_image(
     p = int(num_prefix_tokens)
     gh, gw = resolve_grid(N, grid, p)
     s = check_layer(start_layer, L, "start_layer")
-    M = N - p
     dt, dev = a.dtype, a.device
     dist = _patch_distances(gh, gw, float(patch_size), dt).to(dev)
-    w = torch.full((1, H), 1.0 / H, dtype=dt, device=dev)  # the mean over heads as a GEMV
+    if _kernels.usable(a, g):  # float32 on the CPU: one compiled loop per layer
+        k = _kernels.sweep(a, g, num_prefix_tokens=p, entropy=True, patch_dist=dist, fusion=head_fusion,
+                           start_layer=s, last_cls_only=True)
+        ent, mad = entropy_from_kernel_sums(k["entropy_sum"], N), k["distance"]
+        per_layer = {key: (k[key][None, :-1], k[key][None, -1, 0]) for key in ("fused", "ag", "pos") if key in k}
+    else:
+        ent, mad, per_layer = _torch_layers(a, g, p, dist, head_fusion, s)
 
+    def to_map(row: torch.Tensor) -> torch.Tensor:
+        return row[0, p:].reshape(gh, gw).to(dt)
+
+    # the same transitions and products as attention_rollout / gradient_rollout / relevance
+    rollout = to_map(_cls_row(*per_layer["fused"], p, discard_ratio))
+    grad_rollout = relevance = None
+    if g is not None:
+        relevance = to_map(_cls_row(*per_layer["pos"], p, 0.0, residual=True))  # before the next line modifies pos
+        after = clamp == "after_mean"
+        grad_rollout = to_map(_cls_row(*per_layer["ag" if after else "pos"], p, discard_ratio, clamp0=after))
+
+    return ImageAnalyses(
+        rollout=rollout,
+        gradient_rollout=grad_rollout,
+        relevance=relevance,
+        mean_attention_distance=mad,
+        attention_entropy=ent,
+    )
+
+
+def _torch_layers(a: torch.Tensor, g: torch.Tensor | None, p: int, dist: torch.Tensor, head_fusion: HeadFusion,
+                  s: int) -> tuple:
+    """The per-layer loop of :func:`analyse_image` in torch (float64, CUDA, or no numba)."""
+    L, H, N, _ = a.shape
+    M = N - p
+    dt, dev = a.dtype, a.device
+    w = torch.full((1, H), 1.0 / H, dtype=dt, device=dev)  # the mean over heads as a GEMV
     ent = torch.empty((L, H), dtype=dt, device=dev)  # sum of a log2 a per head
     num = torch.empty((L, H, M), dtype=dt, device=dev)  # distance-weighted patch attention per query
     den = torch.empty((L, H, M), dtype=dt, device=dev)  # patch attention per query
@@ -112,6 +146,7 @@ def analyse_image(
     # attention (rollout), mean_h(A G) and mean_h(max(A G, 0)) (gradient rollout and relevance)
     n = L - 1 - s
     roll, roll_last = torch.empty((1, n, N, N), dtype=dt, device=dev), None
+    ag = pos = ag_last = pos_last = None
     if g is not None:
         ag = torch.empty((1, n, N, N), dtype=dt, device=dev)
         pos = torch.empty((1, n, N, N), dtype=dt, device=dev)
@@ -129,7 +164,7 @@ def analyse_image(
         rows = x[:, :1].contiguous() if last else x
         fused = _fused(rows[None, None], head_fusion)[0, 0]
         if last:
-            roll_last = fused[None]
+            roll_last = fused
         else:
             roll[0, l - s] = fused
         if g is None:
@@ -142,27 +177,7 @@ def analyse_image(
         torch.mm(w, prod.view(H, R * N), out=out_ag)
         prod.clamp_(min=0)
         torch.mm(w, prod.view(H, R * N), out=out_pos)
-
-    def to_map(row: torch.Tensor) -> torch.Tensor:
-        return row[0, p:].reshape(gh, gw).to(dt)
-
-    # the same transitions and products as attention_rollout / gradient_rollout / relevance
-    T = _transitions_from_fused(roll, p, discard_ratio)
-    rollout = to_map(_cls_row_of_product(T, _transitions_from_fused(roll_last, p, discard_ratio)[0], residual=False))
-    grad_rollout = relevance = None
+    per_layer = {"fused": (roll, roll_last)}
     if g is not None:
-        if clamp == "after_mean":
-            Tg, Tg_last = _transitions_from_fused(ag.clamp_(min=0), p, discard_ratio), ag_last.clamp_(min=0)
-        else:
-            Tg, Tg_last = _transitions_from_fused(pos.clone(), p, discard_ratio), pos_last.clone()
-        Tg_last = _transitions_from_fused(Tg_last[None], p, discard_ratio)[0]
-        grad_rollout = to_map(_cls_row_of_product(Tg, Tg_last, residual=False))
-        relevance = to_map(_cls_row_of_product(pos, pos_last, residual=True))
-
-    return ImageAnalyses(
-        rollout=rollout,
-        gradient_rollout=grad_rollout,
-        relevance=relevance,
-        mean_attention_distance=distance_from_sums(num, den),
-        attention_entropy=entropy_from_sums(ent, N),
-    )
+        per_layer.update(ag=(ag, ag_last), pos=(pos, pos_last))
+    return entropy_from_sums(ent, N), distance_from_sums(num, den), per_layer

@@ -38,7 +38,6 @@ import argparse
 import json
 import math
 import os
-import pickle
 import re
 import struct
 import tempfile

@@ -13,7 +13,6 @@ This module never imports Qt.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
