@@ -102,14 +102,14 @@ def sweep(a, bits, g, dist, p, fusion, start, last_cls_only, want_ent, want_dist
                 if fusion == 0:
                     for k in range(cnt):
                         fo[k] += ah[k]
-                elif fusion == 1:  # NaN wins, as in torch.amax
+                elif fusion == 1:  # a NaN wins (and stays), as in torch.amax
                     for k in range(cnt):
                         v = ah[k]
-                        fo[k] = v if not (v <= fo[k]) else fo[k]
+                        fo[k] = v if (v > fo[k] or v != v) else fo[k]
                 else:
                     for k in range(cnt):
                         v = ah[k]
-                        fo[k] = v if not (v >= fo[k]) else fo[k]
+                        fo[k] = v if (v < fo[k] or v != v) else fo[k]
             if fusion == 0:
                 for k in range(cnt):
                     fo[k] *= inv_h
