@@ -227,3 +227,50 @@ def test_without_numba_the_torch_code_gives_the_same_results(how, tmp_path):
     torch.testing.assert_close(out["rollout"], here.rollout, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(out["entropy"], here.attention_entropy, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(out["relevance"], here.relevance, rtol=1e-5, atol=1e-7)
+
+
+def test_kernels_work_where_numba_has_nowhere_to_write_its_cache(tmp_path):
+    """A read-only install and no writable home: numba refuses ``cache=True`` there; the kernels compile without
+    the cache instead of failing (here the package copy's ``__pycache__`` is a file, so nothing can be written)."""
+    import shutil
+
+    import vitviz
+
+    pkg = tmp_path / "site"
+    shutil.copytree(os.path.dirname(vitviz.__file__), pkg / "vitviz",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.safetensors", "*.png"))
+    (pkg / "vitviz" / "analysis" / "__pycache__").write_text("not a folder")
+    blocked = tmp_path / "home-is-a-file"
+    blocked.write_text("")
+    code = (
+        "import torch, vitviz\n"
+        f"assert vitviz.__file__.startswith({str(pkg)!r}), vitviz.__file__\n"
+        "from vitviz.analysis import _kernels\n"
+        "from vitviz import analysis as A\n"
+        "a = torch.softmax(torch.randn(2, 2, 5, 5), -1)\n"
+        "assert _kernels.enabled()\n"
+        "_kernels._state['kernel'], k = None, _kernels._state['kernel']\n"
+        "slow = A.attention_entropy(a)\n"
+        "_kernels._state['kernel'] = k\n"
+        "torch.testing.assert_close(A.attention_entropy(a), slow, rtol=1e-5, atol=1e-7)\n"
+        "print('ok')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(PYTHONPATH=str(pkg), HOME=str(blocked), XDG_CACHE_HOME=str(blocked / "cache"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+    assert not any((pkg / "vitviz" / "analysis").glob("*.nbi"))
+
+
+def test_a_broken_numba_install_is_reported_and_the_torch_code_used(monkeypatch, caplog):
+    class Broken:
+        def __getattr__(self, name):
+            raise RuntimeError("llvmlite: symbol not found")
+
+    monkeypatch.setitem(sys.modules, "numba", Broken())
+    monkeypatch.delitem(sys.modules, "vitviz.analysis._numba_kernels", raising=False)
+    monkeypatch.delattr(sys.modules["vitviz.analysis"], "_numba_kernels", raising=False)  # import it again
+    with caplog.at_level("WARNING", logger="vitviz.analysis._kernels"):
+        assert _kernels._compile() is None
+    assert "llvmlite: symbol not found" in caplog.text

@@ -74,6 +74,9 @@ def _compile():
         from vitviz.analysis import _numba_kernels as nk
     except ImportError:  # numba not installed: the torch path does the same work
         return None
+    except Exception as e:  # numba installed but broken (e.g. llvmlite): never fatal
+        log.warning("vitviz: numba does not load (%s: %s); using the torch code", type(e).__name__, e)
+        return None
     try:
         a = np.full((2, 2, 3, 3), 1.0 / 3.0, np.float32)
         out = tuple(np.zeros((2,) * k, dt) for k, dt in ((2, np.float64), (2, np.float64)))

@@ -27,11 +27,20 @@ one, half, zero = f32(1.0), f32(0.5), f32(0.0)
 chunk = 2048  # float32 partial sums over this many entries, then added in float64
 
 # reassoc lets the sums vectorise; contract allows FMA. No nnan/ninf: NaN and inf propagate as in torch.
-_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False,
-             fastmath={"reassoc", "contract", "nsz"})
+_OPTS = dict(nogil=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "contract", "nsz"})
 
 
-@numba.njit(**_OPTS)
+def _jit(fn):
+    """numba.njit with the on-disk cache where there is a writable place for it (beside this file, or the user's
+    cache folder); without one (a read-only install and no writable home) numba refuses ``cache=True`` outright, so
+    compile without the cache: every process then compiles again (a few seconds) but works."""
+    try:
+        return numba.njit(cache=True, **_OPTS)(fn)
+    except RuntimeError:
+        return numba.njit(cache=False, **_OPTS)(fn)
+
+
+@_jit
 def x_ln_x_sum(x, bits):
     """sum of x ln max(x, tiny) over flat float32 x (bits: its int32 view), in float64."""
     total = 0.0
@@ -58,7 +67,7 @@ def x_ln_x_sum(x, bits):
     return total
 
 
-@numba.njit(**_OPTS)
+@_jit
 def sweep(a, bits, g, dist, p, fusion, start, last_cls_only, want_ent, want_dist, want_fuse, want_grad,
           l0, l1, ent, mad, fused, ag, pos):
     """Layers l0..l1-1 of one image. a, g: [L, H, N, N] float32 (C order); bits: a's int32 view (same shape);
@@ -131,7 +140,7 @@ def sweep(a, bits, g, dist, p, fusion, start, last_cls_only, want_ent, want_dist
                 po[k] *= inv_h
 
 
-@numba.njit(**_OPTS)
+@_jit
 def cls_chain(T, last, normalise, clamp0, out):
     """Row 0 of the product of the transitions of T[n-1] ... T[0] after the last layer's [CLS] row ``last``:
     normalise: rollout, each layer's ``(A + I)`` row-normalised (discard 0); else relevance, ``(I + A)``.
