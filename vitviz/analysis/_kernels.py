@@ -81,7 +81,7 @@ def _compile():
         a = np.full((2, 2, 3, 3), 1.0 / 3.0, np.float32)
         out = tuple(np.zeros((2,) * k, dt) for k, dt in ((2, np.float64), (2, np.float64)))
         blocks = tuple(np.zeros((2, 3, 3), np.float32) for _ in range(3))
-        nk.sweep(a, a.view(np.int32), a, np.ones((2, 2), np.float32), 1, 0, 0, True, True, True, True, True,
+        nk.sweep(a, a.view(np.int32), a, np.ones((2, 2), np.float32), 1, 0, 0, True, True, True, True, 3,
                  0, 2, *out, *blocks)
         chain_out = np.empty(3, np.float64)
         nk.cls_chain(blocks[0][:1], a[0, 0, 0], True, False, chain_out)
@@ -112,6 +112,7 @@ def sweep(
     fusion: str | None = None,
     start_layer: int = 0,
     last_cls_only: bool = True,
+    grad_outputs: tuple[str, ...] = ("ag", "pos"),
 ) -> dict[str, torch.Tensor]:
     """One image's ``a [L, H, N, N]`` (and ``g``, same shape) -> the requested per-layer results (float32 tensors):
 
@@ -119,7 +120,8 @@ def sweep(
     - ``patch_dist [M, M]`` given: ``"distance" [L, H]``, mean over patch queries of
       ``sum_j P_ij dist_ij / sum_j P_ij`` over the patch block ``P`` (0 for a query with no patch mass);
     - ``fusion`` given: ``"fused" [L - start, N, N]``, heads fused (mean/max/min) for layers ``start..L-1``;
-    - ``g`` given: ``"ag"`` and ``"pos"`` ``[L - start, N, N]``, ``mean_h(a g)`` and ``mean_h(max(a g, 0))``.
+    - ``g`` given: ``"ag"`` and ``"pos"`` ``[L - start, N, N]``, ``mean_h(a g)`` and ``mean_h(max(a g, 0))`` (those of
+      them named in ``grad_outputs``).
 
     With ``last_cls_only`` only row 0 of the last layer's fused rows is computed (the others are left undefined).
     Callers check :func:`usable` first.
@@ -135,10 +137,14 @@ def sweep(
     ent = np.empty((L, H), np.float64)
     mad = np.empty((L, H), np.float64)
     fused = np.empty((n_out, N, N), np.float32) if fusion is not None else _DUMMY[0]
-    ag = np.empty((n_out, N, N), np.float32) if g is not None else _DUMMY[0]
-    pos = np.empty((n_out, N, N), np.float32) if g is not None else _DUMMY[0]
+    want = {k for k in grad_outputs if g is not None}
+    if not want <= {"ag", "pos"}:
+        raise ValueError(f"grad_outputs={grad_outputs!r}; valid names: 'ag', 'pos'")
+    ag = np.empty((n_out, N, N), np.float32) if "ag" in want else _DUMMY[0]
+    pos = np.empty((n_out, N, N), np.float32) if "pos" in want else _DUMMY[0]
     args = (an, an.view(np.int32), gn, dist, p, FUSION_CODES.get(fusion or "mean", 0), s,
-            bool(last_cls_only), bool(entropy), patch_dist is not None, fusion is not None, g is not None)
+            bool(last_cls_only), bool(entropy), patch_dist is not None, fusion is not None,
+            ("ag" in want) + 2 * ("pos" in want))
     outs = (ent, mad, fused, ag, pos)
     workers = max(1, min(L, torch.get_num_threads()))
     if workers == 1:
@@ -155,8 +161,10 @@ def sweep(
         result["distance"] = torch.from_numpy(mad).float()
     if fusion is not None:
         result["fused"] = torch.from_numpy(fused)
-    if g is not None:
-        result["ag"], result["pos"] = torch.from_numpy(ag), torch.from_numpy(pos)
+    if "ag" in want:
+        result["ag"] = torch.from_numpy(ag)
+    if "pos" in want:
+        result["pos"] = torch.from_numpy(pos)
     return result
 
 

@@ -201,8 +201,8 @@ def _kernel_layers(a: torch.Tensor, g: torch.Tensor | None, head_fusion: HeadFus
     """Kernel path: per image, the ``key`` output (``"fused"``, ``"ag"`` or ``"pos"``) of layers ``start..L-1``
     -> ``(A [B, n, N, N], last [B, N])`` as :func:`_cls_row` takes them."""
     B = a.shape[0]
-    outs = [_kernels.sweep(a[b], None if g is None else g[b], fusion=head_fusion, start_layer=start)[key]
-            for b in range(B)]
+    outs = [_kernels.sweep(a[b], None if g is None else g[b], fusion=head_fusion, start_layer=start,
+                           grad_outputs=(key,))[key] for b in range(B)]
     F = outs[0][None] if B == 1 else torch.stack(outs)
     return F[:, :-1], F[:, -1, 0]
 

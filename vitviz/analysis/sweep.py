@@ -104,7 +104,8 @@ def analyse_image(
     dist = _patch_distances(gh, gw, float(patch_size), dt).to(dev)
     if _kernels.usable(a, g):  # float32 on the CPU: one compiled loop per layer
         k = _kernels.sweep(a, g, num_prefix_tokens=p, entropy=True, patch_dist=dist, fusion=head_fusion,
-                           start_layer=s, last_cls_only=True)
+                           start_layer=s, last_cls_only=True,
+                           grad_outputs=("ag", "pos") if clamp == "after_mean" else ("pos",))
         ent, mad = entropy_from_kernel_sums(k["entropy_sum"], N), k["distance"]
         per_layer = {key: (k[key][None, :-1], k[key][None, -1, 0]) for key in ("fused", "ag", "pos") if key in k}
     else:
