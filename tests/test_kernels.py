@@ -274,3 +274,23 @@ def test_a_broken_numba_install_is_reported_and_the_torch_code_used(monkeypatch,
     with caplog.at_level("WARNING", logger="vitviz.analysis._kernels"):
         assert _kernels._compile() is None
     assert "llvmlite: symbol not found" in caplog.text
+
+
+def test_sweep_computes_only_the_requested_gradient_means():
+    a = _attn(L=4, H=3, seed=40)
+    g = _grads(a)
+    both = _kernels.sweep(a, g, start_layer=1)
+    ag = _kernels.sweep(a, g, start_layer=1, grad_outputs=("ag",))
+    pos = _kernels.sweep(a, g, start_layer=1, grad_outputs=("pos",))
+    assert set(ag) == {"ag"} and set(pos) == {"pos"} and set(both) == {"ag", "pos"}
+    assert both["ag"].shape == (3,) + a.shape[-2:]
+    close = dict(rtol=1e-6, atol=1e-8)  # a fused multiply-add in the one-output loops rounds once less
+    torch.testing.assert_close(ag["ag"][:-1], both["ag"][:-1], **close)
+    torch.testing.assert_close(ag["ag"][-1, 0], both["ag"][-1, 0], **close)
+    torch.testing.assert_close(pos["pos"][:-1], both["pos"][:-1], **close)
+    torch.testing.assert_close(pos["pos"][-1, 0], both["pos"][-1, 0], **close)
+    prod = (a * g)[1:]
+    torch.testing.assert_close(both["ag"][:-1], prod.mean(1)[:-1], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(both["pos"][-1, 0], prod.clamp(min=0).mean(1)[-1, 0], rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="grad_outputs"):
+        _kernels.sweep(a, g, grad_outputs=("relevance",))
