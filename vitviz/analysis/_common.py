@@ -11,6 +11,13 @@ import torch
 HeadFusion = Literal["mean", "max", "min"]
 Head = Union[int, HeadFusion]
 FUSIONS = ("mean", "max", "min")
+CLAMPS = ("after_mean", "before_mean")  # of the gradient rollout
+
+
+def check_choice(value: Any, valid: tuple[str, ...], name: str) -> None:
+    """Raise ``ValueError("name=value; valid: ...")`` unless ``value`` is one of ``valid``."""
+    if value not in valid:
+        raise ValueError(f"{name}={value!r}; valid: " + ", ".join(repr(v) for v in valid))
 
 
 def as_float(x: Any, name: str) -> torch.Tensor:

@@ -79,10 +79,10 @@ def _compile():
         return None
     try:
         a = np.full((2, 2, 3, 3), 1.0 / 3.0, np.float32)
-        out = tuple(np.zeros((2,) * k, dt) for k, dt in ((2, np.float64), (2, np.float64)))
-        blocks = tuple(np.zeros((2, 3, 3), np.float32) for _ in range(3))
+        ent, mad = np.zeros((2, 2)), np.zeros((2, 2))
+        blocks = tuple(np.zeros((2, 3, 3), np.float32) for _ in range(3))  # fused, ag, pos
         nk.sweep(a, a.view(np.int32), a, np.ones((2, 2), np.float32), 1, 0, 0, True, True, True, True, 3,
-                 0, 2, *out, *blocks)
+                 0, 2, ent, mad, *blocks)
         chain_out = np.empty(3, np.float64)
         nk.cls_chain(blocks[0][:1], a[0, 0, 0], True, False, chain_out)
         if not np.allclose(chain_out.sum(), 1.0):

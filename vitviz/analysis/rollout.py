@@ -15,11 +15,13 @@ import torch
 
 from vitviz.analysis import _kernels
 from vitviz.analysis._common import (
+    CLAMPS,
     FUSIONS,
     Head,
     HeadFusion,
     as_float,
     check_attn,
+    check_choice,
     check_layer,
     discard_count,
     fuse_heads,
@@ -117,8 +119,7 @@ def _discard_(A: torch.Tensor, num_prefix_tokens: int, discard_ratio: float) -> 
 
 def _fused(a: torch.Tensor, head_fusion: HeadFusion) -> torch.Tensor:
     """``a [B, L, H, R, N]`` -> ``[B, L, R, N]``, heads fused; a new tensor (the caller's is never modified)."""
-    if head_fusion not in FUSIONS:
-        raise ValueError(f"head_fusion={head_fusion!r}; valid: 'mean', 'max', 'min'")
+    check_choice(head_fusion, FUSIONS, "head_fusion")
     B, L, H, R, N = a.shape
     if head_fusion == "mean" and a.is_contiguous():  # a GEMV over heads: one pass, faster than mean()
         w = torch.full((1, H), 1.0 / H, dtype=a.dtype, device=a.device)
@@ -239,8 +240,7 @@ def attention_rollout(
     B, L, H, N, _ = a.shape
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     s = check_layer(start_layer, L, "start_layer")
-    if head_fusion not in FUSIONS:
-        raise ValueError(f"head_fusion={head_fusion!r}; valid: 'mean', 'max', 'min'")
+    check_choice(head_fusion, FUSIONS, "head_fusion")
     if _kernels.usable(a):
         A, last = _kernel_layers(a, None, head_fusion, s, "fused")
     else:
@@ -258,8 +258,7 @@ def _grad_weighted(a: torch.Tensor, g: torch.Tensor, clamp: GradClamp) -> torch.
     One (image, layer) at a time so that the ``[H, R, N]`` product stays in cache; the mean over heads is a GEMV with
     weights 1/H (faster than a sum and a division).
     """
-    if clamp not in ("after_mean", "before_mean"):
-        raise ValueError(f"clamp={clamp!r}; valid: 'after_mean', 'before_mean'")
+    check_choice(clamp, CLAMPS, "clamp")
     B, L, H, R, N = a.shape
     out = torch.empty((B, L, R, N), dtype=a.dtype, device=a.device)
     buf = torch.empty((H, R, N), dtype=a.dtype, device=a.device)
@@ -320,8 +319,7 @@ def gradient_rollout(
     B, L, H, N, _ = a.shape
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     s = check_layer(start_layer, L, "start_layer")
-    if clamp not in ("after_mean", "before_mean"):
-        raise ValueError(f"clamp={clamp!r}; valid: 'after_mean', 'before_mean'")
+    check_choice(clamp, CLAMPS, "clamp")
     if _kernels.usable(a, g):  # mean_h(A G), clamped in the product, or mean_h(max(A G, 0))
         A, last = _kernel_layers(a, g, None, s, "ag" if clamp == "after_mean" else "pos")
         row = _cls_row(A, last, num_prefix_tokens, discard_ratio, clamp0=clamp == "after_mean")

@@ -18,7 +18,16 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis._common import FUSIONS, HeadFusion, as_float, check_attn, check_layer, resolve_grid
+from vitviz.analysis._common import (
+    CLAMPS,
+    FUSIONS,
+    HeadFusion,
+    as_float,
+    check_attn,
+    check_choice,
+    check_layer,
+    resolve_grid,
+)
 from vitviz.analysis import _kernels
 from vitviz.analysis.distance import (
     _patch_distances,
@@ -87,10 +96,8 @@ def analyse_image(
     """
     if num_prefix_tokens < 1:
         raise ValueError("analyse_image needs a [CLS] token (num_prefix_tokens >= 1)")
-    if head_fusion not in FUSIONS:
-        raise ValueError(f"head_fusion={head_fusion!r}; valid: 'mean', 'max', 'min'")
-    if clamp not in ("after_mean", "before_mean"):
-        raise ValueError(f"clamp={clamp!r}; valid: 'after_mean', 'before_mean'")
+    check_choice(head_fusion, FUSIONS, "head_fusion")
+    check_choice(clamp, CLAMPS, "clamp")
     a = as_float(attn, "attn")
     if a.ndim != 4:
         raise ValueError(f"attn must be one image's [L, H, N, N], got shape {tuple(a.shape)}")
