@@ -566,8 +566,6 @@ class MainWindow(QMainWindow):
             model, note = _load_model(key, job)
             model.eval()
             model.to(device=device, dtype=DTYPES[precision])
-            from vitviz.analysis import _kernels
-            _kernels.warm_up()  # compile or load the analysis kernels here, not on the first image
             return key, model, note
 
         self._set_busy_text(f"Loading {subject}…", cancellable=key.startswith("pretrained:"))
