@@ -14,11 +14,11 @@ from vitviz.preprocess import CropGeometry, Preprocess
 L, H, GH, GW = 3, 2, 3, 2
 
 
-def _attn(p=1, L=L, H=H, gh=GH, gw=GW, B=None, seed=0):
+def _attn(p=1, L=L, H=H, gh=GH, gw=GW, B=None, seed=0, scale=2.0):
     g = torch.Generator().manual_seed(seed)
     N = p + gh * gw
     shape = (L, H, N, N) if B is None else (B, L, H, N, N)
-    return (torch.randn(shape, generator=g, dtype=torch.float64) * 2).softmax(-1)
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * scale).softmax(-1)
 
 
 def _grads(like, seed=1):
@@ -539,6 +539,45 @@ def test_analyse_image_vit_b_sized_with_zeros_float64_and_without_grads():
     assert d.gradient_rollout is None and d.relevance is None and d.rollout.dtype == torch.float64
     torch.testing.assert_close(d.rollout, A.attention_rollout(a.double()), rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(d.attention_entropy, A.attention_entropy(a.double()), rtol=1e-10, atol=1e-12)
+
+
+def test_float32_agrees_with_float64_at_vit_b_size():
+    """ViT-B/16 shapes, peaky attention with exact zeros in a row and small gradients: every whole-attention
+    analysis (individual functions and the sweep) in float32 against the same code in float64."""
+    a64 = _attn(p=1, L=12, H=12, gh=14, gw=14, seed=3, scale=4.0)
+    a64[4, 7, 9, :60] = 0.0
+    a64[4, 7, 9] /= a64[4, 7, 9].sum()
+    g64 = _grads(a64, seed=4) * 1e-3
+    kw = dict(grid=(14, 14), patch_size=16, p=1, fusion="mean", ratio=0.0, clamp="after_mean", start=0)
+    want = _individual(a64, g64, **kw)
+    a, g = a64.float(), g64.float()
+    sweep = A.analyse_image(a, g, grid=(14, 14), patch_size=16)
+    for name, have in _individual(a, g, **kw).items():
+        for label, x in ((name, have), (f"analyse_image {name}", getattr(sweep, name))):
+            assert x.dtype == torch.float32, label
+            torch.testing.assert_close(x.double(), want[name], rtol=2e-5, atol=1e-9, msg=label)
+
+
+@pytest.mark.parametrize("fusion", ["mean", "max", "min"])
+def test_a_nan_in_the_attention_propagates(fusion):
+    """One NaN entry (layer 1, head 0, query 2, key 3): the maps that depend on it are NaN (max and min fusion too,
+    they must not skip it), the entropy of that layer and head is NaN and the others finite, and the sweep agrees."""
+    p = 1
+    a = _attn(p=p, seed=12).float()
+    a[1, 0, 2, 3] = float("nan")
+    g = _grads(a).float()
+    kw = dict(grid=(GH, GW), patch_size=16, p=p, fusion=fusion, ratio=0.0, clamp="after_mean", start=0)
+    ref = _individual(a, g, **kw)
+    got = A.analyse_image(a, g, grid=(GH, GW), patch_size=16, num_prefix_tokens=p, head_fusion=fusion)
+    for name, want in ref.items():
+        torch.testing.assert_close(getattr(got, name), want, rtol=1e-5, atol=1e-7, equal_nan=True, msg=name)
+    for name in ("rollout", "gradient_rollout", "relevance"):
+        assert ref[name].isnan().all(), name
+    bad = torch.zeros(L, H, dtype=torch.bool)
+    bad[1, 0] = True
+    assert torch.equal(ref["attention_entropy"].isnan(), bad)
+    # (mean_attention_distance counts a query row whose patch mass is NaN as one with no patch mass: 0)
+    assert torch.isfinite(ref["mean_attention_distance"]).all()
 
 
 def test_analyse_image_rejects_bad_input():

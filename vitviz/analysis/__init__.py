@@ -5,8 +5,7 @@ One image's tensors: ``attn [L, H, N, N]``, ``grads [L, H, N, N]``, ``tokens [L+
 ``capture.attentions.transpose(0, 1)``) and return ``[B, ...]`` equal to per-image calls. Maps are ``[gh, gw]``
 over the patch tokens, raw (not normalised for display).
 
-float32 input on the CPU runs through compiled numba kernels (:mod:`vitviz.analysis._kernels`); float64, CUDA
-tensors, or ``VITVIZ_NUMBA=0`` take the torch code. Both give the same results to float32 round-off.
+Plain torch: float32 and float64, CPU or CUDA, run the same code.
 """
 
 from vitviz.analysis._common import FUSIONS, Head, HeadFusion

@@ -8,7 +8,6 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis import _kernels
 from vitviz.analysis._common import as_float, check_attn, resolve_grid
 
 __all__ = ["attention_entropy", "mean_attention_distance", "patch_distances"]
@@ -61,11 +60,6 @@ def entropy_from_sums(sums: torch.Tensor, num_keys: int) -> torch.Tensor:
     return sums.mul_(-math.log(2.0) / num_keys)
 
 
-def entropy_from_kernel_sums(sums: torch.Tensor, num_keys: int) -> torch.Tensor:
-    """float64 sums of ``a ln a`` from :func:`vitviz.analysis._kernels.sweep` -> mean row entropy, float32."""
-    return (sums * (-1.0 / num_keys)).float()
-
-
 def mean_attention_distance(
     attn: Any, *, grid: tuple[int, int] | None = None, patch_size: float, num_prefix_tokens: int = 1
 ) -> torch.Tensor:
@@ -91,9 +85,6 @@ def mean_attention_distance(
     p = int(num_prefix_tokens)
     dist = _patch_distances(gh, gw, float(patch_size), a.dtype).to(a.device)
     B, L, H = a.shape[:3]
-    if _kernels.usable(a):
-        out = torch.stack([_kernels.sweep(a[b], num_prefix_tokens=p, patch_dist=dist)["distance"] for b in range(B)])
-        return out if batched else out[0]
     M = N - p
     num = torch.empty((B, L, H, M), dtype=a.dtype, device=a.device)
     den = torch.empty_like(num)
@@ -118,10 +109,6 @@ def attention_entropy(attn: Any) -> torch.Tensor:
     """
     a, batched = check_attn(as_float(attn, "attn"))
     B, L, H, N, _ = a.shape
-    if _kernels.usable(a):
-        out = torch.stack([entropy_from_kernel_sums(_kernels.sweep(a[b], entropy=True)["entropy_sum"], N)
-                           for b in range(B)])
-        return out if batched else out[0]
     heads = torch.empty((B, L, H), dtype=a.dtype, device=a.device)  # sum over rows and keys of a log2 a
     buf = torch.empty((H, N, N), dtype=a.dtype, device=a.device)
     for b in range(B):  # one (image, layer) at a time: the [H, N, N] temporary stays in cache

@@ -6,9 +6,8 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis import _kernels
 from vitviz.analysis._common import as_float, check_attn, check_layer, resolve_grid
-from vitviz.analysis.rollout import _cls_row, _grad_weighted, _kernel_layers, check_grads
+from vitviz.analysis.rollout import _cls_row, _grad_weighted, check_grads
 
 __all__ = ["relevance"]
 
@@ -45,11 +44,8 @@ def relevance(
     B, L, H, N, _ = a.shape
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     s = check_layer(start_layer, L, "start_layer")
-    if _kernels.usable(a, g):
-        Abar, last = _kernel_layers(a, g, None, s, "pos")
-    else:
-        Abar = _grad_weighted(a[:, s:-1], g[:, s:-1], "before_mean")
-        last = _grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], "before_mean")[:, 0, 0]  # its [CLS] row only
+    Abar = _grad_weighted(a[:, s:-1], g[:, s:-1], "before_mean")
+    last = _grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], "before_mean")[:, 0, 0]  # its [CLS] row only
     # row 0 of (I + Abar_{L-1}) ... (I + Abar_s), which is R after the loop above
     row = _cls_row(Abar, last, num_prefix_tokens, 0.0, residual=True)
     out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)

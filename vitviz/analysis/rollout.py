@@ -13,7 +13,6 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from vitviz.analysis import _kernels
 from vitviz.analysis._common import (
     CLAMPS,
     FUSIONS,
@@ -178,34 +177,18 @@ def _cls_row_of_product(T: torch.Tensor, last_row: torch.Tensor, *, residual: bo
 
 
 def _cls_row(A: torch.Tensor, last: torch.Tensor, num_prefix_tokens: int, discard_ratio: float, *,
-             residual: bool = False, clamp0: bool = False) -> torch.Tensor:
+             residual: bool = False) -> torch.Tensor:
     """Row 0 of the rollout (``residual=False``) or relevance (``residual=True``) product from fused layers.
 
-    ``A [B, n, N, N]``: fused attention of layers ``start .. L-2`` (a fresh tensor: the torch path modifies it);
-    ``last [B, N]``: the fused [CLS] row of layer ``L-1``. Rollout: ``max(A, 0)`` first when ``clamp0``, then
-    :func:`_transitions_from_fused` per layer. Relevance: ``(I + A)`` per layer. Returns ``[B, N]`` float64.
+    ``A [B, n, N, N]``: fused attention of layers ``start .. L-2`` (a fresh tensor: rollout modifies it in place);
+    ``last [B, N]``: the fused [CLS] row of layer ``L-1``. Rollout: :func:`_transitions_from_fused` per layer.
+    Relevance: ``(I + A)`` per layer. Returns ``[B, N]`` float64.
     """
-    B, N = last.shape
-    if (residual or discard_count(N - num_prefix_tokens, discard_ratio) == 0) and _kernels.usable(A, last):
-        return torch.stack([_kernels.cls_row(A[b], last[b], normalise=not residual, clamp0=clamp0) for b in range(B)])
-    if clamp0:
-        A, last = A.clamp_(min=0), last.clamp(min=0)
     if residual:
         return _cls_row_of_product(A, last, residual=True)
     T = _transitions_from_fused(A, num_prefix_tokens, discard_ratio)
     last = _transitions_from_fused(last[:, None].clone(), num_prefix_tokens, discard_ratio)[:, 0]
     return _cls_row_of_product(T, last, residual=False)
-
-
-def _kernel_layers(a: torch.Tensor, g: torch.Tensor | None, head_fusion: HeadFusion | None, start: int,
-                   key: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Kernel path: per image, the ``key`` output (``"fused"``, ``"ag"`` or ``"pos"``) of layers ``start..L-1``
-    -> ``(A [B, n, N, N], last [B, N])`` as :func:`_cls_row` takes them."""
-    B = a.shape[0]
-    outs = [_kernels.sweep(a[b], None if g is None else g[b], fusion=head_fusion, start_layer=start,
-                           grad_outputs=(key,))[key] for b in range(B)]
-    F = outs[0][None] if B == 1 else torch.stack(outs)
-    return F[:, :-1], F[:, -1, 0]
 
 
 def attention_rollout(
@@ -241,12 +224,9 @@ def attention_rollout(
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     s = check_layer(start_layer, L, "start_layer")
     check_choice(head_fusion, FUSIONS, "head_fusion")
-    if _kernels.usable(a):
-        A, last = _kernel_layers(a, None, head_fusion, s, "fused")
-    else:
-        A = _fused(a[:, s:-1], head_fusion)
-        # only the [CLS] row of the last layer (made contiguous: the same GEMV over heads as the other layers)
-        last = _fused(a[:, -1:, :, :1].contiguous(), head_fusion)[:, 0, 0]
+    A = _fused(a[:, s:-1], head_fusion)
+    # only the [CLS] row of the last layer (made contiguous: the same GEMV over heads as the other layers)
+    last = _fused(a[:, -1:, :, :1].contiguous(), head_fusion)[:, 0, 0]
     row = _cls_row(A, last, num_prefix_tokens, discard_ratio)
     out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
     return out if batched else out[0]
@@ -320,12 +300,8 @@ def gradient_rollout(
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     s = check_layer(start_layer, L, "start_layer")
     check_choice(clamp, CLAMPS, "clamp")
-    if _kernels.usable(a, g):  # mean_h(A G), clamped in the product, or mean_h(max(A G, 0))
-        A, last = _kernel_layers(a, g, None, s, "ag" if clamp == "after_mean" else "pos")
-        row = _cls_row(A, last, num_prefix_tokens, discard_ratio, clamp0=clamp == "after_mean")
-    else:
-        A = _grad_weighted(a[:, s:-1], g[:, s:-1], clamp)
-        last = _grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], clamp)[:, 0, 0]  # only its [CLS] row is needed
-        row = _cls_row(A, last, num_prefix_tokens, discard_ratio)
+    A = _grad_weighted(a[:, s:-1], g[:, s:-1], clamp)
+    last = _grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], clamp)[:, 0, 0]  # only its [CLS] row is needed
+    row = _cls_row(A, last, num_prefix_tokens, discard_ratio)
     out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
     return out if batched else out[0]

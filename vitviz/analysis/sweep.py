@@ -28,12 +28,10 @@ from vitviz.analysis._common import (
     check_layer,
     resolve_grid,
 )
-from vitviz.analysis import _kernels
 from vitviz.analysis.distance import (
     _patch_distances,
     distance_from_sums,
     distance_sums_,
-    entropy_from_kernel_sums,
     entropy_from_sums,
     entropy_sum_,
 )
@@ -109,25 +107,17 @@ def analyse_image(
     s = check_layer(start_layer, L, "start_layer")
     dt, dev = a.dtype, a.device
     dist = _patch_distances(gh, gw, float(patch_size), dt).to(dev)
-    if _kernels.usable(a, g):  # float32 on the CPU: one compiled loop per layer
-        k = _kernels.sweep(a, g, num_prefix_tokens=p, entropy=True, patch_dist=dist, fusion=head_fusion,
-                           start_layer=s, last_cls_only=True,
-                           grad_outputs=("ag", "pos") if clamp == "after_mean" else ("pos",))
-        ent, mad = entropy_from_kernel_sums(k["entropy_sum"], N), k["distance"]
-        per_layer = {key: (k[key][None, :-1], k[key][None, -1, 0]) for key in ("fused", "ag", "pos") if key in k}
-    else:
-        ent, mad, per_layer = _torch_layers(a, g, p, dist, head_fusion, s)
+    ent, mad, roll, grad, pos = _layers(a, g, p, dist, head_fusion, clamp, s)
 
     def to_map(row: torch.Tensor) -> torch.Tensor:
         return row[0, p:].reshape(gh, gw).to(dt)
 
     # the same transitions and products as attention_rollout / gradient_rollout / relevance
-    rollout = to_map(_cls_row(*per_layer["fused"], p, discard_ratio))
+    rollout = to_map(_cls_row(*roll, p, discard_ratio))
     grad_rollout = relevance = None
     if g is not None:
-        relevance = to_map(_cls_row(*per_layer["pos"], p, 0.0, residual=True))  # before the next line modifies pos
-        after = clamp == "after_mean"
-        grad_rollout = to_map(_cls_row(*per_layer["ag" if after else "pos"], p, discard_ratio, clamp0=after))
+        relevance = to_map(_cls_row(*pos, p, 0.0, residual=True))  # first: the next line may modify pos in place
+        grad_rollout = to_map(_cls_row(*(grad if clamp == "after_mean" else pos), p, discard_ratio))
 
     return ImageAnalyses(
         rollout=rollout,
@@ -138,9 +128,15 @@ def analyse_image(
     )
 
 
-def _torch_layers(a: torch.Tensor, g: torch.Tensor | None, p: int, dist: torch.Tensor, head_fusion: HeadFusion,
-                  s: int) -> tuple:
-    """The per-layer loop of :func:`analyse_image` in torch (float64, CUDA, or no numba)."""
+Layers = tuple[torch.Tensor, torch.Tensor]  # ([1, n, N, N] layers start .. L-2, [1, N] the [CLS] row of layer L-1)
+
+
+def _layers(a: torch.Tensor, g: torch.Tensor | None, p: int, dist: torch.Tensor, head_fusion: HeadFusion,
+            clamp: GradClamp, s: int) -> tuple[torch.Tensor, torch.Tensor, Layers, Layers | None, Layers | None]:
+    """The per-layer loop of :func:`analyse_image`: entropy ``[L, H]``, distance ``[L, H]``, and the fused layers
+    of the three products: attention (rollout), ``max(mean_h(A G), 0)`` (gradient rollout with
+    ``clamp="after_mean"``, else None) and ``mean_h(max(A G, 0))`` (relevance, and the gradient rollout with
+    ``clamp="before_mean"``); the last two are None without ``g``."""
     L, H, N, _ = a.shape
     M = N - p
     dt, dev = a.dtype, a.device
@@ -150,16 +146,15 @@ def _torch_layers(a: torch.Tensor, g: torch.Tensor | None, p: int, dist: torch.T
     den = torch.empty((L, H, M), dtype=dt, device=dev)  # patch attention per query
     buf = torch.empty((H, N, N), dtype=dt, device=dev)
     pbuf = torch.empty((H, M, M), dtype=dt, device=dev)
-    # heads fused per layer (rows of the last layer: only the [CLS] row, since the products start from e_0):
-    # attention (rollout), mean_h(A G) and mean_h(max(A G, 0)) (gradient rollout and relevance)
+    # heads fused per layer (of the last layer only the [CLS] row, since the products start from e_0)
     n = L - 1 - s
-    roll, roll_last = torch.empty((1, n, N, N), dtype=dt, device=dev), None
-    ag = pos = ag_last = pos_last = None
-    if g is not None:
-        ag = torch.empty((1, n, N, N), dtype=dt, device=dev)
-        pos = torch.empty((1, n, N, N), dtype=dt, device=dev)
-        ag_last = torch.empty((1, N), dtype=dt, device=dev)
-        pos_last = torch.empty((1, N), dtype=dt, device=dev)
+
+    def layers() -> Layers:
+        return torch.empty((1, n, N, N), dtype=dt, device=dev), torch.empty((1, N), dtype=dt, device=dev)
+
+    roll = layers()
+    ag = layers() if g is not None and clamp == "after_mean" else None
+    pos = layers() if g is not None else None
 
     for l in range(L):
         x = a[l]
@@ -172,20 +167,18 @@ def _torch_layers(a: torch.Tensor, g: torch.Tensor | None, p: int, dist: torch.T
         rows = x[:, :1].contiguous() if last else x
         fused = _fused(rows[None, None], head_fusion)[0, 0]
         if last:
-            roll_last = fused
+            roll[1].copy_(fused)
         else:
-            roll[0, l - s] = fused
+            roll[0][0, l - s] = fused
         if g is None:
             continue
-        # A * G once, its head mean, then clamped in place and the head mean again
+        # A * G once, the head mean (clamped after it), then A * G clamped in place and the head mean again
         prod = buf.view(-1)[: H * R * N].view(H, R, N)
         torch.mul(x[:, :R], g[l, :, :R], out=prod)
-        out_ag = ag_last if last else ag[0, l - s].view(1, N * N)
-        out_pos = pos_last if last else pos[0, l - s].view(1, N * N)
-        torch.mm(w, prod.view(H, R * N), out=out_ag)
+        if ag is not None:
+            out_ag = ag[1] if last else ag[0][0, l - s].view(1, N * N)
+            torch.mm(w, prod.view(H, R * N), out=out_ag)
+            out_ag.clamp_(min=0)
         prod.clamp_(min=0)
-        torch.mm(w, prod.view(H, R * N), out=out_pos)
-    per_layer = {"fused": (roll, roll_last)}
-    if g is not None:
-        per_layer.update(ag=(ag, ag_last), pos=(pos, pos_last))
-    return entropy_from_sums(ent, N), distance_from_sums(num, den), per_layer
+        torch.mm(w, prod.view(H, R * N), out=pos[1] if last else pos[0][0, l - s].view(1, N * N))
+    return entropy_from_sums(ent, N), distance_from_sums(num, den), roll, ag, pos
