@@ -3,8 +3,9 @@
 (a) capture of every layer (attentions + tokens), ViT-B/16 at 224, batch 1, against torchvision's plain ``vit_b_16``
     forward with the same (random) weights; also our own plain fused forward and timm with hooks on its unfused
     attention (what the popular scripts do), for context. Target: capture / torchvision <= 1.05.
-(b) every analysis of vitviz.analysis for one ViT-B/16 image, with the numba kernels and with the torch code
-    (float64/CUDA/no numba), interleaved. Target: < 20 ms total.
+(b) every analysis of vitviz.analysis for one ViT-B/16 image (plain torch), interleaved with the capture of that
+    image with gradients (target class): per-image totals, analyse_image against the five functions it replaces,
+    and the analyses' share of the image's capture time. Target: < 20 ms total.
 (c) peak memory of a capture (batch 1) for vit_large_patch16_384 and vit_huge_patch14_518, fp32 and fp16 storage,
     each in a fresh subprocess (process peak RSS from ``resource.getrusage``; psutil is not needed).
 
@@ -145,54 +146,40 @@ def bench_analysis(reps: int) -> None:
         "embedding_filters k=28": lambda: A.embedding_filters(w, k=28),
     }
     allf = {**per_image, **per_model}
-    # the same functions on both code paths, interleaved: the numba kernels (CPU float32) and the torch code
-    # (what float64, CUDA and machines without numba run)
-    from vitviz.analysis import _kernels
-    modes = {"numba": _kernels._kernel(), "torch": None}
-    if modes["numba"] is None:
-        print("    (numba kernels unavailable: both columns run the torch code)")
-    times = {m: {k: [] for k in allf} for m in modes}
-    cpu = {m: {k: [] for k in allf} for m in modes}
-    try:
-        for mode, kern in modes.items():  # warm-up
-            _kernels._state["kernel"] = kern
-            for f in allf.values():
-                f()
-        for _ in range(reps):
-            for mode, kern in modes.items():
-                _kernels._state["kernel"] = kern
-                for name, f in allf.items():
-                    t, c = time.perf_counter(), time.process_time()
-                    f()
-                    cpu[mode][name].append(time.process_time() - c)
-                    times[mode][name].append(time.perf_counter() - t)
-    finally:
-        _kernels._state["kernel"] = modes["numba"]
+    runs = {"capture with grads (batch 1)": lambda: capture(model, x, target=3), **allf}
+    for f in runs.values():  # warm-up
+        f()
+    times = {k: [] for k in runs}
+    cpu = {k: [] for k in runs}
+    for _ in range(reps):
+        for name, f in runs.items():
+            t, c = time.perf_counter(), time.process_time()
+            f()
+            cpu[name].append(time.process_time() - c)
+            times[name].append(time.perf_counter() - t)
+    wall = {k: _median_ms(v) for k, v in times.items()}
+    cpum = {k: _median_ms(v) for k, v in cpu.items()}
     print(f"(b) analyses of one ViT-B/16 image (L=12, H=12, N=197), {torch.get_num_threads()} thread(s), "
-          f"{reps} rounds, medians of wall time and of process CPU time (CPU time is what a busy shared machine "
-          "does not inflate; with 1 thread it is the uncontended wall time); numba kernels vs the torch code")
-    print(f"    {'':30s} {'numba wall':>10s} {'torch wall':>10s} {'ratio':>6s}   {'numba cpu':>9s} {'torch cpu':>9s}")
-    for name in allf:
+          f"{reps} interleaved rounds, medians of wall time and of process CPU time (CPU time is what a busy shared "
+          "machine does not inflate; with 1 thread it is the uncontended wall time)")
+    print(f"    {'':30s} {'wall':>10s} {'cpu':>10s}")
+    for name in runs:
         tag = " (per model, not per image)" if name in per_model else ""
-        w1, w2 = _median_ms(times["numba"][name]), _median_ms(times["torch"][name])
-        c1, c2 = _median_ms(cpu["numba"][name]), _median_ms(cpu["torch"][name])
-        print(f"    {name:30s} {w1:7.2f} ms {w2:7.2f} ms {w1 / w2:6.2f}   {c1:6.2f} ms {c2:6.2f} ms{tag}")
+        print(f"    {name:30s} {wall[name]:7.2f} ms {cpum[name]:7.2f} ms{tag}")
     swept = ("attention_rollout", "gradient_rollout", "relevance", "mean_attention_distance", "attention_entropy")
     single = [n for n in per_image if "d=0.9" not in n and n != "analyse_image (one sweep)"]
     discard = [n for n in per_image if n not in ("attention_rollout", "gradient_rollout", "analyse_image (one sweep)")]
     app = [n for n in single if n not in swept] + ["analyse_image (one sweep)"]
+    cap_ms = wall["capture with grads (batch 1)"]
     for label, names in (("defaults (discard 0), one function each", single),
                          ("with discard_ratio=0.9 rollouts, one function each", discard),
                          ("as the app computes them (analyse_image for the five whole-attention analyses)", app)):
-        tot = {m: sum(_median_ms(times[m][n]) for n in names) for m in modes}
-        c = {m: sum(_median_ms(cpu[m][n]) for n in names) for m in modes}
-        print(f"    TOTAL per image, {label}: numba wall {tot['numba']:.1f} ms (cpu {c['numba']:.1f}), "
-              f"torch wall {tot['torch']:.1f} ms (cpu {c['torch']:.1f}), ratio {tot['numba'] / tot['torch']:.2f}"
-              "   (target < 20 ms)")
-    for m in modes:
-        five = sum(_median_ms(times[m][n]) for n in swept)
-        print(f"    {m}: analyse_image / the five functions it replaces, same rounds: "
-              f"{_median_ms(times[m]['analyse_image (one sweep)']) / five:.3f} (wall)")
+        tot, c = sum(wall[n] for n in names), sum(cpum[n] for n in names)
+        print(f"    TOTAL per image, {label}: wall {tot:.1f} ms (cpu {c:.1f}), "
+              f"{100 * tot / cap_ms:.1f}% of the image's capture ({cap_ms:.0f} ms)   (target < 20 ms)")
+    five = sum(wall[n] for n in swept)
+    print(f"    analyse_image {wall['analyse_image (one sweep)']:.1f} ms vs the five functions it replaces "
+          f"{five:.1f} ms: ratio {wall['analyse_image (one sweep)'] / five:.3f} (wall)")
 
 
 def _memory_child(name: str, dtype: str, target: bool) -> None:
