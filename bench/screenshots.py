@@ -55,14 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from vitviz.gui.app import make_app, resolve_model_key
+    from vitviz import views
+    from vitviz.gui.app import make_app
     from vitviz.gui.main_window import MainWindow
-    from vitviz.session import VIEWS
+    from vitviz.model.sources import parse_model_ref
 
     app = make_app()
     settings = QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat)
     model = args.model or _default_model()
-    key = resolve_model_key(model) if model else "demo"
+    key = parse_model_ref(model) if model else "demo"
     if key and key.startswith("file:") and "augreg" in key:
         # the augreg checkpoint does not say its normalisation: load it with mean = std = 0.5 (see its README)
         from vitviz.model import load_checkpoint
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         pix.save(str(path))
         print(path)
 
-    for i, v in enumerate(VIEWS):
+    for i, v in enumerate(views.all_views()):
         win.set_view(v.key)
         if v.key == "token_sim":
             win.set_layer(r.num_layers // 2)

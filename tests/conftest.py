@@ -15,3 +15,19 @@ SHARED_WEIGHTS = REPO.parent / "shared" / "weights"
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def tiny_model():
+    """ViT with a 4x4 grid of 8 px patches on 32 px input, 3 layers x 4 heads, 5 classes, labelled."""
+    from vitviz.model import create_model
+
+    torch.manual_seed(0)
+    m = create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=4,
+                     num_classes=5)
+    m.spec = m.spec.replace(labels=("circle", "square", "star", "cross", "heart"), name="tiny test ViT")
+    # make attention peaky so maps differ clearly between layers and heads
+    with torch.no_grad():
+        for b in m.blocks:
+            b.attn.qkv.weight.mul_(25.0)
+    return m.eval()

@@ -14,9 +14,11 @@ The GUI lives in ``vitviz.gui`` (the only package that imports Qt).
 from __future__ import annotations
 
 import importlib
+import time
 from typing import Any
 
 __version__ = "0.1.0"
+_T0 = time.perf_counter()  # start-up timing (VITVIZ_STARTUP_LOG)
 
 _LAZY = {
     "ViT": "vitviz.model", "ViTConfig": "vitviz.model", "ModelSpec": "vitviz.model", "create_model": "vitviz.model",
@@ -24,8 +26,9 @@ _LAZY = {
     "load_model": "vitviz.model", "pretrained": "vitviz.model", "CheckpointError": "vitviz.model",
     "Capture": "vitviz.capture", "CaptureError": "vitviz.capture",
     "load_image": "vitviz.imaging", "ImageError": "vitviz.imaging", "Preprocess": "vitviz.preprocess",
+    "Pipeline": "vitviz.pipeline", "InferenceResult": "vitviz.pipeline",
 }
-_SUBMODULES = ("analysis", "capture", "model", "imaging", "preprocess", "demo", "session")
+_SUBMODULES = ("analysis", "capture", "model", "imaging", "preprocess", "demo", "session", "pipeline", "views")
 
 __all__ = ["__version__", *_LAZY, *_SUBMODULES]
 

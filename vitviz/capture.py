@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -201,7 +201,7 @@ def capture(
     model: nn.Module,
     images: torch.Tensor,
     *,
-    target: int | Sequence[int] | torch.Tensor | None = None,
+    target: int | Sequence[int] | torch.Tensor | Literal["top"] | None = None,
     store_dtype: torch.dtype = torch.float32,
     grad_dtype: torch.dtype | None = None,
     store_device: torch.device | str = "cpu",
@@ -212,8 +212,10 @@ def capture(
         model: a :class:`vitviz.model.vit.ViT` (anything else raises :class:`CaptureError`). Its train/eval mode is
             left as it is (use eval: the stored attention is before dropout, but dropout still changes later layers).
         images: preprocessed batch ``[B, C, H, W]`` (any size the model accepts; cast to the model's device/dtype).
-        target: a class index, or one per image (sequence / 1-D tensor of length B). When given, the pass runs with
-            autograd and ``attention_grads`` holds d(logit[b, target[b]])/d(attentions[l, b]).
+        target: a class index, or one per image (sequence / 1-D tensor of length B), or ``"top"``: each image's
+            most probable class, read from this same forward pass (one forward and one backward in all). When
+            given, the pass runs with autograd and ``attention_grads`` holds d(logit[b, target[b]])/d(attentions[l, b]).
+            ``"top"`` on a model without a classifier captures without gradients (``targets`` is None).
         store_dtype: dtype of the stored attentions and tokens (float16 halves their memory).
         grad_dtype: dtype of the stored gradients (default: ``store_dtype``). float16 flushes magnitudes below
             ~6e-8 to zero; prefer float32 or bfloat16 for gradients of large models.
@@ -252,7 +254,12 @@ def capture(
         raise CaptureError(f"blocks have different head counts {heads}; attentions cannot be stacked")
     H = heads[0]
     num_classes = int(getattr(model, "num_classes", 0))
-    tgt = None if target is None else _targets(target, B, num_classes)
+    top = isinstance(target, str)
+    if top and target != "top":
+        raise ValueError(f"target must be a class index, one index per image or 'top', got {target!r}")
+    if top and num_classes <= 0:
+        top, target = False, None  # no classifier: nothing to differentiate
+    tgt = None if target is None or top else _targets(target, B, num_classes)
     grad_dtype = store_dtype if grad_dtype is None else grad_dtype
     store_device = torch.device(store_device)
 
@@ -260,7 +267,7 @@ def capture(
     tok_buf = torch.empty((L + 1, B, N, D), dtype=store_dtype, device=store_device)
     counts = {"embed": 0, "attn": [0] * L, "block": [0] * L}
     live_attn: list[torch.Tensor | None] = [None] * L  # graph tensors, for autograd.grad (target only)
-    want_grad = tgt is not None
+    want_grad = tgt is not None or top
 
     def _store(buf: torch.Tensor, t: torch.Tensor, what: str) -> None:
         if tuple(t.shape) != tuple(buf.shape):
@@ -305,6 +312,8 @@ def capture(
                     _check_counts(counts, L)
                     if not all(t is not None and t.requires_grad for t in live_attn):
                         raise CaptureError("the attention is not part of an autograd graph; cannot take its grads")
+                    if top:  # the top class of this very pass: no extra forward
+                        tgt = logits.detach().float().argmax(dim=-1).cpu()
                     sel = logits.gather(1, tgt.to(logits.device)[:, None]).sum()
                     grads = torch.autograd.grad(sel, live_attn, allow_unused=True)
                 grad_buf = torch.empty((L, B, H, N, N), dtype=grad_dtype, device=store_device)

@@ -14,7 +14,6 @@ from gui_helpers import make_image, open_and_wait
 
 
 def test_download_shows_progress_and_can_be_cancelled(qtbot, window, image_path, monkeypatch):
-    import vitviz.model
     P = importlib.import_module("vitviz.model.pretrained")
 
     open_and_wait(qtbot, window, image_path)
@@ -33,7 +32,7 @@ def test_download_shows_progress_and_can_be_cancelled(qtbot, window, image_path,
             time.sleep(0.005)
         raise AssertionError("the download was never cancelled")
 
-    monkeypatch.setattr(vitviz.model, "pretrained", fake_pretrained)
+    monkeypatch.setattr(P, "pretrained", fake_pretrained)
     monkeypatch.setattr(P, "is_cached", lambda n: False)
     model, key = window.model, window.model_key
     window.load_model(f"pretrained:{name}")
@@ -172,8 +171,8 @@ def test_unusual_models_show_every_view_without_errors(qtbot, settings, image_pa
     from gui_helpers import Recorder
 
     from vitviz.gui.main_window import MainWindow
+    from vitviz import views
     from vitviz.model import create_model
-    from vitviz.session import VIEWS
 
     m = create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
                      **kwargs).eval()
@@ -184,12 +183,12 @@ def test_unusual_models_show_every_view_without_errors(qtbot, settings, image_pa
     open_and_wait(qtbot, w, image_path)
     r = w.session.result
     assert r.num_prefix_tokens == m.num_prefix_tokens
-    for v in VIEWS:
+    for v in views.all_views():
         w.set_view(v.key)
         w.step_layer(1)
         w.step_head(1)
         m_ = w.session.current_map()
-        if kwargs.get("num_classes") == 0 and (v.uses_target or v.key == "rollout"):
+        if kwargs.get("num_classes") == 0 and ("target" in v.reads or v.key == "rollout"):
             assert m_ is None and not w.canvas.overlay_item.isVisible()
             assert "not available" in w.statusBar().currentMessage()
         else:

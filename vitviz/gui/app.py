@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from pathlib import Path
@@ -11,7 +10,8 @@ from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication
 
-from vitviz.gui.main_window import APPLICATION, ORGANIZATION, MainWindow
+from vitviz.gui.main_window import MainWindow
+from vitviz.gui.settings import APPLICATION, ORGANIZATION
 
 
 def dark_palette() -> QPalette:
@@ -72,45 +72,25 @@ def install_excepthook() -> None:
     sys.excepthook = hook
 
 
-def resolve_model_key(model: str | None) -> str | None:
-    """``--model`` value -> a model key: an existing path is a checkpoint, a known name a pretrained model."""
-    if model is None:
-        return None
-    if os.path.exists(model):
-        return f"file:{Path(model).resolve()}"
-    try:
-        from vitviz.model.pretrained import PRETRAINED
-        if model in PRETRAINED:
-            return f"pretrained:{model}"
-    except Exception:  # noqa: BLE001
-        pass
-    if model == "demo":
-        return "demo"
-    try:
-        from vitviz.model import list_models
-        if model in list_models():
-            return f"random:{model}"
-    except Exception:  # noqa: BLE001
-        pass
-    return f"file:{model}"  # loading it reports the missing file in a dialog
-
-
 def run_gui(images: list[str], model: str | None = None, device: str | None = None,
             settings: QSettings | None = None) -> int:
     """Open the main window with ``images`` (the bundled samples when empty) and run the event loop.
 
     Args:
         images: image files to open.
-        model: checkpoint path or pretrained name (default: the remembered model, else the bundled demo).
+        model: checkpoint path or model name (:func:`vitviz.model.sources.parse_model_ref`; default: the remembered
+            model, else the bundled demo).
         device: torch device (default: the remembered one, else CPU).
 
     Returns:
         The exit code of the event loop.
     """
+    from vitviz.model.sources import parse_model_ref
+
+    ref = parse_model_ref(model) if model is not None else None  # raises before any window opens
     app = make_app()
     install_excepthook()
-    win = MainWindow(settings=settings, model_key=resolve_model_key(model), device=device,
-                     load_samples=not images)
+    win = MainWindow(settings=settings, model_key=ref, device=device, load_samples=not images)
     win.show()
     if images:
         win.open_images([str(Path(p)) for p in images])

@@ -16,7 +16,6 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, Signal, Slot
 
-from vitviz.session import CancelledError
 
 
 @dataclass(eq=False)
@@ -85,8 +84,6 @@ class _Worker(QObject):
         self.started.emit(job)
         try:
             result = job.fn(job)
-        except CancelledError:
-            self.cancelled.emit(job)
         except BaseException as e:  # noqa: BLE001 - every error goes to the one reporting place
             if job.cancelled:  # e.g. a download aborted by its progress callback
                 self.cancelled.emit(job)

@@ -241,24 +241,16 @@ def pretrained(name: str, *, progress: ProgressFn | None = None, show_bar: bool 
 
 def load_model(source: str | os.PathLike[str], *, progress: ProgressFn | None = None, show_bar: bool = True,
                **kwargs):
-    """Open what a user typed: a checkpoint file or directory, or else a :data:`PRETRAINED` name.
+    """Open what a user typed: a checkpoint file or directory, a :data:`PRETRAINED` name, ``demo``, or an
+    architecture name (random weights). An existing path always wins over a name. ``kwargs`` (``num_classes``,
+    ``img_size``, ``num_heads``, ``preprocess``, ``labels``) apply to files only.
 
-    An existing path always wins over a name. ``kwargs`` (``num_classes``, ``img_size``, ``num_heads``,
-    ``preprocess``, ``labels``) apply to files only.
+    The same parser serves the CLI, the window and ``--model``: :mod:`vitviz.model.sources`.
 
     Raises:
         CheckpointError: a path that is not a usable checkpoint, or neither a path nor a known name.
         PretrainedError: a known name whose weights cannot be downloaded or read.
     """
-    from vitviz.model.checkpoints import CheckpointError, load_checkpoint
+    from vitviz.model.sources import open_model, parse_model_ref
 
-    path = Path(source).expanduser()
-    if path.exists() or str(source) not in PRETRAINED:
-        if not path.exists():
-            raise CheckpointError(f"{source}: no such file or directory, and not a pretrained name "
-                                  f"(available: {', '.join(PRETRAINED)})")
-        return load_checkpoint(path, **kwargs)
-    if any(v is not None for v in kwargs.values()):
-        raise ValueError(f"options {sorted(k for k, v in kwargs.items() if v is not None)} apply to checkpoint files, "
-                         f"not to the pretrained name {source!r}")
-    return pretrained(str(source), progress=progress, show_bar=show_bar)
+    return open_model(parse_model_ref(source), progress=progress, show_bar=show_bar, **kwargs)[0]

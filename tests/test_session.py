@@ -5,7 +5,9 @@ import pytest
 from PIL import Image
 
 from vitviz import analysis as A
-from vitviz.session import VIEWS, Session, run_inference
+from vitviz import views
+from vitviz.pipeline import run_inference
+from vitviz.session import Session
 
 
 @pytest.fixture
@@ -45,7 +47,7 @@ def test_every_view_matches_the_analysis_function(session):
         "token_sim": A.token_similarity(r.tokens, layer=1, index=p + 5, grid=g),
         "pos_sim": A.position_embedding_similarity(r.pos_embed, grid=g)[1, 1],
     }
-    assert set(refs) == {v.key for v in VIEWS}
+    assert set(refs) == {v.key for v in views.all_views()}
     for key, ref in refs.items():
         session.set_options(view=key)
         np.testing.assert_allclose(session.current_map(), ref.numpy(), rtol=1e-5, atol=1e-7, err_msg=key)

@@ -1,0 +1,202 @@
+"""The window's engine room: which model runs, on which device and precision, and the jobs that run it.
+
+:class:`Controller` owns the model (through a :class:`~vitviz.pipeline.Pipeline`), the worker
+(:class:`~vitviz.gui.worker.TaskRunner`: one thread, the newest request of a kind wins) and the requests in flight.
+Widgets never touch these: they call the controller's methods and redraw from its signals.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from vitviz.gui.worker import Job, TaskRunner, split_detail
+from vitviz.model.sources import describe_ref
+from vitviz.pipeline import DTYPES, Pipeline, available_devices, available_precisions
+
+
+class Controller(QObject):
+    """Model, device, precision and jobs of one window.
+
+    Signals:
+        modelChanged(note): a newly loaded (or moved) model is in use; ``note`` is a warning or "".
+        resultReady(result, remember): the newest image request finished.
+        failed(kind, title, message, detail, subject): a job failed ("model" or "infer"); the message names the file.
+        busy(text, cancellable): what is running ("" when idle); cancellable for downloads.
+        progress(done, total): download progress of the model being loaded.
+    """
+
+    modelChanged = Signal(str)
+    resultReady = Signal(object, bool)
+    failed = Signal(str, str, str, str, str)
+    busy = Signal(str, bool)
+    progress = Signal(int, int)
+
+    def __init__(self, parent: QObject | None = None, *, device: str = "cpu", precision: str = "fp32"):
+        super().__init__(parent)
+        self.runner = TaskRunner(self)
+        self.pipeline: Pipeline | None = None
+        self.ref = ""
+        devices = available_devices()
+        if device == "cuda" and "cuda:0" in devices:
+            device = "cuda:0"
+        self.device = device if device in devices else "cpu"
+        self.precision = precision if precision in available_precisions(self.device) else "fp32"
+        self.requested: str | None = None  # the image most recently asked for (PageDown counts from it)
+        self._waiting: tuple[str, Any, int | None, bool] | None = None  # an image waiting for a model
+        self._closing = False
+        self.runner.done.connect(self._on_done)
+        self.runner.failed.connect(self._on_failed)
+        self.runner.progress.connect(lambda _kind, d, t: self.progress.emit(d, t))
+        self.runner.busyChanged.connect(lambda b: None if b else self.busy.emit("", False))
+
+    # ------------------------------------------------------------------ state
+    @property
+    def model(self):
+        return None if self.pipeline is None else self.pipeline.model
+
+    def is_busy(self, kind: str | None = None) -> bool:
+        return self.runner.is_busy(kind)
+
+    def title(self) -> str:
+        spec = getattr(self.model, "spec", None)
+        return getattr(spec, "name", None) or describe_ref(self.ref)
+
+    # ------------------------------------------------------------------ models
+    def adopt(self, model: Any, ref: str, note: str | None = None) -> None:
+        """Use ``model`` (already built) now; re-runs the waiting or current image."""
+        self.pipeline = model if isinstance(model, Pipeline) else Pipeline(model, device=self.device,
+                                                                           precision=self.precision)
+        self.ref = ref
+        self.modelChanged.emit(note or "")
+        if self._waiting is not None:
+            source, pil, target, remember = self._waiting
+            self._waiting = None
+            self.run(source, pil, target=target, remember=remember)
+
+    def load(self, ref: str) -> None:
+        """Build the model ``ref`` names on the worker (download, read, move to the device)."""
+        from vitviz.model.sources import open_model
+
+        device, precision = self.device, self.precision
+
+        def work(job: Job):
+            model, note = open_model(ref, progress=job.report, show_bar=False)
+            return ref, Pipeline(model, device=device, precision=precision), note
+
+        self.busy.emit(f"Loading {describe_ref(ref)}…", ref.startswith("pretrained:"))
+        self.runner.submit("model", work, subject=describe_ref(ref), title="Could not load the model")
+
+    def cancel_load(self) -> None:
+        self.runner.cancel("model")
+        self.busy.emit("", False)
+        self._run_waiting_with_current()
+
+    def set_device(self, device: str) -> None:
+        if device == self.device:
+            return
+        precision = self.precision if self.precision in available_precisions(device) else "fp32"
+        self._move(device, precision)
+
+    def set_precision(self, precision: str) -> None:
+        if precision != self.precision:
+            self._move(self.device, precision)
+
+    def _move(self, device: str, precision: str) -> None:
+        if self.pipeline is None:
+            self.device, self.precision = device, precision
+            self.modelChanged.emit("")
+            return
+        model, ref = self.pipeline.model, self.ref
+        old = (self.device, self.precision)
+
+        def work(job: Job):
+            import torch
+
+            try:
+                p = Pipeline(model, device=device, precision=precision)
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize(device)
+            except BaseException:
+                model.to(device=old[0], dtype=DTYPES[old[1]])
+                raise
+            return ref, p, None
+
+        self.busy.emit(f"Moving the model to {device} ({precision})…", False)
+        self.runner.submit("model", work, subject=f"{self.title()} on {device} ({precision})",
+                           title="Could not change device or precision")
+
+    # ------------------------------------------------------------------ images
+    def run(self, source: str, pil: Any = None, *, target: int | None = None, remember: bool = True) -> None:
+        """Analyse ``source`` (a path, read on the worker) or an in-memory PIL image with the current model."""
+        self.requested = source
+        if self.pipeline is None or self.runner.is_busy("model"):
+            self._waiting = (source, pil, target, remember)
+            return
+        pipeline = self.pipeline
+
+        def work(job: Job):
+            from vitviz import imaging
+
+            image = pil if pil is not None else imaging.load_image(source).image
+            if job.cancelled:
+                return None, remember
+            return pipeline.run(image, source=source, target=target), remember
+
+        self.busy.emit(f"Running {Path(source).name}…", False)
+        self.runner.submit("infer", work, subject=source, title="Could not analyse the image")
+
+    def rerun(self, result: Any, target: int | None = None) -> None:
+        """The shown image again (e.g. for another target); in-memory images are re-run from their pixels."""
+        import os
+
+        from PIL import Image
+
+        pil = None
+        if not os.path.isfile(result.source):
+            pil = Image.fromarray(np.ascontiguousarray(result.rgb), "RGB")
+        self.run(result.source, pil, target=target, remember=False)
+
+    def _run_waiting_with_current(self) -> None:
+        if self._waiting is not None and self.pipeline is not None:
+            source, pil, target, remember = self._waiting
+            self._waiting = None
+            self.run(source, pil, target=target, remember=remember)
+
+    # ------------------------------------------------------------------ worker results
+    def _on_done(self, kind: str, result: Any, job: Job) -> None:
+        if self._closing:
+            return
+        if kind == "model":
+            ref, pipeline, note = result
+            self.device, self.precision = pipeline.device, pipeline.precision
+            self.busy.emit("", False)
+            self.adopt(pipeline, ref, note)
+        elif kind == "infer":
+            res, remember = result
+            self.requested = None
+            if res is not None:
+                self.busy.emit("", False)
+                self.resultReady.emit(res, remember)
+
+    def _on_failed(self, kind: str, title: str, message: str, job: Job) -> None:
+        if self._closing:
+            return
+        self.busy.emit("", False)
+        if kind == "model":
+            if self.pipeline is None and job.subject != describe_ref("demo"):
+                # the remembered / requested model failed at start: fall back to the bundled one
+                QTimer.singleShot(0, lambda: self.load("demo"))
+            else:
+                self._run_waiting_with_current()
+        elif kind == "infer":
+            self.requested = None
+        text, detail = split_detail(message)
+        self.failed.emit(kind, title, text, detail, job.subject)
+
+    def shutdown(self) -> None:
+        self._closing = True
+        self.runner.shutdown()

@@ -1,0 +1,71 @@
+"""Every dialog the window shows (tests replace the :class:`Dialogs` object), and QImage <-> numpy helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
+
+IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.tif *.tiff *.webp *.gif);;All files (*)"
+CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pth *.pt *.bin *.npz *.ckpt);;All files (*)"
+
+
+class Dialogs:
+    """Every dialog the window shows. Tests replace methods (or patch QMessageBox / QFileDialog)."""
+
+    def __init__(self, parent: QWidget):
+        self.parent = parent
+
+    def error(self, title: str, message: str, detail: str = "") -> None:
+        box = QMessageBox(QMessageBox.Icon.Critical, title, message, QMessageBox.StandardButton.Ok, self.parent)
+        if detail:
+            box.setDetailedText(detail)
+        box.exec()
+
+    def info(self, title: str, html: str) -> None:
+        box = QMessageBox(QMessageBox.Icon.NoIcon, title, html, QMessageBox.StandardButton.Ok, self.parent)
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.exec()
+
+    def confirm(self, title: str, text: str) -> bool:
+        r = QMessageBox.question(self.parent, title, text,
+                                 QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                                 QMessageBox.StandardButton.No)
+        return r == QMessageBox.StandardButton.Yes
+
+    def confirm_overwrite(self, path: str) -> bool:
+        return self.confirm("Replace file?", f"{path} already exists.\n\nReplace it?")
+
+    def open_images(self, folder: str) -> list[str]:
+        files, _ = QFileDialog.getOpenFileNames(self.parent, "Open images", folder, IMAGE_FILTER)
+        return list(files)
+
+    def open_checkpoint_file(self, folder: str) -> str | None:
+        f, _ = QFileDialog.getOpenFileName(self.parent, "Open checkpoint", folder, CHECKPOINT_FILTER)
+        return f or None
+
+    def open_checkpoint_folder(self, folder: str) -> str | None:
+        d = QFileDialog.getExistingDirectory(self.parent, "Open checkpoint folder", folder)
+        return d or None
+
+    def save_png(self, suggested: str) -> str | None:
+        f, _ = QFileDialog.getSaveFileName(self.parent, "Export PNG", suggested, "PNG image (*.png)",
+                                           options=QFileDialog.Option.DontConfirmOverwrite)
+        if not f:
+            return None
+        return f if f.lower().endswith(".png") else f + ".png"
+
+
+def qimage_from_rgb(rgb: np.ndarray) -> QImage:
+    rgb = np.ascontiguousarray(rgb[..., :3], dtype=np.uint8)
+    h, w = rgb.shape[:2]
+    return QImage(rgb.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy()
+
+
+def rgb_from_qimage(img: QImage) -> np.ndarray:
+    img = img.convertToFormat(QImage.Format.Format_RGBA8888)
+    w, h = img.width(), img.height()
+    ptr = img.constBits()
+    arr = np.frombuffer(ptr, dtype=np.uint8, count=img.bytesPerLine() * h).reshape(h, img.bytesPerLine())
+    return arr[:, : 4 * w].reshape(h, w, 4)[..., :3].copy()

@@ -1,0 +1,103 @@
+"""The model bar: which model (bundled, named, recent checkpoints, open...), device and precision.
+
+It only shows the controller's state and emits the user's choice; the window decides what to do with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QActionGroup
+from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QWidget, QHBoxLayout
+
+from vitviz.pipeline import available_devices, available_precisions, device_description
+
+
+class ModelBar(QWidget):
+    """Model, device and precision combos (plus the Model menu's Device and Precision sub-menus).
+
+    Signals:
+        modelChosen(ref): a model reference, or "open-file" / "open-folder".
+        deviceChosen(device), precisionChosen(precision)
+    """
+
+    modelChosen = Signal(str)
+    deviceChosen = Signal(str)
+    precisionChosen = Signal(str)
+
+    def __init__(self, device_menu: QMenu, precision_menu: QMenu, parent=None):
+        super().__init__(parent)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.model_combo = QComboBox()
+        self.model_combo.setMinimumContentsLength(26)
+        self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.model_combo.activated.connect(lambda i: self.modelChosen.emit(self.model_combo.itemData(i) or ""))
+        self.device_combo = QComboBox()
+        for d in available_devices():
+            self.device_combo.addItem(d, d)
+        self.device_combo.activated.connect(lambda i: self.deviceChosen.emit(self.device_combo.itemData(i)))
+        self.precision_combo = QComboBox()
+        self.precision_combo.activated.connect(
+            lambda i: self.precisionChosen.emit(self.precision_combo.itemData(i)))
+        for text, w in ((" Model ", self.model_combo), ("  Device ", self.device_combo),
+                        ("  Precision ", self.precision_combo)):
+            lay.addWidget(QLabel(text))
+            lay.addWidget(w)
+        self.device_menu, self.precision_menu = device_menu, precision_menu
+
+    def fill_models(self, current_ref: str, current_title: str, recent: list[str]) -> None:
+        """The bundled model, the named pretrained weights (cached or not), recent checkpoints, Open..."""
+        c = self.model_combo
+        c.blockSignals(True)
+        c.clear()
+        c.addItem("Bundled demo model (shapes)", "demo")
+        try:
+            from vitviz.model.pretrained import PRETRAINED, is_cached
+        except Exception:  # noqa: BLE001 - the list is a convenience; the bundled model always works
+            PRETRAINED, is_cached = {}, (lambda n: False)
+        if PRETRAINED:
+            c.insertSeparator(c.count())
+        for name, info in PRETRAINED.items():
+            state = "cached" if is_cached(name) else f"download {getattr(info, 'size_mb', 0.0):.0f} MB"
+            c.addItem(f"torchvision {name} ({state})", f"pretrained:{name}")
+            c.setItemData(c.count() - 1, getattr(info, "description", name), Qt.ItemDataRole.ToolTipRole)
+        if recent:
+            c.insertSeparator(c.count())
+            for ref in recent:
+                c.addItem(f"{Path(ref[5:]).name}  ({ref[5:]})", ref)
+        c.insertSeparator(c.count())
+        c.addItem("Open checkpoint…", "open-file")
+        c.addItem("Open checkpoint folder…", "open-folder")
+        if current_ref and c.findData(current_ref) < 0:
+            c.insertItem(0, current_title, current_ref)
+        c.setCurrentIndex(max(c.findData(current_ref), 0))
+        c.blockSignals(False)
+
+    def fill_devices(self, device: str, precision: str) -> None:
+        """Device and precision choices (combos and menus), with the current ones checked."""
+        self.device_menu.clear()
+        group = QActionGroup(self.device_menu)
+        for d in available_devices():
+            a = self.device_menu.addAction(device_description(d))
+            a.setCheckable(True)
+            a.setChecked(d == device)
+            a.triggered.connect(lambda _=False, d=d: self.deviceChosen.emit(d))
+            group.addAction(a)
+        self.precision_menu.clear()
+        pgroup = QActionGroup(self.precision_menu)
+        self.precision_combo.blockSignals(True)
+        self.precision_combo.clear()
+        for p in available_precisions(device):
+            a = self.precision_menu.addAction(p)
+            a.setCheckable(True)
+            a.setChecked(p == precision)
+            a.triggered.connect(lambda _=False, p=p: self.precisionChosen.emit(p))
+            pgroup.addAction(a)
+            self.precision_combo.addItem(p, p)
+        self.precision_combo.setCurrentIndex(max(0, self.precision_combo.findData(precision)))
+        self.precision_combo.blockSignals(False)
+        self.device_combo.blockSignals(True)
+        self.device_combo.setCurrentIndex(max(0, self.device_combo.findData(device)))
+        self.device_combo.blockSignals(False)

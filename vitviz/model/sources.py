@@ -1,0 +1,90 @@
+"""What a user types to name a model, turned into a model: the one parser for the CLI, the window and ``--model``.
+
+No Qt here. A *model reference* is a string, stored as such in the window's settings:
+
+- ``"demo"``: the bundled shapes model;
+- ``"file:PATH"``: a checkpoint file or folder (:func:`vitviz.model.load_checkpoint`);
+- ``"pretrained:NAME"``: named weights downloaded once (:data:`vitviz.model.pretrained.PRETRAINED`);
+- ``"random:NAME"``: a registered architecture with random weights (:func:`vitviz.model.list_models`).
+
+:func:`parse_model_ref` turns free text into a reference (an existing path wins over a name);
+:func:`open_model` builds the model it names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+PREFIXES = ("file:", "pretrained:", "random:")
+
+
+def parse_model_ref(text: str | os.PathLike[str]) -> str:
+    """``"demo"``, ``"file:/abs/path"``, ``"pretrained:NAME"`` or ``"random:NAME"`` for what the user typed.
+
+    Raises:
+        CheckpointError: neither an existing path nor a known name (the message lists the names).
+    """
+    from vitviz.model.checkpoints import CheckpointError
+    from vitviz.model.pretrained import PRETRAINED
+
+    text = os.fspath(text)
+    if text == "demo" or text.startswith(PREFIXES):
+        return text
+    path = Path(text).expanduser()
+    if path.exists():
+        return f"file:{path.resolve()}"
+    if text in PRETRAINED:
+        return f"pretrained:{text}"
+    from vitviz.model.variants import list_models
+
+    if text in list_models():
+        return f"random:{text}"
+    raise CheckpointError(f"{text}: no such file or directory, and not a pretrained name ({', '.join(PRETRAINED)}), "
+                          f"'demo' (the bundled model) or an architecture for random weights "
+                          f"({', '.join(list_models())})")
+
+
+def describe_ref(ref: str) -> str:
+    """A short name of a reference for status text and error titles."""
+    if ref == "demo":
+        return "bundled demo model"
+    return ref.split(":", 1)[1] if ":" in ref else ref
+
+
+def open_model(ref: str, *, progress: Any = None, show_bar: bool = True, **load_kwargs: Any):
+    """Build the model ``ref`` names; returns ``(model, note)`` where ``note`` is a warning for the user or None.
+
+    Args:
+        ref: a model reference (see :func:`parse_model_ref`).
+        progress: ``progress(done, total) -> bool | None`` for downloads (False cancels).
+        show_bar: a terminal progress bar for downloads.
+        load_kwargs: ``num_heads``, ``num_classes``, ``img_size``, ``preprocess``, ``labels``: for checkpoint files.
+
+    Raises:
+        CheckpointError, PretrainedError, ValueError: naming the file or model and the cause.
+    """
+    given = sorted(k for k, v in load_kwargs.items() if v is not None)
+    if given and not ref.startswith("file:"):
+        raise ValueError(f"options {given} apply to checkpoint files, not to {describe_ref(ref)!r}")
+    if ref == "demo":
+        try:
+            from vitviz.demo import load_demo_model
+            return load_demo_model(), None
+        except (ImportError, FileNotFoundError) as e:
+            from vitviz.model.variants import create_model
+            m = create_model("vit_tiny_patch16_224", num_classes=10, depth=4)
+            return m, f"The bundled demo model is not available ({e}); showing a randomly initialised ViT."
+    kind, _, value = ref.partition(":")
+    if kind == "file":
+        from vitviz.model.checkpoints import load_checkpoint
+        return load_checkpoint(value, **{k: v for k, v in load_kwargs.items() if v is not None}), None
+    if kind == "pretrained":
+        hub = importlib.import_module("vitviz.model.pretrained")  # (vitviz.model.pretrained is also a function)
+        return hub.pretrained(value, progress=progress, show_bar=show_bar), None
+    if kind == "random":
+        from vitviz.model.variants import create_model
+        return create_model(value), "Randomly initialised weights: the maps show no learned structure."
+    raise ValueError(f"unknown model reference {ref!r}: expected demo, file:PATH, pretrained:NAME or random:NAME")

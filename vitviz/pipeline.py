@@ -1,0 +1,299 @@
+"""One image through one model: image -> preprocess -> capture -> result. Shared by the window, the CLI and batch work.
+
+No Qt here. A :class:`Pipeline` holds a model on its device and precision and the data that depends only on the
+model (:class:`ModelData`: position embeddings at a grid, their similarity, the patch-embedding filters' principal
+components), computed once per model and grid and reused for every image. :meth:`Pipeline.run` costs one forward
+and, for a model with a classifier, one backward: without a target, the gradients are taken for the top class of
+that same forward (``capture(..., target="top")``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from vitviz.capture import ImageCapture
+from vitviz.preprocess import CropGeometry
+
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def available_devices() -> list[str]:
+    """``["cpu", "cuda:0", ..., "mps"]`` for what this machine has."""
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        devices.append("mps")
+    return devices
+
+
+def available_precisions(device: str) -> list[str]:
+    """fp32 and bf16 everywhere; fp16 only on a GPU (CPU half matmuls are slow or missing)."""
+    return ["fp32", "bf16"] + (["fp16"] if not device.startswith("cpu") else [])
+
+
+def device_description(device: str) -> str:
+    """A human-readable name of ``device`` (the GPU's model name for CUDA)."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        return f"{device} ({torch.cuda.get_device_name(idx)})"
+    if device == "mps":
+        return "mps (Apple GPU)"
+    return "cpu"
+
+
+def _np(t: Any) -> np.ndarray:
+    if isinstance(t, torch.Tensor):
+        return t.detach().float().cpu().numpy()
+    return np.asarray(t, dtype=np.float32)
+
+
+class ModelData:
+    """What depends on the model (and the patch grid) only: computed once, shared by every image's result.
+
+    Attributes:
+        grid: the patch grid this data is for.
+        pos_embed: ``[N_pos, D]`` float32 position embedding resampled to ``grid`` (prefix slots included when the
+            model has them), or None.
+        patch_embed_weight: ``[D, C, P, P]`` float32 patch-embedding filters, or None.
+    """
+
+    def __init__(self, grid: tuple[int, int], pos_embed: torch.Tensor | None,
+                 patch_embed_weight: torch.Tensor | None):
+        self.grid = (int(grid[0]), int(grid[1]))
+        self.pos_embed = pos_embed
+        self.patch_embed_weight = patch_embed_weight
+        self._lock = threading.Lock()
+        self._cache: dict[Any, Any] = {}
+
+    def _get(self, key: Any, fn) -> Any:
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = fn()
+            return self._cache[key]
+
+    def pos_similarity(self) -> np.ndarray | None:
+        """``[gh, gw, gh, gw]`` cosine similarity of the position embeddings, or None when the model has none."""
+        from vitviz import analysis as A
+
+        pe = self.pos_embed
+        if pe is None or pe.shape[0] < self.grid[0] * self.grid[1]:
+            return None
+        p = pe.shape[0] - self.grid[0] * self.grid[1]
+        return self._get("possim", lambda: _np(A.position_embedding_similarity(pe[None], grid=self.grid,
+                                                                                num_prefix_tokens=p)))
+
+    def filters(self, k: int = 28) -> np.ndarray | None:
+        """``[k, P, P, C]`` principal components of the patch-embedding filters, in [0, 1]."""
+        from vitviz import analysis as A
+
+        w = self.patch_embed_weight
+        if w is None:
+            return None
+        k = min(k, w.shape[0], w[0].numel())
+        return self._get(("filters", k), lambda: _np(A.embedding_filters(w, k=k)))
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, grid: tuple[int, int]) -> "ModelData":
+        pos = getattr(model, "pos_embed", None)
+        pos_embed = None
+        if pos is not None:
+            try:
+                pos_embed = model.pos_embed_for(tuple(grid))[0].detach().float().cpu()
+            except Exception:  # noqa: BLE001 - a model without resampling support still shows the other views
+                pos_embed = pos[0].detach().float().cpu()
+        pe = getattr(model, "patch_embed", None)
+        weight = pe.proj.weight.detach().float().cpu() if pe is not None and hasattr(pe, "proj") else None
+        return cls(grid, pos_embed, weight)
+
+
+@dataclass
+class InferenceResult:
+    """One image through one model: everything the views need, on the CPU in float32.
+
+    The per-image tensors are those of :meth:`vitviz.capture.Capture.image` (``capture``); the properties below
+    read them from there.
+
+    Attributes:
+        source: the image file (or a name such as ``"pasted image"``).
+        rgb: the full image, uint8 ``[H, W, 3]`` (EXIF rotation applied).
+        geometry: where the model's input crop lies in the image.
+        capture: attentions ``[L, H, N, N]``, tokens ``[L+1, N, D]``, attention gradients, logits ``[K]``, target.
+        model_data: position embeddings and filters of the model (shared by every result of that model and grid).
+        model_name, device, precision: for captions and the status bar.
+        labels: class names (None when the model has none).
+        analyses: rollout, gradient rollout, relevance, mean attention distance and entropy at the default view
+            options, computed in one sweep (:func:`vitviz.analysis.analyse_image`) off the GUI thread; None without
+            a [CLS] token.
+    """
+
+    source: str
+    rgb: np.ndarray
+    geometry: CropGeometry
+    capture: ImageCapture
+    model_data: ModelData | None = None
+    model_name: str = "model"
+    device: str = "cpu"
+    precision: str = "fp32"
+    labels: tuple[str, ...] | None = None
+    analyses: Any = field(default=None, repr=False)  # vitviz.analysis.ImageAnalyses
+
+    # ------------------------------------------------------------------ the capture's fields
+    @property
+    def attentions(self) -> torch.Tensor:
+        return self.capture.attentions
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        return self.capture.tokens
+
+    @property
+    def attention_grads(self) -> torch.Tensor | None:
+        return self.capture.attention_grads
+
+    @property
+    def logits(self) -> torch.Tensor:
+        return self.capture.logits
+
+    @property
+    def target(self) -> int | None:
+        return self.capture.target
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.capture.grid
+
+    @property
+    def patch_size(self) -> int:
+        return self.capture.patch_size
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return self.capture.num_prefix_tokens
+
+    @property
+    def pos_embed(self) -> torch.Tensor | None:
+        return None if self.model_data is None else self.model_data.pos_embed
+
+    @property
+    def patch_embed_weight(self) -> torch.Tensor | None:
+        return None if self.model_data is None else self.model_data.patch_embed_weight
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def num_layers(self) -> int:
+        return int(self.attentions.shape[0])
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.attentions.shape[1])
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return (int(self.rgb.shape[0]), int(self.rgb.shape[1]))
+
+    @property
+    def probabilities(self) -> torch.Tensor:
+        return torch.softmax(self.logits.float(), dim=-1)
+
+    def label(self, index: int) -> str:
+        if self.labels is not None and 0 <= index < len(self.labels):
+            return self.labels[index]
+        return f"class {index}"
+
+    def top_k(self, k: int = 5) -> list[tuple[int, str, float]]:
+        """``[(class index, label, probability)]`` for the k most probable classes."""
+        p = self.probabilities
+        k = min(k, p.numel())
+        vals, idx = p.topk(k)
+        return [(int(i), self.label(int(i)), float(v)) for v, i in zip(vals, idx)]
+
+
+class Pipeline:
+    """A model on a device and precision, ready to turn images into :class:`InferenceResult` s.
+
+    Args:
+        model: a :class:`vitviz.model.ViT` with ``spec`` set (moved to ``device`` / ``precision`` here).
+        device: torch device string.
+        precision: "fp32" | "bf16" | "fp16".
+    """
+
+    def __init__(self, model: torch.nn.Module, *, device: str = "cpu", precision: str = "fp32"):
+        if precision not in DTYPES:
+            raise ValueError(f"precision must be one of {sorted(DTYPES)}, got {precision!r}")
+        self.model = model
+        self.device = device
+        self.precision = precision
+        self._model_data: dict[tuple[int, int], ModelData] = {}
+        self._lock = threading.Lock()
+        model.eval()
+        model.to(device=device, dtype=DTYPES[precision])
+
+    @property
+    def spec(self):
+        return self.model.spec
+
+    def model_data(self, grid: tuple[int, int]) -> ModelData:
+        """The model-only data at ``grid`` (computed on first use, then shared)."""
+        grid = (int(grid[0]), int(grid[1]))
+        with self._lock:
+            if grid not in self._model_data:
+                self._model_data[grid] = ModelData.of(self.model, grid)
+            return self._model_data[grid]
+
+    def run(self, image: Any, *, source: str = "image", target: int | None = None) -> InferenceResult:
+        """Preprocess one image with the model's spec, capture attention and gradients, return the result.
+
+        Args:
+            image: a PIL image (any mode; converted to RGB once) or a :class:`vitviz.imaging.LoadedImage`.
+            source: a name for captions (the file path).
+            target: class index for the gradient views, or None for the top prediction of the same pass.
+
+        Returns:
+            An :class:`InferenceResult` with tensors on the CPU in float32.
+        """
+        from vitviz.analysis import analyse_image
+        from vitviz.capture import capture
+
+        image = getattr(image, "image", image)  # LoadedImage -> PIL
+        rgb_image = image if image.mode == "RGB" else image.convert("RGB")
+        x, geometry = self.spec.preprocess.apply(rgb_image)
+        x = x[None].to(device=self.device, dtype=DTYPES[self.precision])
+        num_classes = int(getattr(self.model, "num_classes", 0) or 0)
+        if target is not None and num_classes > 0 and not 0 <= int(target) < num_classes:
+            raise ValueError(f"target class {target} is out of range for a model with {num_classes} classes")
+        want: Any = "top" if target is None else (int(target) if num_classes > 0 else None)
+        with torch.inference_mode(False):
+            cap = capture(self.model, x, target=want, store_dtype=torch.float32).image(0)
+        analyses = None
+        if cap.num_prefix_tokens >= 1:
+            analyses = analyse_image(cap.attentions, cap.attention_grads, grid=tuple(cap.grid),
+                                     patch_size=cap.patch_size, num_prefix_tokens=cap.num_prefix_tokens)
+        return InferenceResult(
+            source=source,
+            rgb=np.ascontiguousarray(np.asarray(rgb_image, dtype=np.uint8)),
+            geometry=geometry,
+            capture=cap,
+            model_data=self.model_data(cap.grid),
+            model_name=getattr(self.spec, "name", "model"),
+            device=self.device,
+            precision=self.precision,
+            labels=getattr(self.spec, "labels", None),
+            analyses=analyses,
+        )
+
+
+def run_inference(model: torch.nn.Module, image: Any, *, source: str = "image", target: int | None = None,
+                  device: str = "cpu", precision: str = "fp32") -> InferenceResult:
+    """One-off :meth:`Pipeline.run` (the model is moved to ``device`` / ``precision``)."""
+    return Pipeline(model, device=device, precision=precision).run(image, source=source, target=target)
