@@ -311,6 +311,24 @@ class Session:
         value = float(m[row, col]) if m is not None else float("nan")
         return HoverInfo(row, col, r.num_prefix_tokens + row * r.grid[1] + col, value)
 
+    def hover_text(self, x: float, y: float) -> str:
+        """The status-bar read-out for the cursor at image pixel ``(x, y)`` (NaN: off the image)."""
+        if math.isnan(x) or self.result is None:
+            return ""
+        info = self.hover(x, y)
+        pix = f"pixel ({int(x)}, {int(y)})"
+        if info is None:
+            return f"{pix} · outside the model's crop"
+        return f"{pix} · patch (row {info.row}, col {info.col}) · token {info.token} · value {info.value:.4g}"
+
+    def next_head(self, delta: int) -> Any:
+        """The head choice ``delta`` steps from the current one, through mean, max, min, head 0, 1, ... (wrapping)."""
+        r = self.result
+        choices: list[Any] = list(HEAD_REDUCTIONS) + (list(range(r.num_heads)) if r is not None else [])
+        cur = self.options.head
+        i = choices.index(cur) if cur in choices else 0
+        return choices[(i + delta) % len(choices)]
+
     # ------------------------------------------------------------------ text
     def describe_view(self) -> str:
         """Caption of the current view, e.g. ``"Attention from [CLS] · layer 3 · head 5"``."""

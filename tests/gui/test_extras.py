@@ -101,7 +101,7 @@ def test_drop_files_opens_them(qtbot, window, tmp_path):
         window.dropEvent(ev)
     assert window.session.images == [str(a), str(b)]
     assert window.session.result.source == str(a)
-    assert window.recent_files()[0] == str(a)
+    assert window.prefs.recent_files()[0] == str(a)
     assert any(act.text() == "a.png" for act in window.recent_menu.actions())
 
 
@@ -146,7 +146,7 @@ def test_copy_view_puts_the_export_on_the_clipboard(qtbot, window, image_path):
     window.copy_view()
     img = QApplication.clipboard().image()
     assert (img.width(), img.height()) == (110, 70)
-    from vitviz.gui.main_window import rgb_from_qimage
+    from vitviz.gui.dialogs import rgb_from_qimage
     np.testing.assert_array_equal(rgb_from_qimage(img), window.session.render_export())
 
 

@@ -328,7 +328,7 @@ def test_settings_round_trip(qtbot, tiny_model, settings, tmp_path):
     w.controls.interp_combo.setCurrentIndex(1)
     w.set_view("rollout")
     w._docks["plots"].hide()
-    w._remember_folder(str(tmp_path / "x.png"))
+    w.prefs.remember_folder(str(tmp_path / "x.png"))
     size = (w.width(), w.height())
     w.close()
 
@@ -338,7 +338,7 @@ def test_settings_round_trip(qtbot, tiny_model, settings, tmp_path):
     assert (o.cmap, o.opacity, o.interpolation, o.view) == ("viridis", 0.35, "bilinear", "rollout")
     assert w2.controls.cmap_combo.currentText() == "viridis"
     assert w2.width() == size[0] == 731  # (heights are clamped to the offscreen screen)
-    assert w2.last_folder() == str(tmp_path)
+    assert w2.prefs.last_folder() == str(tmp_path)
     assert w2.device == "cpu" and w2.precision == "fp32"
     assert settings.value("model") == f"file:{ckpt}"
     w2.show()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
@@ -55,6 +57,47 @@ class Dialogs:
         if not f:
             return None
         return f if f.lower().endswith(".png") else f + ".png"
+
+
+def confirm_download(dialogs: Dialogs, ref: str) -> bool:
+    """Ask before downloading named weights that are not cached (True for anything else)."""
+    if not ref.startswith("pretrained:"):
+        return True
+    from vitviz.model.pretrained import PRETRAINED, is_cached
+
+    name = ref.split(":", 1)[1]
+    info = PRETRAINED.get(name)
+    if info is None or is_cached(name):
+        return True
+    return dialogs.confirm("Download weights?", f"{name}: {getattr(info, 'description', '')}\n\nDownload "
+                                                f"{getattr(info, 'size_mb', 0):.0f} MB from\n{info.url}?")
+
+
+def write_png_asking(dialogs: Dialogs, path: str, arr: np.ndarray):
+    """Write ``arr`` to ``path``; an existing file is replaced only when the user says so (None when not)."""
+    from vitviz import imaging
+
+    try:
+        return imaging.write_png(path, arr, overwrite=False)
+    except FileExistsError:
+        if not dialogs.confirm_overwrite(str(path)):
+            return None
+        return imaging.write_png(path, arr, overwrite=True)
+
+
+def mime_content(md, image: QImage | None = None) -> tuple[list[str], np.ndarray | None]:
+    """What a paste or drop holds: existing local files (from URLs or a path as text), and/or pixels."""
+    if md is None:
+        return [], None
+    files = [u.toLocalFile() for u in md.urls() if u.isLocalFile()] if md.hasUrls() else []
+    if not files and md.hasText() and os.path.isfile(md.text().strip()):
+        files = [md.text().strip()]
+    files = [f for f in files if os.path.isfile(f)]
+    rgb = None
+    if md.hasImage():
+        img = image if image is not None and not image.isNull() else QImage(md.imageData())
+        rgb = None if img.isNull() else rgb_from_qimage(img)
+    return files, rgb
 
 
 def qimage_from_rgb(rgb: np.ndarray) -> QImage:

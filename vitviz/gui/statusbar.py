@@ -1,0 +1,63 @@
+"""The status bar's permanent parts: hover read-out, busy indicator with Cancel, and the model in use."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QToolButton
+
+
+class StatusParts:
+    """Adds the hover label, the busy label/bar, the Cancel button and the model label to ``bar``."""
+
+    def __init__(self, bar: QStatusBar):
+        self.hover_label = QLabel("")
+        self.hover_label.setMinimumWidth(380)
+        bar.addWidget(self.hover_label, 1)
+        self.busy_label = QLabel("")
+        self.busy_bar = QProgressBar()
+        self.busy_bar.setMaximumWidth(160)
+        self.busy_bar.setMaximumHeight(14)
+        self.busy_bar.setTextVisible(False)
+        self.busy_bar.setRange(0, 0)
+        self.cancel_button = QToolButton()
+        self.cancel_button.setText("Cancel")
+        for w in (self.busy_label, self.busy_bar, self.cancel_button):
+            w.setVisible(False)
+            bar.addPermanentWidget(w)
+        self.model_label = QLabel("no model")
+        self.model_label.setToolTip("Model · input size · device · precision")
+        bar.addPermanentWidget(self.model_label)
+
+    def set_busy(self, text: str, busy: bool, cancellable: bool, loading_model: bool) -> None:
+        """Shown while any job runs (``busy``); Cancel only while a cancellable model load runs."""
+        if text:
+            self.busy_label.setText(text)
+            self.busy_bar.setRange(0, 0)
+        elif not busy:
+            self.busy_label.setText("")
+        show = bool(text) or busy
+        self.busy_label.setVisible(show)
+        self.busy_bar.setVisible(show)
+        if cancellable:
+            self.cancel_button.setVisible(True)
+        elif not loading_model:
+            self.cancel_button.setVisible(False)
+
+    def set_progress(self, done: int, total: int) -> None:
+        if total > 0:
+            self.busy_bar.setRange(0, 1000)
+            self.busy_bar.setValue(int(1000 * done / total))
+            self.busy_label.setText(f"Downloading… {done / 1e6:.0f} / {total / 1e6:.0f} MB")
+        else:
+            self.busy_bar.setRange(0, 0)
+
+    def set_model(self, model, title: str, device: str, precision: str) -> None:
+        if model is None:
+            self.model_label.setText("no model")
+            return
+        spec = getattr(model, "spec", None)
+        size = getattr(spec, "input_size", None)
+        cfg = getattr(model, "config", None)
+        arch = f"L{cfg.depth} H{cfg.num_heads} P{cfg.patch_size}" if cfg is not None else ""
+        size_text = f"{size[0]}×{size[1]}" if size else "?"
+        self.model_label.setText(f"<b>{title}</b> · {size_text} · {arch} · {device} · {precision}")
+        self.model_label.setToolTip(spec.describe() if hasattr(spec, "describe") else title)
