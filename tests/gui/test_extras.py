@@ -42,7 +42,7 @@ def test_download_shows_progress_and_can_be_cancelled(qtbot, window, image_path,
     assert 0 <= window.busy_bar.value() <= 1000 and window.busy_bar.maximum() == 1000
     qtbot.mouseClick(window.cancel_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: calls["stopped"], timeout=10000)
-    qtbot.wait(50)
+    qtbot.waitUntil(lambda: not window.runner.is_busy(), timeout=10000)
     assert window.model is model and window.model_key == key
     assert window.dialogs_recorder.errors == []  # a cancel is not an error
     assert not window.cancel_button.isVisible()
@@ -204,7 +204,7 @@ def test_plots_panel_clicks_select_layer_head_and_patch(qtbot, window, image_pat
     plots = window.plots
     # distance plot: click the point of layer 2, head 3
     plots.setCurrentIndex(0)
-    qtbot.wait(20)
+    qtbot.waitExposed(plots.dist_widget)
     pt = next(p for p in plots.dist_scatter.points() if tuple(p.data()) == (2, 3))
     vb = plots.dist_plot.getViewBox()
     pos = plots.dist_widget.mapFromScene(vb.mapViewToScene(QPointF(pt.pos().x(), pt.pos().y())))
@@ -214,14 +214,14 @@ def test_plots_panel_clicks_select_layer_head_and_patch(qtbot, window, image_pat
     assert pt.pos().y() == pytest.approx(float(d[2, 3]))
     # entropy map: click the cell of layer 1, head 0
     plots.setCurrentIndex(3)
-    qtbot.wait(20)
+    qtbot.waitExposed(plots.ent_widget)
     evb = plots.ent_plot.getViewBox()
     pos = plots.ent_widget.mapFromScene(evb.mapViewToScene(QPointF(0.5, 1.5)))
     qtbot.mouseClick(plots.ent_widget.viewport(), Qt.MouseButton.LeftButton, pos=pos)
     assert (window.session.options.layer, window.session.options.head) == (1, 0)
     # position-embedding grid: click tile (row 3, col 1) -> query patch 3 * gw + 1
     plots.setCurrentIndex(1)
-    qtbot.wait(20)
+    qtbot.waitExposed(plots.pos_mosaic)
     qtbot.mouseClick(plots.pos_mosaic.viewport(), Qt.MouseButton.LeftButton, pos=plots.pos_mosaic.tile_center(3, 1))
     assert window.session.options.query == 3 * r.grid[1] + 1
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from vitviz import analysis as A
 from vitviz.capture import capture
@@ -99,7 +99,7 @@ def test_clicking_a_head_tile_selects_that_head(qtbot, window, image_path, tiny_
     assert window.heads.mosaic.highlight.isVisible()
     # the all-layers grid: click layer 2, head 1
     window.heads.grid_toggle.setChecked(True)
-    qtbot.wait(10)
+    qtbot.waitUntil(lambda: window.heads.mosaic.rows == 3)
     pos = window.heads.mosaic.tile_center(2, 1)
     qtbot.mouseClick(window.heads.mosaic.viewport(), Qt.MouseButton.LeftButton, pos=pos)
     assert (window.session.options.layer, window.session.options.head) == (2, 1)
@@ -289,7 +289,7 @@ def test_newest_request_wins(qtbot, window, tmp_path):
     window.open_images([str(a)])
     window.open_images([str(b)])
     qtbot.waitUntil(lambda: len(shown) >= 1, timeout=30000)
-    qtbot.wait(200)
+    qtbot.waitUntil(lambda: not window.runner.is_busy(), timeout=30000)  # a's job, if it ran, is over
     assert shown == [str(b)]
     assert window.session.result.rgb.shape == (64, 40, 3)
     # PageUp/PageDown walk through the opened set
@@ -310,7 +310,7 @@ def test_closing_while_work_runs_exits_cleanly(qtbot, tiny_model, settings, imag
     w.open_images([str(image_path)])
     w.close()
     assert not w.runner._thread.is_alive()
-    qtbot.wait(100)
+    QApplication.processEvents()  # deliver anything the worker queued before it stopped
     assert dropped == []
 
 

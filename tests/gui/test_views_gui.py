@@ -1,0 +1,74 @@
+"""The window builds its view list, shortcuts and enabled controls from the registry; quick PageDown presses."""
+
+import numpy as np
+from PySide6.QtCore import Qt
+
+from gui_helpers import make_image, open_and_wait
+from vitviz import views
+
+
+class Squared(views.View):
+    key = "toy_square"
+    title = "Squared attention (toy)"
+    reads = frozenset({"query"})
+    quantity = "attention weight squared"
+    shortcut = "Ctrl+9"
+
+    def compute(self, result, options):
+        p = result.num_prefix_tokens
+        return views.as_grid(result.attentions[-1].mean(0)[p + options.query, p:] ** 2, result.grid)
+
+
+def test_a_registered_view_is_listed_and_drawn(qtbot, tiny_model, settings, image_path):
+    from vitviz.gui.main_window import MainWindow
+
+    views.register(Squared())
+    try:
+        w = MainWindow(settings=settings, model=tiny_model)
+        qtbot.addWidget(w)
+        w.show()
+        r = open_and_wait(qtbot, w, image_path)
+        assert "toy_square" in w.controls.view_buttons and "toy_square" in w.view_actions
+        assert w.view_actions["toy_square"].shortcut().toString() == "Ctrl+9"
+        w.controls.view_buttons["toy_square"].click()  # the user picks it
+        assert w.session.options.view == "toy_square"
+        w.set_query(5)
+        ref = (r.attentions[-1].mean(0)[1 + 5, 1:] ** 2).reshape(r.grid).numpy()
+        np.testing.assert_allclose(np.asarray(w.canvas.overlay_item.image), ref, rtol=1e-6)
+        # it reads only the query: layer, head and rollout controls are disabled
+        assert not w.controls.layer_slider.isEnabled() and not w.controls.head_combo.isEnabled()
+        assert not w.controls.rollout_box.isEnabled()
+        assert "Squared attention (toy)" in w.windowTitle()
+        w.close()
+    finally:
+        views.unregister("toy_square")
+
+
+def test_controls_follow_what_each_view_reads(qtbot, window, image_path):
+    open_and_wait(qtbot, window, image_path)
+    for v in views.all_views():
+        window.set_view(v.key)
+        c = window.controls
+        assert c.layer_slider.isEnabled() == ("layer" in v.reads), v.key
+        assert c.head_combo.isEnabled() == ("head" in v.reads), v.key
+        assert c.start_spin.isEnabled() == ("start_layer" in v.reads), v.key
+        assert c.view_buttons[v.key].isChecked() and window.view_actions[v.key].isChecked()
+
+
+def test_quick_page_down_presses_each_move_on(qtbot, window, tmp_path):
+    paths = []
+    for i in range(6):
+        p = tmp_path / f"img{i}.png"
+        make_image(p, 40 + i, 50, seed=i)
+        paths.append(str(p))
+    open_and_wait(qtbot, window, paths[0])
+    window.session.add_images(paths)
+    window.session.index = 0
+    with qtbot.waitSignal(window.resultShown, timeout=30000):
+        for _ in range(4):  # faster than the model: the requests pile up, each press moves on, the newest wins
+            qtbot.keyClick(window.canvas, Qt.Key.Key_PageDown)
+    qtbot.waitUntil(lambda: not window.runner.is_busy(), timeout=30000)
+    assert window.session.result.source == paths[4]
+    with qtbot.waitSignal(window.resultShown, timeout=30000):
+        qtbot.keyClick(window.canvas, Qt.Key.Key_PageUp)
+    assert window.session.result.source == paths[3]
