@@ -6,6 +6,7 @@ the sample images in ``resources/samples/`` come from :func:`vitviz.demo.shapes.
 
 from __future__ import annotations
 
+import importlib.resources
 from pathlib import Path
 
 import vitviz
@@ -15,8 +16,28 @@ __all__ = ["CLASSES", "ShapeSample", "default_model_path", "generate", "generate
            "render", "resources_dir", "sample_images"]
 
 
+def _installed_resources() -> Path | None:
+    """``vitviz/_resources`` of an installed package (wheel, ``pip install .``), found with importlib.resources."""
+    try:
+        root = importlib.resources.files("vitviz") / "_resources"
+    except (ModuleNotFoundError, TypeError):  # pragma: no cover - vitviz is always importable here
+        return None
+    # a real folder only: the files are passed to code that opens paths (safetensors, PIL, the GUI)
+    if isinstance(root, Path) and root.is_dir():
+        return root
+    return None
+
+
 def resources_dir() -> Path:
-    """The repository's ``resources/`` folder (next to the ``vitviz`` package)."""
+    """The folder with the demo weights (``demo/``) and the sample images (``samples/``).
+
+    An installed package (wheel or ``pip install .``) carries them as package data in ``vitviz/_resources``; a
+    source checkout or an editable install uses the repository's top-level ``resources/`` folder (next to the
+    ``vitviz`` package), which is also where ``python -m vitviz.demo.train`` / ``.samples`` write by default.
+    """
+    installed = _installed_resources()
+    if installed is not None:
+        return installed
     return Path(vitviz.__file__).resolve().parent.parent / "resources"
 
 
