@@ -32,7 +32,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 def fake_result(size: int = 1024, L: int = 12, H: int = 12, grid: int = 14, D: int = 768, seed: int = 0):
     from vitviz.preprocess import Preprocess
-    from vitviz.session import InferenceResult
+    from vitviz.pipeline import InferenceResult
 
     g = torch.Generator().manual_seed(seed)
     N = grid * grid + 1
@@ -43,12 +43,14 @@ def fake_result(size: int = 1024, L: int = 12, H: int = 12, grid: int = 14, D: i
     yy, xx = np.mgrid[0:size, 0:size]
     rgb = np.stack([(xx * 255 // size), (yy * 255 // size), rng.integers(0, 255, (size, size))], -1).astype(np.uint8)
     geo = Preprocess(resize=256, crop=(224, 224)).geometry((size, size))
-    return InferenceResult(
-        source="bench.png", rgb=rgb, geometry=geo, attentions=attn, tokens=tokens, attention_grads=grads,
-        logits=torch.randn(1000, generator=g), target=0, grid=(grid, grid), patch_size=16, num_prefix_tokens=1,
-        pos_embed=torch.randn(N, D, generator=g), patch_embed_weight=torch.randn(D, 3, 16, 16, generator=g),
-        model_name="ViT-B/16 (random captures)",
-    )
+    from vitviz.capture import ImageCapture
+    from vitviz.pipeline import ModelData
+
+    cap = ImageCapture(logits=torch.randn(1000, generator=g), attentions=attn, tokens=tokens, grid=(grid, grid),
+                       patch_size=16, num_prefix_tokens=1, attention_grads=grads, target=0)
+    data = ModelData((grid, grid), torch.randn(N, D, generator=g), torch.randn(D, 3, 16, 16, generator=g))
+    return InferenceResult(source="bench.png", rgb=rgb, geometry=geo, capture=cap, model_data=data,
+                           model_name="ViT-B/16 (random captures)")
 
 
 def main(argv: list[str] | None = None) -> int:

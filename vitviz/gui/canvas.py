@@ -36,11 +36,6 @@ def highlight_rect(width: float = 2.0, z: float | None = None, visible: bool = T
     return item
 
 
-def colormap_for(name: str) -> pg.ColorMap:
-    lut = imaging.get_colormap(name)
-    return pg.ColorMap(np.linspace(0.0, 1.0, lut.shape[0]), lut[:, :4], name=name)
-
-
 class ColorBar(QWidget):
     """A light colour bar beside the canvas: the colormap's gradient and five value labels.
 
@@ -223,9 +218,6 @@ class Canvas(pg.GraphicsLayoutWidget):
         h, w = self._image_shape
         self.vb.setRange(QRectF(0, 0, w, h), padding=0.02)
 
-    def set_placeholder(self, text: str) -> None:
-        self.placeholder.setText(text)
-
     def resizeEvent(self, ev) -> None:
         super().resizeEvent(ev)
         if hasattr(self, "placeholder"):  # pyqtgraph calls resizeEvent from its constructor
@@ -236,10 +228,6 @@ class Canvas(pg.GraphicsLayoutWidget):
         """Widget pixel position of image coordinate ``(x, y)`` (for tests and tooltips)."""
         scene = self.vb.mapViewToScene(QPointF(x, y))
         return self.mapFromScene(scene)
-
-    def widget_to_image(self, pos: QPoint) -> tuple[float, float]:
-        p = self.vb.mapSceneToView(self.mapToScene(pos))
-        return (p.x(), p.y())
 
     def _on_mouse_moved(self, scene_pos: QPointF) -> None:
         if self._image_shape is None:
