@@ -140,3 +140,16 @@ def test_predict_offline_pretrained_is_one_clear_error(capsys, monkeypatch, tmp_
     assert main(["predict", "vit_b_16", "x.png"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "not cached" in err and "vitviz --model" in err
+
+
+def test_gui_with_an_unknown_model_name_is_one_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "vitviz", "--model", str(tmp_path / "nope.safetensors")],
+                       capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen",
+                            "VITVIZ_SETTINGS": str(tmp_path / "s.ini")})
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nope.safetensors" in lines[0] and "Traceback" not in r.stderr

@@ -154,7 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"vitviz: the GUI is not available ({e}). Headless commands still work: "
               f"'vitviz info CHECKPOINT', 'vitviz predict CHECKPOINT IMAGE'.", file=sys.stderr)
         return 1
-    return int(run_gui(list(args.images), model=args.model, device=args.device) or 0)
+    try:
+        return int(run_gui(list(args.images), model=args.model, device=args.device) or 0)
+    except ValueError as e:  # --model names nothing that exists (CheckpointError): said before any window opens
+        print(f"vitviz: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover
