@@ -1,0 +1,45 @@
+"""The ordered registry of checkpoint formats, and format detection through it. No Qt.
+
+A format is a module with ``NAME``, ``DESCRIPTION`` (for messages), ``detect(raw) -> bool`` (by which metadata or
+keys are present), ``convert(raw) -> Converted`` (a pure dict -> dict renaming, as timm's ``checkpoint_filter_fn``)
+and optionally ``default_preprocess(cfg, raw) -> Preprocess``. Supporting a new model family (DINOv2, CLIP, SigLIP,
+BEiT ...) is one new module and one line in :data:`FORMATS`; the first format whose ``detect`` accepts wins.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Literal
+
+from vitviz.model.checkpoints import hf, native, npz, timm, torchvision
+from vitviz.model.checkpoints.common import RawCheckpoint, err, names
+
+Format = Literal["native", "timm", "torchvision", "hf", "npz"]
+
+FORMATS: tuple[ModuleType, ...] = (
+    native,       # safetensors metadata "vitviz_spec": must come first (its keys are timm's)
+    timm,
+    torchvision,
+    hf,
+    npz,
+)
+FORMAT_NAMES: tuple[str, ...] = tuple(f.NAME for f in FORMATS)
+
+
+def format_module(name: str) -> ModuleType:
+    """The registered format called ``name``."""
+    for f in FORMATS:
+        if f.NAME == name:
+            return f
+    raise KeyError(f"unknown checkpoint format {name!r}; registered: {', '.join(FORMAT_NAMES)}")
+
+
+def detect_format(raw: RawCheckpoint) -> Format:
+    """The checkpoint format, from metadata and keys; raises :class:`CheckpointError` listing the formats tried."""
+    for f in FORMATS:
+        if f.detect(raw):
+            return f.NAME
+    keys = raw.tensors.keys()
+    sample = names(sorted(keys)[:8])
+    raise err(raw.origin, f"unknown checkpoint format: the keys ({sample}, {len(keys)} in all) match none of the "
+                          f"formats tried: {', '.join(f.DESCRIPTION for f in FORMATS)}")
