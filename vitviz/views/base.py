@@ -115,3 +115,24 @@ class View:
             label = "".join(c if c.isalnum() else "-" for c in result.label(result.target)).strip("-")
             parts.append(label[:40] or f"class{result.target}")
         return "_".join(str(p) for p in parts)
+
+
+class SweepView(View):
+    """A whole-attention view whose map at the default options the pipeline's one sweep
+    (:func:`vitviz.analysis.analyse_image`) already computed: ``result.analyses.<sweep_field>``."""
+
+    sweep_field: str = ""
+    sweep_defaults: dict[str, Any] = {}
+    needs_cls = True
+
+    def analysis(self, result: "InferenceResult", options: "ViewOptions") -> Any:
+        """The map at any options (a tensor ``[gh, gw]``)."""
+        raise NotImplementedError
+
+    def compute(self, result, options):
+        if self.unavailable(result):
+            return None
+        pre = getattr(result.analyses, self.sweep_field, None) if result.analyses is not None else None
+        if pre is not None and all(getattr(options, k) == v for k, v in self.sweep_defaults.items()):
+            return as_grid(pre, result.grid)
+        return as_grid(self.analysis(result, options), result.grid)
