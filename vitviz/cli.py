@@ -15,6 +15,7 @@ is imported lazily.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -94,21 +95,21 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     import torch
-    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    from vitviz.imaging import ImageError, load_image
 
     if args.top < 1:
         raise ValueError(f"--top {args.top}: must be at least 1")
     model = _load(args).to(args.device)
     spec = model.spec
     for path in args.images:
+        # the one image reader of vitviz (the window uses it too): same pixels, same probabilities; bad files
+        # are an ImageError naming the file
+        image = load_image(path).image
         try:
-            with Image.open(path) as im:
-                im = ImageOps.exif_transpose(im).convert("RGB")
-        except FileNotFoundError:
-            raise ValueError(f"{path}: no such file") from None
-        except (UnidentifiedImageError, OSError) as e:
-            raise ValueError(f"{path}: not a readable image ({e})") from None
-        x = spec.preprocess(im)[None].to(args.device)
+            x = spec.preprocess(image)[None].to(args.device)
+        except ImageError as e:
+            raise ImageError(path, e.problem) from None
         with torch.inference_mode():
             logits = model(x)[0].float().cpu()
         if logits.ndim != 1 or logits.numel() == 0:
@@ -122,14 +123,49 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_models(args: argparse.Namespace) -> int:
-    from vitviz.model.pretrained import PRETRAINED, cache_path, is_cached
+# What `vitviz models` lists, without importing torch/torchvision (vitviz.model.pretrained builds its registry
+# from torchvision's weight enums: about 4 s of imports for a listing). A copy of PRETRAINED's name -> (cached file
+# name, download MB, description); tests/test_cli.py fails when the two disagree. When vitviz.model.pretrained is
+# already imported, its registry is used instead.
+_PRETRAINED_LISTING: dict[str, tuple[str, float, str]] = {
+    "vit_b_16": ("vit_b_16-c867db91.pth", 330.285,
+                 "torchvision vit_b_16 IMAGENET1K_V1: ImageNet-1k top-1 81.1%, 224 px, 87 M parameters"),
+    "vit_b_32": ("vit_b_32-d86f8d99.pth", 336.604,
+                 "torchvision vit_b_32 IMAGENET1K_V1: ImageNet-1k top-1 75.9%, 224 px, 88 M parameters"),
+    "vit_l_16": ("vit_l_16-852ce7e3.pth", 1161.023,
+                 "torchvision vit_l_16 IMAGENET1K_V1: ImageNet-1k top-1 79.7%, 224 px, 304 M parameters"),
+    "vit_l_32": ("vit_l_32-c7638314.pth", 1169.449,
+                 "torchvision vit_l_32 IMAGENET1K_V1: ImageNet-1k top-1 77.0%, 224 px, 307 M parameters"),
+    "vit_h_14": ("vit_h_14_lc_swag-c1eb923e.pth", 2411.209,
+                 "torchvision vit_h_14 IMAGENET1K_SWAG_LINEAR_V1: ImageNet-1k top-1 85.7%, 224 px, 632 M parameters"),
+    "vit_h_14_518": ("vit_h_14_swag-80465313.pth", 2416.643,
+                     "torchvision vit_h_14 IMAGENET1K_SWAG_E2E_V1: ImageNet-1k top-1 88.6%, 518 px, 633 M parameters"),
+}
 
-    width = max(len(n) for n in PRETRAINED)
-    for name, info in PRETRAINED.items():
-        state = "cached" if is_cached(name) else "not cached"
-        print(f"{name:<{width}s} {info.size_mb:8.1f} MB  {state:<10s}  {info.description}")
-        print(f"{'':<{width}s} {cache_path(name)}")
+
+def _torch_hub_dir() -> Path:
+    """``torch.hub.get_dir()`` without importing torch: ``$TORCH_HOME/hub``, by default
+    ``${XDG_CACHE_HOME:-~/.cache}/torch/hub``."""
+    torch_home = os.getenv("TORCH_HOME") or os.path.join(os.getenv("XDG_CACHE_HOME", "~/.cache"), "torch")
+    return Path(os.path.expanduser(torch_home)) / "hub"
+
+
+def _pretrained_listing() -> list[tuple[str, float, str, Path]]:
+    """``(name, size_mb, description, cache path)`` of every named pretrained model."""
+    mod = sys.modules.get("vitviz.model.pretrained")
+    if mod is not None:
+        return [(n, i.size_mb, i.description, mod.cache_path(n)) for n, i in mod.PRETRAINED.items()]
+    checkpoints = _torch_hub_dir() / "checkpoints"
+    return [(n, mb, desc, checkpoints / file) for n, (file, mb, desc) in _PRETRAINED_LISTING.items()]
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    rows = _pretrained_listing()
+    width = max(len(n) for n, *_ in rows)
+    for name, size_mb, description, path in rows:
+        state = "cached" if path.is_file() else "not cached"
+        print(f"{name:<{width}s} {size_mb:8.1f} MB  {state:<10s}  {description}")
+        print(f"{'':<{width}s} {path}")
     return 0
 
 

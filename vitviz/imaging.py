@@ -5,8 +5,14 @@ Every array here is ``numpy`` in row-major (height, width[, channels]) order; RG
 
 from __future__ import annotations
 
+import io
 import os
+import re
+import select
+import stat
+import struct
 import tempfile
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +21,21 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError
 
-from vitviz._io import default_file_mode
+from vitviz._io import default_file_mode, describe_os_error, folder_problem
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif")
-MAX_PIXELS = 20000 * 20000  # refuse larger images (decompression bombs) with a clear message
+MAX_SIDE = 20000
+MAX_PIXELS = MAX_SIDE * MAX_SIDE
+"""The largest image :func:`load_image` opens (decompression bombs are refused from the file's header)."""
+MAX_ASPECT_RATIO = 64
+"""The most elongated image vitviz opens (long side / short side): a thinner strip has no room for a model's
+centre crop (a 1x50000 PNG would be stretched to 256 x 12.8 million pixels)."""
+MAX_STREAM_BYTES = 512 * 2**20
+"""The most :func:`load_image` reads from a pipe (``/dev/stdin``, ``<(command)``, a FIFO)."""
+STREAM_TIMEOUT = 10.0
+"""Seconds :func:`load_image` waits for data from a pipe before giving up (nobody writing to a FIFO)."""
+
+_PIL_LIMIT_LOCK = threading.Lock()
 
 
 class ImageError(ValueError):
@@ -116,49 +133,135 @@ def to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB")
 
 
+def _too_large(size: str) -> str:
+    return f"image is too large ({size}; vitviz opens images up to {MAX_SIDE}x{MAX_SIDE} = " \
+           f"{MAX_PIXELS / 1e6:.0f} megapixels)"
+
+
+def _open_with_project_limit(src) -> Image.Image:
+    """``Image.open`` with PIL's decompression-bomb limit at :data:`MAX_PIXELS` (not PIL's own 89.5 Mpx), so that
+    the one documented limit applies; both PIL signals (warning above the limit, error above twice) are errors.
+
+    PIL reads its limit from a module global at open time: it is swapped under a lock, for the open only (the
+    header; decoding happens after, outside the lock)."""
+    with _PIL_LIMIT_LOCK:
+        saved = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                return Image.open(src)
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+
+
+def _read_stream(p: Path, kind: str) -> bytes:
+    """All bytes of a pipe (FIFO, ``/dev/stdin``, ``<(command)``), at most :data:`MAX_STREAM_BYTES`.
+
+    Opened non-blocking (opening a FIFO for reading blocks until a writer appears); waits at most
+    :data:`STREAM_TIMEOUT` seconds for each piece of data, so a pipe nobody writes to is an error, not a hang.
+    """
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except PermissionError:
+        raise ImageError(p, "permission denied") from None
+    except OSError as e:
+        raise ImageError(p, f"cannot read {kind} ({e.strerror or e})") from None
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        while True:
+            if not poller.poll(STREAM_TIMEOUT * 1000):
+                raise ImageError(p, f"nothing arrived from this {kind} for {STREAM_TIMEOUT:g} s "
+                                    f"(no program is writing to it?)")
+            try:
+                data = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            except OSError as e:
+                raise ImageError(p, f"cannot read {kind} ({e.strerror or e})") from None
+            if not data:
+                break
+            total += len(data)
+            if total > MAX_STREAM_BYTES:
+                raise ImageError(p, f"more than {MAX_STREAM_BYTES // 2**20} MB arrived from this {kind}; "
+                                    f"save the image to a file and open that")
+            chunks.append(data)
+    finally:
+        os.close(fd)
+    if not total:
+        raise ImageError(p, f"{kind} delivered no data (0 bytes)")
+    return b"".join(chunks)
+
+
 def load_image(path: str | os.PathLike) -> LoadedImage:
     """Read an image file (PNG, JPEG, BMP, TIFF, WebP, GIF first frame) as RGB with EXIF rotation applied.
 
+    This is the one image reader of vitviz (the window and ``vitviz predict`` both use it). Limits, each refused
+    with an :class:`ImageError`: at most :data:`MAX_PIXELS` pixels (20000x20000; the file's header is checked
+    before any decoding), aspect ratio at most :data:`MAX_ASPECT_RATIO`:1. Pipes (``/dev/stdin``, ``<(command)``,
+    FIFOs) are read into memory, at most :data:`MAX_STREAM_BYTES`; devices, sockets and folders are refused.
+
     Raises:
-        ImageError: naming the file and what is wrong (missing, a folder, empty, not an image, truncated, too large).
+        ImageError: naming the file and what is wrong (missing, a folder, a device, empty, not an image, truncated,
+            too large, too elongated).
     """
     p = Path(path)
-    if not p.exists():
-        raise ImageError(p, "file does not exist")
-    if p.is_dir():
-        raise ImageError(p, "is a folder, not an image file")
     try:
-        size = p.stat().st_size
-    except OSError as e:
-        raise ImageError(p, f"cannot read file ({e.strerror or e})") from e
-    if size == 0:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise ImageError(p, "file does not exist") from None
+    except PermissionError:
+        raise ImageError(p, "permission denied") from None
+    except OSError as e:  # ENOTDIR (a parent is a file), ELOOP, ENAMETOOLONG ...
+        raise ImageError(p, f"cannot read file ({e.strerror or e})") from None
+    mode = st.st_mode
+    src: Path | io.BytesIO = p
+    if stat.S_ISDIR(mode):
+        raise ImageError(p, "is a folder, not an image file")
+    if stat.S_ISFIFO(mode):
+        src = io.BytesIO(_read_stream(p, "pipe"))
+    elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise ImageError(p, "is a device, not an image file")
+    elif stat.S_ISSOCK(mode):
+        raise ImageError(p, "is a socket, not an image file")
+    elif not stat.S_ISREG(mode):
+        raise ImageError(p, "is not a regular file")
+    elif st.st_size == 0:
         raise ImageError(p, "file is empty (0 bytes)")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(p) as im:
-                if im.width * im.height > MAX_PIXELS:
-                    raise ImageError(p, f"image is too large ({im.width}x{im.height} pixels)")
-                if im.width == 0 or im.height == 0:
-                    raise ImageError(p, f"image has no pixels ({im.width}x{im.height})")
-                frames = getattr(im, "n_frames", 1)
-                if frames > 1:
-                    im.seek(0)
-                original_mode = im.mode
-                im.load()
-                oriented = ImageOps.exif_transpose(im)
-                rgb = to_rgb(oriented if oriented is not None else im)
-                rgb.load()
+        with _open_with_project_limit(src) as im:
+            if im.width * im.height > MAX_PIXELS:
+                raise ImageError(p, _too_large(f"{im.width}x{im.height} pixels"))
+            if im.width == 0 or im.height == 0:
+                raise ImageError(p, f"image has no pixels ({im.width}x{im.height})")
+            if max(im.width, im.height) > MAX_ASPECT_RATIO * min(im.width, im.height):
+                raise ImageError(p, f"image is {im.width}x{im.height} pixels; vitviz opens aspect ratios up to "
+                                    f"{MAX_ASPECT_RATIO}:1 (crop the image first)")
+            frames = getattr(im, "n_frames", 1)
+            if frames > 1:
+                im.seek(0)
+            original_mode = im.mode
+            im.load()
+            oriented = ImageOps.exif_transpose(im)
+            rgb = to_rgb(oriented if oriented is not None else im)
+            rgb.load()
     except ImageError:
         raise
     except UnidentifiedImageError:
         raise ImageError(p, "not an image file, or a format vitviz cannot read "
                             f"(supported: {', '.join(s.lstrip('.').upper() for s in IMAGE_SUFFIXES)})") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        raise ImageError(p, f"image is too large to open safely ({e})") from None
+        m = re.search(r"\((\d+) pixels\)", str(e))
+        raise ImageError(p, _too_large(f"{int(m.group(1)):,} pixels" if m else "over the limit")) from None
     except PermissionError:
         raise ImageError(p, "permission denied") from None
-    except (OSError, SyntaxError, ValueError, EOFError) as e:
+    except MemoryError:
+        raise ImageError(p, "not enough memory to decode this image") from None
+    except (OSError, SyntaxError, ValueError, EOFError, struct.error, IndexError, KeyError, TypeError) as e:
+        # PIL's plugins report malformed files with many exception types
         msg = str(e) or type(e).__name__
         if "truncated" in msg.lower() or isinstance(e, EOFError):
             msg = f"file is truncated or corrupt ({msg})"
@@ -416,14 +519,17 @@ def write_png(path: str | os.PathLike, rgb: np.ndarray, *, overwrite: bool = Fal
     arr = np.asarray(rgb)
     if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] not in (3, 4):
         raise ValueError(f"expected a uint8 [H, W, 3|4] array, got {arr.dtype} {arr.shape}")
+    problem = folder_problem(folder)
+    if problem:
+        raise ExportError(target, problem)
+    if target.is_dir():
+        raise ExportError(target, "a folder of that name exists")
     if not overwrite and target.exists():
         raise FileExistsError(f"{target} already exists")
-    if not folder.is_dir():
-        raise ExportError(target, f"folder {folder} does not exist")
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".png.tmp", dir=folder)
     except OSError as e:
-        raise ExportError(target, f"folder {folder} is not writable ({e.strerror or e})") from e
+        raise ExportError(target, f"folder {folder} is not writable ({describe_os_error(e)})") from e
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -444,14 +550,15 @@ def write_png(path: str | os.PathLike, rgb: np.ndarray, *, overwrite: bool = Fal
                 os.replace(tmp, target)
     except FileExistsError:
         raise
-    except OSError as e:
-        raise ExportError(target, e.strerror or str(e)) from e
+    except OSError as e:  # disk full (ENOSPC), file too large (EFBIG), I/O error ... while writing or renaming
+        raise ExportError(target, describe_os_error(e)) from e
     finally:
-        if tmp.exists():
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError:  # pragma: no cover - best effort: the temp file is hidden (dot-named)
+            pass
     return target
 
 

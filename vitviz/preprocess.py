@@ -14,12 +14,18 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vitviz.imaging import MAX_ASPECT_RATIO, ImageError
+
 Interpolation = Literal["nearest", "bilinear", "bicubic", "lanczos"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INCEPTION_MEAN = (0.5, 0.5, 0.5)
 INCEPTION_STD = (0.5, 0.5, 0.5)
+
+_WHOLE_RESIZE_BUDGET = 8
+"""Preprocessing resizes the whole image (exactly as torchvision) only when the resized image is at most this many
+times the crop; larger ones (elongated images) are resampled region-first, see :meth:`Preprocess.apply`."""
 
 _PIL_RESAMPLE = {
     "nearest": Image.Resampling.NEAREST,
@@ -101,28 +107,74 @@ class Preprocess:
         return self.apply(image)[0]
 
     def apply(self, image: Image.Image) -> tuple[torch.Tensor, "CropGeometry"]:
-        """Like ``__call__`` but also return the crop geometry."""
+        """Like ``__call__`` but also return the crop geometry.
+
+        The crop box is computed first (:meth:`geometry`); the resized image is made whole only when it is small
+        (at most :data:`_WHOLE_RESIZE_BUDGET` times the crop: every ordinary photo, bit-identical to torchvision's
+        ``Resize`` + ``CenterCrop``). Otherwise only the part that ends up in the crop is resampled from the source
+        (PIL ``resize(box=...)``), so a 1x5000 strip never allocates its 256 x 1.28M resized image.
+
+        Raises:
+            ImageError: the image is more elongated than :data:`vitviz.imaging.MAX_ASPECT_RATIO` (a 1x50000 strip
+                would be a sliver of one source pixel stretched over the whole crop).
+        """
+        h, w = image.height, image.width
+        if h < 1 or w < 1:
+            raise ImageError(None, f"image has no pixels ({w}x{h})")
+        if max(h, w) > MAX_ASPECT_RATIO * min(h, w):
+            raise ImageError(None, f"image is {w}x{h} pixels; vitviz handles aspect ratios up to "
+                                   f"{MAX_ASPECT_RATIO}:1 (crop the image first)")
         if image.mode != "RGB" and len(self.mean) == 3:
             image = image.convert("RGB")
-        geo = self.geometry((image.height, image.width))
+        geo = self.geometry((h, w))
         rh, rw = geo.resized_size
-        if (rh, rw) != (image.height, image.width):
-            image = image.resize((rw, rh), _PIL_RESAMPLE[self.interpolation])
         top, left, ch, cw = geo.crop_box
-        if top < 0 or left < 0 or top + ch > rh or left + cw > rw:
-            # torchvision pads with zeros when the crop is larger than the image
-            canvas = Image.new(image.mode, (max(cw, rw), max(ch, rh)))
-            canvas.paste(image, (max(0, -left), max(0, -top)))
-            image = canvas
-            top, left = max(0, top), max(0, left)
-        image = image.crop((left, top, left + cw, top + ch))
-        arr = np.asarray(image, dtype=np.float32) / 255.0
+        # the part of the crop that lies on the resized image, in resized pixels (the rest is zero padding, as
+        # torchvision's CenterCrop pads when the crop is larger than the image)
+        r0, r1 = max(0, top), min(rh, top + ch)
+        c0, c1 = max(0, left), min(rw, left + cw)
+        region = _resize_region(image, (rh, rw), (r0, c0, r1, c1), self.interpolation)
+        if region.size != (cw, ch):
+            canvas = Image.new(region.mode, (cw, ch))
+            canvas.paste(region, (c0 - left, r0 - top))
+            region = canvas
+        arr = np.asarray(region, dtype=np.float32) / 255.0
         if arr.ndim == 2:
             arr = arr[:, :, None]
         t = torch.from_numpy(arr.copy()).permute(2, 0, 1)
         mean = torch.tensor(self.mean, dtype=torch.float32)[:, None, None]
         std = torch.tensor(self.std, dtype=torch.float32)[:, None, None]
         return (t - mean) / std, geo
+
+
+def _resize_region(image: Image.Image, resized: tuple[int, int], region: tuple[int, int, int, int],
+                   interpolation: Interpolation) -> Image.Image:
+    """Rows ``r0:r1`` and columns ``c0:c1`` of ``image.resize((rw, rh))``, without making the whole resized image
+    when that would be large.
+
+    When the resized image is at most :data:`_WHOLE_RESIZE_BUDGET` times the region (every ordinary photo), it is
+    made and cropped: bit-identical to torchvision. Otherwise (a very elongated image: its resized long side can be
+    millions of pixels) the region is resampled straight from the source with ``resize(box=...)``: a horizontal pass
+    over the source rows restricted to the output columns, then a vertical pass restricted to the output rows, the
+    filter windows unchanged. This matches the whole-image resize up to PIL's choice of pass order and the rounding
+    between the passes (a few 1/255 steps on photos); memory is ``(c1 - c0) x image height`` at most.
+    """
+    h, w = image.height, image.width
+    rh, rw = resized
+    r0, c0, r1, c1 = region
+    resample = _PIL_RESAMPLE[interpolation]
+    if (rh, rw) == (h, w):
+        return image.crop((c0, r0, c1, r1))
+    if rh * rw <= _WHOLE_RESIZE_BUDGET * max(1, (r1 - r0) * (c1 - c0)):
+        return image.resize((rw, rh), resample).crop((c0, r0, c1, r1))
+    sy, sx = h / rh, w / rw
+    if interpolation == "nearest":  # no intermediate rounding: one call
+        return image.resize((c1 - c0, r1 - r0), resample, box=(c0 * sx, r0 * sy, c1 * sx, r1 * sy))
+    cols = image.crop((c0, 0, c1, h)) if rw == w else image.resize((c1 - c0, h), resample,
+                                                                   box=(c0 * sx, 0, c1 * sx, h))
+    if rh == h:
+        return cols.crop((0, r0, c1 - c0, r1))
+    return cols.resize((c1 - c0, r1 - r0), resample, box=(0, r0 * sy, c1 - c0, r1 * sy))
 
 
 @dataclass(frozen=True)
