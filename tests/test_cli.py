@@ -153,3 +153,17 @@ def test_gui_with_an_unknown_model_name_is_one_line_and_exit_2(tmp_path):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "nope.safetensors" in lines[0] and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["models"]])
+def test_version_and_models_do_not_import_torch_or_qt(argv, tmp_path):
+    import subprocess
+
+    code = ("import sys\nfrom vitviz.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in ('torch', 'torchvision', 'PySide6', 'numpy', 'PIL') if m in sys.modules)\n"
+            "print('HEAVY', heavy, file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60,
+                       env={**__import__("os").environ, "TORCH_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY []" in r.stderr, r.stderr
