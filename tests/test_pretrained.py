@@ -70,7 +70,8 @@ def test_registry_describes_torchvision_weights(monkeypatch, tmp_path):
     for name in ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14"):
         info = PRETRAINED[name]
         assert info.url.startswith("https://download.pytorch.org/models/") and info.size_mb > 300
-        assert info.labels is not None and len(info.labels) == 1000 and info.labels[281] == "tabby"
+        labels = info.class_labels()
+        assert labels is not None and len(labels) == 1000 and labels[281] == "tabby"
         assert cache_path(name) == tmp_path / "hub" / "checkpoints" / info.file_name
         assert not is_cached(name)
     b16 = PRETRAINED["vit_b_16"]

@@ -15,7 +15,6 @@ is imported lazily.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -83,7 +82,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(f"download:      {info.url} ({info.size_mb:.1f} MB) -> {cache_path(name)}")
         print(f"preprocessing: resize {p.resize} ({p.interpolation}), centre crop {p.crop[0]}x{p.crop[1]}, "
               f"mean {p.mean}, std {p.std}")
-        print(f"classes:       {len(info.labels) if info.labels else 'unknown'}")
+        labels = info.class_labels()
+        print(f"classes:       {len(labels) if labels else 'unknown'}")
         print(f"parameters:    {info.num_params:,} ({info.num_params / 1e6:.1f} M)")
         return 0
     model = _load(args)
@@ -123,40 +123,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-# What `vitviz models` lists, without importing torch/torchvision (vitviz.model.pretrained builds its registry
-# from torchvision's weight enums: about 4 s of imports for a listing). A copy of PRETRAINED's name -> (cached file
-# name, download MB, description); tests/test_cli.py fails when the two disagree. When vitviz.model.pretrained is
-# already imported, its registry is used instead.
-_PRETRAINED_LISTING: dict[str, tuple[str, float, str]] = {
-    "vit_b_16": ("vit_b_16-c867db91.pth", 330.285,
-                 "torchvision vit_b_16 IMAGENET1K_V1: ImageNet-1k top-1 81.1%, 224 px, 87 M parameters"),
-    "vit_b_32": ("vit_b_32-d86f8d99.pth", 336.604,
-                 "torchvision vit_b_32 IMAGENET1K_V1: ImageNet-1k top-1 75.9%, 224 px, 88 M parameters"),
-    "vit_l_16": ("vit_l_16-852ce7e3.pth", 1161.023,
-                 "torchvision vit_l_16 IMAGENET1K_V1: ImageNet-1k top-1 79.7%, 224 px, 304 M parameters"),
-    "vit_l_32": ("vit_l_32-c7638314.pth", 1169.449,
-                 "torchvision vit_l_32 IMAGENET1K_V1: ImageNet-1k top-1 77.0%, 224 px, 307 M parameters"),
-    "vit_h_14": ("vit_h_14_lc_swag-c1eb923e.pth", 2411.209,
-                 "torchvision vit_h_14 IMAGENET1K_SWAG_LINEAR_V1: ImageNet-1k top-1 85.7%, 224 px, 632 M parameters"),
-    "vit_h_14_518": ("vit_h_14_swag-80465313.pth", 2416.643,
-                     "torchvision vit_h_14 IMAGENET1K_SWAG_E2E_V1: ImageNet-1k top-1 88.6%, 518 px, 633 M parameters"),
-}
-
-
-def _torch_hub_dir() -> Path:
-    """``torch.hub.get_dir()`` without importing torch: ``$TORCH_HOME/hub``, by default
-    ``${XDG_CACHE_HOME:-~/.cache}/torch/hub``."""
-    torch_home = os.getenv("TORCH_HOME") or os.path.join(os.getenv("XDG_CACHE_HOME", "~/.cache"), "torch")
-    return Path(os.path.expanduser(torch_home)) / "hub"
-
-
 def _pretrained_listing() -> list[tuple[str, float, str, Path]]:
-    """``(name, size_mb, description, cache path)`` of every named pretrained model."""
-    mod = sys.modules.get("vitviz.model.pretrained")
-    if mod is not None:
-        return [(n, i.size_mb, i.description, mod.cache_path(n)) for n, i in mod.PRETRAINED.items()]
-    checkpoints = _torch_hub_dir() / "checkpoints"
-    return [(n, mb, desc, checkpoints / file) for n, (file, mb, desc) in _PRETRAINED_LISTING.items()]
+    """``(name, size_mb, description, cache path)`` of every named pretrained model (no torch import)."""
+    from vitviz import catalog
+
+    return [(n, row[3], catalog.description(n), catalog.cache_file(n)) for n, row in catalog.TORCHVISION_VITS.items()]
 
 
 def _cmd_models(args: argparse.Namespace) -> int:

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import torch
-
 from vitviz.preprocess import Preprocess
 
 ProgressFn = Callable[[int, int], "bool | None"]
@@ -46,7 +44,8 @@ class PretrainedInfo:
         img_size: input size the weights were trained at.
         description: one line for menus.
         preprocess: resize / crop / interpolation / mean / std of the weights' transforms.
-        labels: class names, or None.
+        labels: class names, or None (see ``label_set``).
+        label_set: a named list of class names loaded on use (``"imagenet-1k"``); :meth:`class_labels` gives them.
     """
 
     name: str
@@ -58,50 +57,32 @@ class PretrainedInfo:
     description: str
     preprocess: Preprocess
     labels: tuple[str, ...] | None = None
+    label_set: str | None = None
 
     @property
     def file_name(self) -> str:
         return self.url.rsplit("/", 1)[-1]
 
+    def class_labels(self) -> tuple[str, ...] | None:
+        """``labels``, or the named label set (``"imagenet-1k"``: torchvision's list, loaded on first use)."""
+        if self.labels is not None or self.label_set != "imagenet-1k":
+            return self.labels
+        from vitviz.model.checkpoints import imagenet_labels
 
-# name -> torchvision weight enum member. vit_h_14 has no IMAGENET1K_V1; its 224 px SWAG linear-probe weights keep
-# the input size (and CPU cost) comparable to the others; the 518 px end-to-end weights are "vit_h_14_518".
-_TORCHVISION: dict[str, tuple[str, str]] = {
-    "vit_b_16": ("vit_b_16", "IMAGENET1K_V1"),
-    "vit_b_32": ("vit_b_32", "IMAGENET1K_V1"),
-    "vit_l_16": ("vit_l_16", "IMAGENET1K_V1"),
-    "vit_l_32": ("vit_l_32", "IMAGENET1K_V1"),
-    "vit_h_14": ("vit_h_14", "IMAGENET1K_SWAG_LINEAR_V1"),
-    "vit_h_14_518": ("vit_h_14", "IMAGENET1K_SWAG_E2E_V1"),
-}
-
-
-def _preprocess_from_transforms(weights) -> Preprocess:
-    t = weights.transforms()
-    crop = int(t.crop_size[0])
-    resize = int(t.resize_size[0])
-    interp = str(getattr(t.interpolation, "value", t.interpolation)).lower()
-    return Preprocess(resize=resize, crop=(crop, crop), interpolation=interp,  # type: ignore[arg-type]
-                      mean=tuple(float(x) for x in t.mean), std=tuple(float(x) for x in t.std))
+        return imagenet_labels()
 
 
 def _build_registry() -> dict[str, PretrainedInfo]:
-    from torchvision import models as tvm
+    """From :data:`vitviz.catalog.TORCHVISION_VITS` (no torchvision import at start-up; labels load on use)."""
+    from vitviz.catalog import TORCHVISION_VITS, description
+    from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD
 
-    reg = {}
-    for name, (arch, member) in _TORCHVISION.items():
-        w = getattr(tvm.get_model_weights(arch), member)
-        meta = w.meta
-        pre = _preprocess_from_transforms(w)
-        desc = (f"torchvision {arch} {member}: ImageNet-1k top-1 "
-                f"{meta['_metrics']['ImageNet-1K']['acc@1']:.1f}%, {pre.crop[0]} px, "
-                f"{meta['num_params'] / 1e6:.0f} M parameters")
-        reg[name] = PretrainedInfo(
-            name=name, weights=member, url=w.url, size_mb=float(meta.get("_file_size", 0.0)),
-            num_params=int(meta["num_params"]), img_size=pre.crop[0], description=desc, preprocess=pre,
-            labels=tuple(meta["categories"]) if meta.get("categories") else None,
-        )
-    return reg
+    return {name: PretrainedInfo(
+        name=name, weights=member, url=url, size_mb=mb, num_params=params, img_size=crop,
+        description=description(name), label_set="imagenet-1k",
+        preprocess=Preprocess(resize=resize, crop=(crop, crop), interpolation=interp,  # type: ignore[arg-type]
+                              mean=IMAGENET_MEAN, std=IMAGENET_STD))
+        for name, (arch, member, url, mb, params, _acc, resize, crop, interp) in TORCHVISION_VITS.items()}
 
 
 PRETRAINED: dict[str, PretrainedInfo] = _build_registry()
@@ -116,7 +97,9 @@ def _info(name: str) -> PretrainedInfo:
 
 def cache_path(name: str) -> Path:
     """Where the weights of ``name`` are (or would be) cached: ``torch.hub.get_dir()/checkpoints/<file>``."""
-    return Path(torch.hub.get_dir()) / "checkpoints" / _info(name).file_name
+    from vitviz.catalog import hub_dir
+
+    return hub_dir() / "checkpoints" / _info(name).file_name
 
 
 def is_cached(name: str) -> bool:
@@ -231,7 +214,7 @@ def pretrained(name: str, *, progress: ProgressFn | None = None, show_bar: bool 
     info = _info(name)
     path = download(name, progress=progress, show_bar=show_bar)
     try:
-        model = load_checkpoint(path, preprocess=info.preprocess, labels=info.labels,
+        model = load_checkpoint(path, preprocess=info.preprocess, labels=info.class_labels(),
                                 name=f"{info.name} ({info.weights})")
     except CheckpointError as e:
         raise PretrainedError(f"the cached weights of {name} are unreadable: {e}. Delete {path} to download them "

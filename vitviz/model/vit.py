@@ -248,9 +248,11 @@ def sincos_pos_embed_2d(grid: tuple[int, int], dim: int, temperature: float = 10
     if dim % 4 != 0:
         raise ValueError(f"embed_dim={dim} must be a multiple of 4 for pos_embed='sincos'")
     gh, gw = grid
-    y, x = torch.meshgrid(torch.arange(gh, dtype=torch.float64), torch.arange(gw, dtype=torch.float64), indexing="ij")
+    cpu = "cpu"  # computed on the CPU even inside a `with torch.device("meta")` (meta math imports torch._dynamo)
+    y, x = torch.meshgrid(torch.arange(gh, dtype=torch.float64, device=cpu),
+                          torch.arange(gw, dtype=torch.float64, device=cpu), indexing="ij")
     quarter = dim // 4
-    omega = 1.0 / temperature ** (torch.arange(quarter, dtype=torch.float64) / quarter)
+    omega = 1.0 / temperature ** (torch.arange(quarter, dtype=torch.float64, device=cpu) / quarter)
     ox = x.reshape(-1, 1) * omega[None]
     oy = y.reshape(-1, 1) * omega[None]
     pe = torch.cat([ox.sin(), ox.cos(), oy.sin(), oy.cos()], dim=1)
@@ -406,6 +408,8 @@ class ViT(nn.Module):
             raise ValueError("distilled=True needs class_token=True")
 
     def _init_weights(self) -> None:
+        if self.patch_embed.proj.weight.is_meta:  # shapes only (checkpoint checks): no values to draw
+            return
         for t in (self.cls_token, self.dist_token, self.reg_token):
             if t is not None:
                 nn.init.normal_(t, std=1e-6 if t is self.cls_token else 0.02)
