@@ -196,6 +196,15 @@ def _read_stream(p: Path, kind: str) -> bytes:
     return b"".join(chunks)
 
 
+def check_shape(width: int, height: int, path: str | os.PathLike | None = None) -> None:
+    """Refuse an image with no pixels or more elongated than :data:`MAX_ASPECT_RATIO`:1 (:class:`ImageError`)."""
+    if width < 1 or height < 1:
+        raise ImageError(path, f"image has no pixels ({width}x{height})")
+    if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
+        raise ImageError(path, f"image is {width}x{height} pixels; vitviz handles aspect ratios up to "
+                               f"{MAX_ASPECT_RATIO}:1 (crop the image first)")
+
+
 def load_image(path: str | os.PathLike) -> LoadedImage:
     """Read an image file (PNG, JPEG, BMP, TIFF, WebP, GIF first frame) as RGB with EXIF rotation applied.
 
@@ -235,11 +244,7 @@ def load_image(path: str | os.PathLike) -> LoadedImage:
         with _open_with_project_limit(src) as im:
             if im.width * im.height > MAX_PIXELS:
                 raise ImageError(p, _too_large(f"{im.width}x{im.height} pixels"))
-            if im.width == 0 or im.height == 0:
-                raise ImageError(p, f"image has no pixels ({im.width}x{im.height})")
-            if max(im.width, im.height) > MAX_ASPECT_RATIO * min(im.width, im.height):
-                raise ImageError(p, f"image is {im.width}x{im.height} pixels; vitviz opens aspect ratios up to "
-                                    f"{MAX_ASPECT_RATIO}:1 (crop the image first)")
+            check_shape(im.width, im.height, p)
             frames = getattr(im, "n_frames", 1)
             if frames > 1:
                 im.seek(0)

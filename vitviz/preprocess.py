@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vitviz.imaging import MAX_ASPECT_RATIO, ImageError
+from vitviz.imaging import check_shape
 
 Interpolation = Literal["nearest", "bilinear", "bicubic", "lanczos"]
 
@@ -119,11 +119,7 @@ class Preprocess:
                 would be a sliver of one source pixel stretched over the whole crop).
         """
         h, w = image.height, image.width
-        if h < 1 or w < 1:
-            raise ImageError(None, f"image has no pixels ({w}x{h})")
-        if max(h, w) > MAX_ASPECT_RATIO * min(h, w):
-            raise ImageError(None, f"image is {w}x{h} pixels; vitviz handles aspect ratios up to "
-                                   f"{MAX_ASPECT_RATIO}:1 (crop the image first)")
+        check_shape(w, h)
         if image.mode != "RGB" and len(self.mean) == 3:
             image = image.convert("RGB")
         geo = self.geometry((h, w))
