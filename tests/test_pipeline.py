@@ -70,6 +70,8 @@ def test_model_data_is_computed_once_per_model(tiny_model, monkeypatch):
         r.model_data.pos_similarity()
         r.model_data.filters(8)
     assert calls == ["sim", "pca"]
+    np.testing.assert_allclose(results[0].model_data.filters(8),  # a slice of the one decomposition
+                               real_filters(tiny_model.patch_embed.proj.weight.detach(), k=8).numpy(), atol=1e-6)
     sim = results[0].model_data.pos_similarity()
     ref = A.position_embedding_similarity(tiny_model.pos_embed_for((4, 4)).detach(), grid=(4, 4))
     np.testing.assert_allclose(sim, ref.numpy(), rtol=1e-5, atol=1e-6)

@@ -48,7 +48,8 @@ def device_description(device: str) -> str:
     return "cpu"
 
 
-def _np(t: Any) -> np.ndarray:
+def to_numpy(t: Any) -> np.ndarray:
+    """A tensor or array as a float32 numpy array (on the CPU)."""
     if isinstance(t, torch.Tensor):
         return t.detach().float().cpu().numpy()
     return np.asarray(t, dtype=np.float32)
@@ -86,18 +87,26 @@ class ModelData:
         if pe is None or pe.shape[0] < self.grid[0] * self.grid[1]:
             return None
         p = pe.shape[0] - self.grid[0] * self.grid[1]
-        return self._get("possim", lambda: _np(A.position_embedding_similarity(pe[None], grid=self.grid,
-                                                                                num_prefix_tokens=p)))
+        return self._get("possim", lambda: to_numpy(A.position_embedding_similarity(pe[None], grid=self.grid,
+                                                                                     num_prefix_tokens=p)))
 
     def filters(self, k: int = 28) -> np.ndarray | None:
-        """``[k, P, P, C]`` principal components of the patch-embedding filters, in [0, 1]."""
+        """``[k, P, P, C]`` principal components of the patch-embedding filters, in [0, 1].
+
+        Each component is scaled on its own, so the first k of a longer list are the same: one decomposition
+        serves every ``k`` up to the most asked for.
+        """
         from vitviz import analysis as A
 
         w = self.patch_embed_weight
         if w is None:
             return None
         k = min(k, w.shape[0], w[0].numel())
-        return self._get(("filters", k), lambda: _np(A.embedding_filters(w, k=k)))
+        with self._lock:
+            have = self._cache.get("filters")
+            if have is None or have.shape[0] < k:
+                have = self._cache["filters"] = to_numpy(A.embedding_filters(w, k=k))
+        return have[:k]
 
     @classmethod
     def of(cls, model: torch.nn.Module, grid: tuple[int, int]) -> "ModelData":
@@ -244,11 +253,14 @@ class Pipeline:
         return self.model.spec
 
     def model_data(self, grid: tuple[int, int]) -> ModelData:
-        """The model-only data at ``grid`` (computed on first use, then shared)."""
+        """The model-only data at ``grid``: computed on first use (by :meth:`run`, off the GUI thread), then shared."""
         grid = (int(grid[0]), int(grid[1]))
         with self._lock:
             if grid not in self._model_data:
-                self._model_data[grid] = ModelData.of(self.model, grid)
+                data = ModelData.of(self.model, grid)
+                data.pos_similarity()  # what the plots show, ready before the first result reaches the window
+                data.filters()
+                self._model_data[grid] = data
             return self._model_data[grid]
 
     def run(self, image: Any, *, source: str = "image", target: int | None = None) -> InferenceResult:
@@ -270,9 +282,8 @@ class Pipeline:
         x, geometry = self.spec.preprocess.apply(rgb_image)
         x = x[None].to(device=self.device, dtype=DTYPES[self.precision])
         num_classes = int(getattr(self.model, "num_classes", 0) or 0)
-        if target is not None and num_classes > 0 and not 0 <= int(target) < num_classes:
-            raise ValueError(f"target class {target} is out of range for a model with {num_classes} classes")
-        want: Any = "top" if target is None else (int(target) if num_classes > 0 else None)
+        # capture checks the target's range; a model without a classifier has no gradients to take
+        want: Any = "top" if target is None else (target if num_classes > 0 else None)
         with torch.inference_mode(False):
             cap = capture(self.model, x, target=want, store_dtype=torch.float32).image(0)
         analyses = None

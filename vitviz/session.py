@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from vitviz import views
-from vitviz.pipeline import InferenceResult
+from vitviz.pipeline import InferenceResult, to_numpy as _np
 from vitviz.views import HEAD_REDUCTIONS, View
 
 HeadChoice = int | Literal["mean", "max", "min"]
@@ -236,8 +236,8 @@ class Session:
         r = self.result
         if r is None:
             return None
-        if r.analyses is not None:
-            return _np(r.analyses.mean_attention_distance)
+        if r.analyses is not None:  # the one sweep computed it
+            return self._cache.get_or(("mad",), lambda: _np(r.analyses.mean_attention_distance))
         return self._cache.get_or(("mad",), lambda: _np(A.mean_attention_distance(
             r.attentions, grid=r.grid, patch_size=r.patch_size, num_prefix_tokens=r.num_prefix_tokens)))
 
@@ -249,7 +249,7 @@ class Session:
         if r is None:
             return None
         if r.analyses is not None:
-            return _np(r.analyses.attention_entropy)
+            return self._cache.get_or(("entropy",), lambda: _np(r.analyses.attention_entropy))
         return self._cache.get_or(("entropy",), lambda: _np(A.attention_entropy(r.attentions)))
 
     def pos_similarity(self) -> np.ndarray | None:
@@ -383,12 +383,6 @@ class Session:
         ncols = ncols or int(math.ceil(math.sqrt(len(tiles))))
         labels = [f"layer {o.layer} head {h}" for h in range(len(tiles))]
         return imaging.tile_grid(tiles, ncols, labels=labels)
-
-
-def _np(t: Any) -> np.ndarray:
-    if isinstance(t, torch.Tensor):
-        return t.detach().float().cpu().numpy()
-    return np.asarray(t, dtype=np.float32)
 
 
 def _rows(r: InferenceResult, attn: torch.Tensor, query: int) -> np.ndarray:

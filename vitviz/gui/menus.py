@@ -95,6 +95,7 @@ def build_menus(win: Any) -> None:
     h.addAction(win.act_shortcuts)
     h.addAction(win.act_about)
 
+
 def build_toolbar(win: Any) -> None:
     """The main toolbar, with the model bar (model, device, precision)."""
     tb = win.addToolBar("Main")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+from vitviz.pipeline import to_numpy
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.pipeline import InferenceResult
@@ -18,8 +19,7 @@ OPTION_NAMES: tuple[str, ...] = ("layer", "head", "query", "head_fusion", "disca
 
 def as_grid(m: Any, grid: tuple[int, int]) -> np.ndarray:
     """A map (tensor or array) as contiguous float32 ``[gh, gw]``."""
-    a = m.detach().float().cpu().numpy() if isinstance(m, torch.Tensor) else np.asarray(m, dtype=np.float32)
-    a = a.astype(np.float32, copy=False)
+    a = to_numpy(m)
     if a.shape != tuple(grid):
         a = a.reshape(grid)
     return np.ascontiguousarray(a)
