@@ -61,7 +61,7 @@ def test_declined_download_does_nothing(qtbot, window, monkeypatch):
 
 def test_precision_change_reruns_in_bf16(qtbot, window, image_path):
     open_and_wait(qtbot, window, image_path)
-    assert window.precision_combo.count() == 2  # fp32, bf16 on the CPU (fp16 only on a GPU)
+    assert window.model_bar.precision_combo.count() == 2  # fp32, bf16 on the CPU (fp16 only on a GPU)
     with qtbot.waitSignal(window.resultShown, timeout=30000):
         window.set_precision("bf16")
     assert window.precision == "bf16"

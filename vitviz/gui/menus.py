@@ -116,8 +116,6 @@ def build_toolbar(win: Any) -> None:
         tb.addAction(a)
     tb.addSeparator()
     win.model_bar = ModelBar(win.device_menu, win.precision_menu)
-    win.model_combo = win.model_bar.model_combo
-    win.precision_combo = win.model_bar.precision_combo
     tb.addWidget(win.model_bar)
     tb.addSeparator()
     tb.addAction(win.act_fit)
