@@ -16,43 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitviz._arrays import to_numpy  # noqa: F401 - re-exported
 from vitviz.capture import ImageCapture
+from vitviz.devices import available_devices, available_precisions, device_description  # noqa: F401
 from vitviz.preprocess import CropGeometry
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def available_devices() -> list[str]:
-    """``["cpu", "cuda:0", ..., "mps"]`` for what this machine has."""
-    devices = ["cpu"]
-    if torch.cuda.is_available():
-        devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        devices.append("mps")
-    return devices
-
-
-def available_precisions(device: str) -> list[str]:
-    """fp32 and bf16 everywhere; fp16 only on a GPU (CPU half matmuls are slow or missing)."""
-    return ["fp32", "bf16"] + (["fp16"] if not device.startswith("cpu") else [])
-
-
-def device_description(device: str) -> str:
-    """A human-readable name of ``device`` (the GPU's model name for CUDA)."""
-    if device.startswith("cuda") and torch.cuda.is_available():
-        idx = int(device.split(":")[1]) if ":" in device else 0
-        return f"{device} ({torch.cuda.get_device_name(idx)})"
-    if device == "mps":
-        return "mps (Apple GPU)"
-    return "cpu"
-
-
-def to_numpy(t: Any) -> np.ndarray:
-    """A tensor or array as a float32 numpy array (on the CPU)."""
-    if isinstance(t, torch.Tensor):
-        return t.detach().float().cpu().numpy()
-    return np.asarray(t, dtype=np.float32)
 
 
 class ModelData:

@@ -13,14 +13,18 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import numpy as np
-import torch
 
 from vitviz import views
-from vitviz.pipeline import InferenceResult, to_numpy as _np
+from vitviz._arrays import to_numpy as _np
 from vitviz.views import HEAD_REDUCTIONS, View
+
+if TYPE_CHECKING:  # pragma: no cover - torch is imported when the first result arrives, not at start-up
+    import torch
+
+    from vitviz.pipeline import InferenceResult
 
 HeadChoice = int | Literal["mean", "max", "min"]
 Interpolation = Literal["nearest", "bilinear"]
@@ -180,6 +184,8 @@ class Session:
         m = self.current_map()
         if m is None or self.options.interpolation != "bilinear":
             return m
+        import torch
+
         from vitviz.analysis import upsample
 
         key = ("display",) + self.view.cache_key(self.options)
@@ -349,6 +355,8 @@ class Session:
     # ------------------------------------------------------------------ rendering
     def image_map(self, m: np.ndarray | None = None) -> np.ndarray | None:
         """The current map on the full image's pixel grid, float32 ``[H, W]`` with NaN outside the crop."""
+        import torch
+
         from vitviz.analysis import map_to_image
 
         r = self.result

@@ -234,3 +234,54 @@ def test_settings_location_can_be_redirected(monkeypatch, tmp_path):
     s.setValue("colormap", "gray")
     s.sync()
     assert (tmp_path / "s.ini").is_file() and "gray" in (tmp_path / "s.ini").read_text()
+
+
+def test_window_shows_before_torch_is_imported(tmp_path):
+    """Start-up: the window is built and shown on the GUI thread without importing torch (~2 s); the first model
+    load imports it on the worker. Checked in a fresh process with an import hook that names the importing thread."""
+    import os
+    import subprocess
+    import sys
+
+    code = r"""
+import sys, threading
+seen = []
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not seen:
+            seen.append(threading.current_thread().name)
+        return None
+sys.meta_path.insert(0, Spy())
+from vitviz.gui.app import make_app
+from vitviz.gui.main_window import MainWindow
+app = make_app()
+w = MainWindow(load_samples=True)
+w.show()
+app.processEvents()
+shown_without_torch = not any(t == "MainThread" for t in seen)
+from PySide6.QtCore import QTimer
+deadline = QTimer(); deadline.setSingleShot(True); deadline.timeout.connect(app.quit); deadline.start(60000)
+poll = QTimer(); poll.timeout.connect(lambda: app.quit() if w.session.result is not None else None); poll.start(50)
+app.exec()
+print(shown_without_torch, seen[:1], w.session.result is not None)
+"""
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VITVIZ_SETTINGS=str(tmp_path / "s.ini"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[-2] == "True ['vitviz-worker'] True", out.stdout + out.stderr
+
+
+def test_remembered_gpu_that_is_missing_falls_back_to_the_cpu_with_a_note(qtbot, settings, monkeypatch):
+    """A device remembered from another machine (cuda:3) is accepted at start (torch not asked yet) and replaced by
+    the CPU, with a note, when the model loads."""
+    import vitviz.gui.controller as controller
+    from vitviz.gui.main_window import MainWindow
+    from gui_helpers import Recorder
+
+    monkeypatch.setattr(controller, "torch_loaded", lambda: False)
+    rec = Recorder()
+    w = MainWindow(settings=settings, device="cuda:3", dialogs=rec)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: w.model is not None, timeout=60000)
+    assert w.controller.device == "cpu"
+    assert "cuda:3 is not available" in w.statusBar().currentMessage() + " ".join(map(str, rec.__dict__.values()))

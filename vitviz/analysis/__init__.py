@@ -8,22 +8,33 @@ over the patch tokens, raw (not normalised for display).
 Plain torch: float32 and float64, CPU or CUDA, run the same code.
 """
 
-from vitviz.analysis._common import FUSIONS, Head, HeadFusion
-from vitviz.analysis.distance import attention_entropy, mean_attention_distance, patch_distances
-from vitviz.analysis.embeddings import embedding_filters, position_embedding_similarity, token_similarity
-from vitviz.analysis.mapping import map_to_image, upsample
-from vitviz.analysis.relevance import relevance
-from vitviz.analysis.sweep import ImageAnalyses, analyse_image
-from vitviz.analysis.rollout import (
-    attention_rollout,
-    cls_attention,
-    gradient_rollout,
-    query_attention,
-    rollout_transitions,
-)
+from __future__ import annotations
 
-__all__ = [
-    "FUSIONS", "Head", "HeadFusion", "ImageAnalyses", "analyse_image", "attention_entropy", "attention_rollout", "cls_attention", "embedding_filters",
-    "gradient_rollout", "map_to_image", "mean_attention_distance", "patch_distances", "position_embedding_similarity",
-    "query_attention", "relevance", "rollout_transitions", "token_similarity", "upsample",
-]
+import importlib
+from typing import Any
+
+# name -> submodule; imported on first use so that the views (and the window) can be listed without torch
+_LAZY = {
+    "FUSIONS": "_common", "Head": "_common", "HeadFusion": "_common",
+    "attention_entropy": "distance", "mean_attention_distance": "distance", "patch_distances": "distance",
+    "embedding_filters": "embeddings", "position_embedding_similarity": "embeddings", "token_similarity": "embeddings",
+    "map_to_image": "mapping", "upsample": "mapping",
+    "relevance": "lrp",
+    "ImageAnalyses": "sweep", "analyse_image": "sweep",
+    "attention_rollout": "rollout", "cls_attention": "rollout", "gradient_rollout": "rollout",
+    "query_attention": "rollout", "rollout_transitions": "rollout",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"vitviz.analysis.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'vitviz.analysis' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from vitviz.devices import available_devices, available_precisions, normalise_device, torch_loaded
 from vitviz.gui.worker import Job, TaskRunner, split_detail
 from vitviz.model.sources import describe_ref
-from vitviz.pipeline import DTYPES, Pipeline, available_devices, available_precisions
 
 
 class Controller(QObject):
@@ -38,12 +38,12 @@ class Controller(QObject):
     def __init__(self, parent: QObject | None = None, *, device: str = "cpu", precision: str = "fp32"):
         super().__init__(parent)
         self.runner = TaskRunner(self)
-        self.pipeline: Pipeline | None = None
+        self.pipeline = None  # a vitviz.pipeline.Pipeline once a model is loaded (torch is imported then)
         self.ref = ""
-        devices = available_devices()
-        if device == "cuda" and "cuda:0" in devices:
-            device = "cuda:0"
-        self.device = device if device in devices else "cpu"
+        device = normalise_device(device)
+        # before torch is imported (start-up) a remembered GPU is kept as a wish and checked when the model loads
+        known = available_devices(probe=False)
+        self.device = device if device in known or (not torch_loaded() and _plausible(device)) else "cpu"
         self.precision = precision if precision in available_precisions(self.device) else "fp32"
         self.requested: str | None = None  # the image most recently asked for (PageDown counts from it)
         self._waiting: tuple[str, Any, int | None, bool] | None = None  # an image waiting for a model
@@ -68,6 +68,8 @@ class Controller(QObject):
     # ------------------------------------------------------------------ models
     def adopt(self, model: Any, ref: str, note: str | None = None) -> None:
         """Use ``model`` (already built) now; re-runs the waiting or current image."""
+        from vitviz.pipeline import Pipeline
+
         self.pipeline = model if isinstance(model, Pipeline) else Pipeline(model, device=self.device,
                                                                            precision=self.precision)
         self.ref = ref
@@ -79,13 +81,19 @@ class Controller(QObject):
 
     def load(self, ref: str) -> None:
         """Build the model ``ref`` names on the worker (download, read, move to the device)."""
-        from vitviz.model.sources import open_model
-
         device, precision = self.device, self.precision
 
         def work(job: Job):
+            from vitviz.model.sources import open_model
+            from vitviz.pipeline import Pipeline
+
             model, note = open_model(ref, progress=job.report, show_bar=False)
-            return ref, Pipeline(model, device=device, precision=precision), note
+            dev, prec = device, precision
+            if dev not in available_devices():
+                note = "; ".join(filter(None, [note, f"device {dev} is not available here: using the CPU"]))
+                dev = "cpu"
+                prec = prec if prec in available_precisions(dev) else "fp32"
+            return ref, Pipeline(model, device=dev, precision=prec), note
 
         self.busy.emit(f"Loading {describe_ref(ref)}…", ref.startswith("pretrained:"))
         self.runner.submit("model", work, subject=describe_ref(ref), title="Could not load the model")
@@ -115,6 +123,8 @@ class Controller(QObject):
 
         def work(job: Job):
             import torch
+
+            from vitviz.pipeline import DTYPES, Pipeline
 
             try:
                 p = Pipeline(model, device=device, precision=precision)
@@ -200,3 +210,8 @@ class Controller(QObject):
     def shutdown(self) -> None:
         self._closing = True
         self.runner.shutdown()
+
+
+def _plausible(device: str) -> bool:
+    """A device name torch could have: cpu, cuda:N, mps."""
+    return device in ("cpu", "mps") or (device.startswith("cuda:") and device[5:].isdigit())

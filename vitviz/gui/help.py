@@ -39,7 +39,7 @@ def about_html(model_title: str, device: str, precision: str) -> str:
     import torch
     from PySide6.QtCore import qVersion
 
-    from vitviz.pipeline import device_description
+    from vitviz.devices import device_description
 
     return (f"<h3>vitviz {__version__}</h3><p>See what a Vision Transformer looks at.</p>"
             f"<table><tr><td>torch</td><td>{torch.__version__}</td></tr>"

@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QActionGroup
 from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QWidget, QHBoxLayout
 
-from vitviz.pipeline import available_devices, available_precisions, device_description
+from vitviz.devices import available_devices, available_precisions, device_description
 
 
 class ModelBar(QWidget):
@@ -36,8 +36,6 @@ class ModelBar(QWidget):
         self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model_combo.activated.connect(lambda i: self.modelChosen.emit(self.model_combo.itemData(i) or ""))
         self.device_combo = QComboBox()
-        for d in available_devices():
-            self.device_combo.addItem(d, d)
         self.device_combo.activated.connect(lambda i: self.deviceChosen.emit(self.device_combo.itemData(i)))
         self.precision_combo = QComboBox()
         self.precision_combo.activated.connect(
@@ -54,16 +52,16 @@ class ModelBar(QWidget):
         c.blockSignals(True)
         c.clear()
         c.addItem("Bundled demo model (shapes)", "demo")
-        try:
-            from vitviz.model.pretrained import PRETRAINED, is_cached
-        except Exception:  # noqa: BLE001 - the list is a convenience; the bundled model always works
-            PRETRAINED, is_cached = {}, (lambda n: False)
-        if PRETRAINED:
+        from vitviz import catalog  # plain data: no torch at start-up
+
+        names = list(catalog.TORCHVISION_VITS)
+        if names:
             c.insertSeparator(c.count())
-        for name, info in PRETRAINED.items():
-            state = "cached" if is_cached(name) else f"download {getattr(info, 'size_mb', 0.0):.0f} MB"
+        for name in names:
+            mb = catalog.TORCHVISION_VITS[name][3]
+            state = "cached" if catalog.cache_file(name).is_file() else f"download {mb:.0f} MB"
             c.addItem(f"torchvision {name} ({state})", f"pretrained:{name}")
-            c.setItemData(c.count() - 1, getattr(info, "description", name), Qt.ItemDataRole.ToolTipRole)
+            c.setItemData(c.count() - 1, catalog.description(name), Qt.ItemDataRole.ToolTipRole)
         if recent:
             c.insertSeparator(c.count())
             for ref in recent:
@@ -80,7 +78,15 @@ class ModelBar(QWidget):
         """Device and precision choices (combos and menus), with the current ones checked."""
         self.device_menu.clear()
         group = QActionGroup(self.device_menu)
-        for d in available_devices():
+        devices = available_devices(probe=False)  # the CPU only until torch is loaded with the first model
+        if device not in devices:
+            devices.append(device)
+        self.device_combo.blockSignals(True)
+        self.device_combo.clear()
+        for d in devices:
+            self.device_combo.addItem(d, d)
+        self.device_combo.blockSignals(False)
+        for d in devices:
             a = self.device_menu.addAction(device_description(d))
             a.setCheckable(True)
             a.setChecked(d == device)

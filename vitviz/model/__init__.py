@@ -1,15 +1,31 @@
-"""vitviz.model: our ViT, its registry, checkpoint loading and named pretrained weights. No Qt."""
+"""vitviz.model: our ViT, its registry, checkpoint loading and named pretrained weights. No Qt.
 
-from vitviz.model.spec import ModelSpec
-from vitviz.model.variants import create_model, list_models
-from vitviz.model.vit import Attention, Block, PatchEmbed, ViT, ViTConfig
-from vitviz.model.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
-from vitviz.model.pretrained import (
-    PRETRAINED, DownloadCancelled, PretrainedError, PretrainedInfo, is_cached, load_model, pretrained,
-)
+Names are imported on first use (``vitviz.model.sources`` and the window's start-up path do not need torch).
+"""
 
-__all__ = [
-    "Attention", "Block", "CheckpointError", "DownloadCancelled", "ModelSpec", "PatchEmbed", "PRETRAINED",
-    "PretrainedError", "PretrainedInfo", "ViT", "ViTConfig", "create_model", "is_cached", "list_models",
-    "load_checkpoint", "load_model", "pretrained", "save_checkpoint",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "ModelSpec": "spec", "create_model": "variants", "list_models": "variants",
+    "Attention": "vit", "Block": "vit", "PatchEmbed": "vit", "ViT": "vit", "ViTConfig": "vit",
+    "CheckpointError": "checkpoints", "load_checkpoint": "checkpoints", "save_checkpoint": "checkpoints",
+    "PRETRAINED": "pretrained", "DownloadCancelled": "pretrained", "PretrainedError": "pretrained",
+    "PretrainedInfo": "pretrained", "is_cached": "pretrained", "load_model": "pretrained", "pretrained": "pretrained",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"vitviz.model.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'vitviz.model' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitviz.pipeline import to_numpy
+from vitviz._arrays import to_numpy
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.pipeline import InferenceResult
