@@ -1,4 +1,5 @@
-"""Dock panels: controls, per-head thumbnails, predictions (the plots are in :mod:`vitviz.gui.plots`).
+"""Dock panels: controls and predictions (per-head thumbnails are in :mod:`vitviz.gui.heads`, the plots in
+:mod:`vitviz.gui.plots`).
 
 Panels never own state: they emit the user's intent as signals and are refreshed by the main window from the
 :class:`~vitviz.session.Session` (under a signal blocker, so a refresh never echoes back as a user action).
@@ -6,17 +7,15 @@ Panels never own state: they emit the user's intent as signals and are refreshed
 
 from __future__ import annotations
 
-import math
-
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView, QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout,
-    QHeaderView, QLabel, QProgressBar, QRadioButton, QSlider, QSpinBox, QTableWidget, QTableWidgetItem, QToolButton,
-    QVBoxLayout, QWidget,
+    QHeaderView, QLabel, QProgressBar, QRadioButton, QSlider, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout,
+    QWidget,
 )
 
 from vitviz import imaging, views
-from vitviz.gui.mosaic import Mosaic, colorize_tiles, upscale
+from vitviz.gui.heads import HeadsPanel  # noqa: F401  (re-exported: it used to live here)
 from vitviz.views import HEAD_REDUCTIONS
 
 
@@ -189,108 +188,6 @@ class ControlsPanel(QWidget):
         finally:
             for w in widgets:
                 w.blockSignals(False)
-
-
-# ====================================================================== heads
-class HeadsPanel(QWidget):
-    """Thumbnails of every head of the current layer, or the all-layers x all-heads grid.
-
-    Signals:
-        headSelected(layer, head)
-    """
-
-    headSelected = Signal(int, int)
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(2, 2, 2, 2)
-        lay.setSpacing(2)
-        top = QHBoxLayout()
-        self.title = QLabel("Heads")
-        self.grid_toggle = QToolButton()
-        self.grid_toggle.setText("All layers")
-        self.grid_toggle.setCheckable(True)
-        self.grid_toggle.setToolTip("Show every layer x every head (click a tile to jump there)")
-        top.addWidget(self.title, 1)
-        top.addWidget(self.grid_toggle)
-        lay.addLayout(top)
-        self.mosaic = Mosaic()
-        self.mosaic.setMinimumHeight(160)
-        lay.addWidget(self.mosaic, 1)
-        self.mosaic.tileClicked.connect(self._on_tile)
-        self.grid_toggle.toggled.connect(lambda _: self.refresh(self._session) if self._session else None)
-        self._session = None
-        self._layer = 0
-        self._key = None
-
-    @property
-    def all_layers(self) -> bool:
-        return self.grid_toggle.isChecked()
-
-    def _cols(self, n: int) -> int:
-        return n if n <= 4 else max(1, int(math.ceil(math.sqrt(n))))
-
-    def refresh(self, session, force: bool = False) -> None:
-        self._session = session
-        r = session.result
-        if r is None:
-            return
-        o = session.options
-        self._layer = max(0, min(session.attention_layer(), r.num_layers - 1))
-        q = session.thumb_query()
-        qtext = "[CLS]" if q == 0 and r.num_prefix_tokens > 0 else f"patch {divmod(q - r.num_prefix_tokens, r.grid[1])}"
-        key = (id(r), self.all_layers, self._layer if not self.all_layers else None, q, o.cmap)
-        if key != self._key or force:
-            self._key = key
-            gh, gw = r.grid
-            factor = max(1, int(round(24 / max(gh, gw))))
-            if self.all_layers:
-                maps = session.all_head_maps()
-                L, H = maps.shape[:2]
-                tiles = upscale(colorize_tiles(maps.reshape(L * H, gh, gw), o.cmap), factor)
-                self.mosaic.set_tiles(tiles, L, H, gap=max(2, (gh * factor) // 10))
-                self.mosaic.set_axes([str(i) for i in range(L)], [str(h) for h in range(H)], "layer", "head")
-                self.title.setText(f"All layers x heads · attention from {qtext}")
-            else:
-                maps = session.head_maps(self._layer)
-                H = maps.shape[0]
-                cols = self._cols(H)
-                tiles = upscale(colorize_tiles(maps, o.cmap), factor)
-                self.mosaic.set_tiles(tiles, int(math.ceil(H / cols)), cols, gap=max(2, (gh * factor) // 10),
-                                      labels=[f"h{h}" for h in range(H)])
-                self.mosaic.set_axes(None, None)
-                self.title.setText(f"Layer {self._layer} heads · attention from {qtext}")
-        self._update_highlight(session)
-
-    def _update_highlight(self, session) -> None:
-        o = session.options
-        if not isinstance(o.head, int) or "head" not in session.view.reads:
-            self.mosaic.set_highlight(None)
-            return
-        if self.all_layers:
-            self.mosaic.set_highlight(self._layer, o.head)
-        else:
-            self.mosaic.set_highlight(*divmod(o.head, self.mosaic.cols))
-
-    def tile_center(self, layer: int, head: int) -> QPoint:
-        """Position of a tile in this panel's coordinates (for tests)."""
-        if self.all_layers:
-            p = self.mosaic.tile_center(layer, head)
-        else:
-            p = self.mosaic.tile_center(*divmod(head, self.mosaic.cols))
-        return self.mosaic.mapTo(self, p)
-
-    def _on_tile(self, row: int, col: int) -> None:
-        if self._session is None or self._session.result is None:
-            return
-        r = self._session.result
-        if self.all_layers:
-            layer, head = row, col
-        else:
-            layer, head = self._layer, row * self.mosaic.cols + col
-        if 0 <= head < r.num_heads and 0 <= layer < r.num_layers:
-            self.headSelected.emit(layer, head)
 
 
 # ====================================================================== predictions
