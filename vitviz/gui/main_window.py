@@ -23,6 +23,7 @@ from vitviz import imaging
 from vitviz.gui import help
 from vitviz.gui.controller import Controller
 from vitviz.gui.dialogs import Dialogs, confirm_download, mime_content, qimage_from_rgb, write_png_asking
+from vitviz.gui.geometry import place_window
 from vitviz.gui.menus import build_actions, build_layout, build_menus, build_toolbar, fill_recent_menu
 from vitviz.gui.settings import Prefs, default_settings  # noqa: F401 - default_settings re-exported for callers
 from vitviz.gui.statusbar import StatusParts
@@ -136,13 +137,7 @@ class MainWindow(QMainWindow):
 
     # ================================================================== settings
     def _restore_settings(self) -> None:
-        geo, state = self.prefs.geometry(), self.prefs.window_state()
-        if geo is not None:
-            self.restoreGeometry(geo)
-        else:
-            self.resize(1600, 1000)
-        if state is not None:
-            self.restoreState(state)
+        place_window(self, self.prefs.geometry(), self.prefs.window_state())  # sized and clamped to the screen
         self.session.set_options(**self.prefs.view_options())
         self.model_bar.fill_devices(self.device, self.precision)
         self._fill_model_combo()
