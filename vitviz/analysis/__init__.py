@@ -16,6 +16,9 @@ from typing import Any
 # name -> submodule; imported on first use so that the views (and the window) can be listed without torch
 _LAZY = {
     "FUSIONS": "_common", "Head": "_common", "HeadFusion": "_common",
+    "ArtefactTokens": "artefacts", "artefact_attention_share": "artefacts", "exclude_tokens": "artefacts",
+    "high_norm_tokens": "artefacts", "register_attention_share": "artefacts", "token_norms": "artefacts",
+    "top_mass_mask": "masks",
     "attention_entropy": "distance", "mean_attention_distance": "distance", "patch_distances": "distance",
     "embedding_filters": "embeddings", "position_embedding_similarity": "embeddings", "token_similarity": "embeddings",
     "map_to_image": "mapping", "upsample": "mapping",
