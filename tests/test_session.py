@@ -21,12 +21,14 @@ def session(tiny_model):
 
 def test_layer_range_and_clamping(session):
     assert session.layer_range("cls") == (0, 2)
-    assert session.layer_range("token_sim") == (0, 3)  # 0 = patch embeddings
+    # one numbering everywhere: layer l is block l; token views add -1, the patch embeddings
+    assert session.layer_range("token_sim") == session.layer_range("token_norm") == (-1, 2)
     assert session.set_options(layer=99).layer == 2
-    session.set_options(view="token_sim", layer=3)
-    assert session.options.layer == 3
+    session.set_options(view="token_sim", layer=-1)
+    assert session.options.layer == -1
+    assert "patch embeddings" in session.describe_view()
     session.set_options(view="cls")
-    assert session.options.layer == 2
+    assert session.options.layer == 0
     assert session.set_options(head=17).head == 3
     with pytest.raises(ValueError, match="unknown view"):
         session.set_options(view="nope")
@@ -44,7 +46,8 @@ def test_every_view_matches_the_analysis_function(session):
         "rollout": A.attention_rollout(r.attentions, grid=g),
         "grad_rollout": A.gradient_rollout(r.attentions, r.attention_grads, grid=g),
         "relevance": A.relevance(r.attentions, r.attention_grads, grid=g),
-        "token_sim": A.token_similarity(r.tokens, layer=1, index=p + 5, grid=g),
+        "token_sim": A.token_similarity(r.tokens, layer=2, index=p + 5, grid=g),  # tokens[2]: block 1's output
+        "token_norm": r.tokens[2, p:].norm(dim=-1).reshape(g),
         "pos_sim": A.position_embedding_similarity(r.pos_embed, grid=g)[1, 1],
     }
     assert set(refs) == {v.key for v in views.all_views()}

@@ -93,6 +93,6 @@ def test_file_names_carry_the_parameters_each_view_reads(session):
     target = session.result.label(session.result.target)
     assert name == f"x_relevance_from1_{target}.png"
     session.set_options(view="rollout", head_fusion="max", discard_ratio=0.5, start_layer=0)
-    assert session.export_name() == "x_rollout_max_d0.50.png"
+    assert session.export_name() == "x_rollout_max_d0.50_from0.png"
     session.set_options(view="query", query=5)
     assert session.export_name() == "x_query_L2_h3_p1-1.png"

@@ -39,9 +39,13 @@ def description(name: str) -> str:
 def hub_dir() -> Path:
     """``torch.hub.get_dir()``; without importing torch when it is not loaded yet (then ``set_dir`` cannot have
     been called): ``$TORCH_HOME/hub``, by default ``${XDG_CACHE_HOME:-~/.cache}/torch/hub``."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        return Path(torch.hub.get_dir())
+    hub = sys.modules.get("torch.hub")  # (torch itself may be half-imported on the worker thread right now)
+    get_dir = getattr(hub, "get_dir", None)
+    if get_dir is not None:
+        try:
+            return Path(get_dir())
+        except Exception:  # noqa: BLE001 - a module still initialising: the default below is what it would say
+            pass
     torch_home = os.getenv("TORCH_HOME") or os.path.join(os.getenv("XDG_CACHE_HOME", "~/.cache"), "torch")
     return Path(os.path.expanduser(torch_home)) / "hub"
 

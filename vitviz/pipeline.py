@@ -189,6 +189,24 @@ class InferenceResult:
             return self.labels[index]
         return f"class {index}"
 
+    def excluding(self, patches: Any) -> "InferenceResult":
+        """This result with the given patch tokens ignored as attention keys: their columns removed from every
+        layer's attention, rows renormalised, their gradient columns dropped
+        (:func:`vitviz.analysis.exclude_tokens`); tokens, logits and the rest shared. ``analyses`` is dropped (the
+        views recompute from the new attention).
+
+        Args:
+            patches: bool ``[gh * gw]`` over the patch tokens.
+        """
+        from dataclasses import replace
+
+        from vitviz import analysis as A
+
+        mask = torch.as_tensor(np.asarray(patches, dtype=bool).reshape(-1))
+        attn, grads = A.exclude_tokens(self.attentions, mask, num_prefix_tokens=self.num_prefix_tokens,
+                                       grads=self.attention_grads)
+        return replace(self, capture=replace(self.capture, attentions=attn, attention_grads=grads), analyses=None)
+
     def top_k(self, k: int = 5) -> list[tuple[int, str, float]]:
         """``[(class index, label, probability)]`` for the k most probable classes."""
         p = self.probabilities

@@ -19,6 +19,7 @@ import numpy as np
 
 from vitviz import views
 from vitviz._arrays import to_numpy as _np
+from vitviz.appearance import Appearance
 from vitviz.views import HEAD_REDUCTIONS, View
 
 if TYPE_CHECKING:  # pragma: no cover - torch is imported when the first result arrives, not at start-up
@@ -28,6 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover - torch is imported when the first result 
 
 HeadChoice = int | Literal["mean", "max", "min"]
 Interpolation = Literal["nearest", "bilinear"]
+ScaleMode = Literal["robust", "per_map", "layers", "heads", "fixed"]
+SCALE_MODES: tuple[str, ...] = ("robust", "per_map", "layers", "heads", "fixed")
+MaskStyle = Literal["contour", "dim"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,17 @@ class ViewOptions:
     interpolation: Interpolation = "nearest"
     colorbar: bool = True
     caption: bool = True
+    # artefact tokens (high-norm patches, Darcet et al. 2023)
+    ignore_artefacts: bool = False  # drop their key columns from every attention layer (renormalised rows)
+    scale_excludes_artefacts: bool = True  # the colour scale is computed without them (they are still drawn)
+    # colour scale: see vitviz.scales.scale_for
+    scale: ScaleMode = "robust"
+    percentile: float = 99.5
+    log_scale: bool = False
+    fixed_range: tuple[float, float] | None = None
+    # "keep the top p of the mass" mask (DINO's visualisation); 0 = no mask
+    mask_keep: float = 0.0
+    mask_style: MaskStyle = "contour"
 
 
 @dataclass(frozen=True)
@@ -78,7 +93,7 @@ class _LRU(OrderedDict):
             self.popitem(last=False)
 
 
-class Session:
+class Session(Appearance):
     """The app's document: the opened images, the current result and the view options.
 
     Qt-free; the GUI calls :meth:`set_options` and then asks for :meth:`current_map` etc. All maps are float32
@@ -145,11 +160,44 @@ class Session:
             return (0, 0)
         return views.get(view or self.options.view).layer_range(self.result)
 
+    def slider_range(self) -> tuple[int, int]:
+        """The layer slider's range in the current view (its layers, or the start layers of a cumulative view)."""
+        v, r = self.view, self.result
+        if r is None or v.slider is None:
+            return (0, 0)
+        return (0, r.num_layers - 1) if v.slider == "start_layer" else v.layer_range(r)
+
+    def slider_value(self) -> int:
+        """The option the layer slider shows in the current view."""
+        v = self.view
+        return int(getattr(self.options, v.slider)) if v.slider else int(self.options.layer)
+
+    def set_slider(self, value: int) -> ViewOptions:
+        """Move the layer slider: sets the option the current view reads as its layer (clamped); no-op in views
+        that use every layer."""
+        v = self.view
+        if v.slider is None:
+            return self.options
+        lo, hi = self.slider_range()
+        return self.set_options(**{v.slider: min(max(int(value), lo), hi)})
+
     def _clamped(self, o: ViewOptions) -> ViewOptions:
         r = self.result
         views.get(o.view)  # raises for an unknown view
         if not (isinstance(o.head, int) or o.head in HEAD_REDUCTIONS):
             raise ValueError(f"head must be an index or one of {HEAD_REDUCTIONS}, got {o.head!r}")
+        if o.scale not in SCALE_MODES:
+            raise ValueError(f"scale must be one of {SCALE_MODES}, got {o.scale!r}")
+        if o.mask_style not in ("contour", "dim"):
+            raise ValueError(f"mask_style must be 'contour' or 'dim', got {o.mask_style!r}")
+        if o.scale == "fixed":
+            from vitviz.scales import scale_for
+
+            if o.fixed_range is None:
+                raise ValueError("a fixed colour scale needs a range (fixed_range=(lo, hi))")
+            scale_for(np.zeros(1), mode="fixed", fixed=o.fixed_range, log=o.log_scale)  # ValueError: what is wrong
+        o = replace(o, percentile=float(min(max(o.percentile, 50.0), 100.0)),
+                    mask_keep=float(min(max(o.mask_keep, 0.0), 1.0)))
         if r is None:
             return o
         lo, hi = self.layer_range(o.view)
@@ -174,10 +222,15 @@ class Session:
     # ------------------------------------------------------------------ maps
     def current_map(self) -> np.ndarray | None:
         """The current view's map, float32 ``[gh, gw]``; None without a result (or when the view is unavailable)."""
-        r, o, v = self.result, self.options, self.view
+        return self.map_for(self.view, self.options)
+
+    def map_for(self, view: View, options: ViewOptions) -> np.ndarray | None:
+        """Any view's map at any options (cached), e.g. every layer for a colour scale shared across layers."""
+        r = self.result
         if r is None:
             return None
-        return self._cache.get_or(("map",) + v.cache_key(o), lambda: v.compute(r, o))
+        return self._cache.get_or(("map",) + view.cache_key(options),
+                                  lambda: view.compute(self.result_for(view, options), options))
 
     def display_map(self) -> np.ndarray | None:
         """What the canvas shows: the map itself (nearest) or its 8x bilinear upsampling (smooth)."""

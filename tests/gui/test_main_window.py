@@ -23,7 +23,11 @@ def _reference_capture(model, path, target=None):
 
 
 def _overlay(w):
-    return np.asarray(w.canvas.overlay_item.image)
+    """The raw map on the canvas (checked against the colour-normalised image it shows)."""
+    raw = np.asarray(w.canvas.overlay_values)
+    scale = w.canvas.colorbar.scale
+    np.testing.assert_allclose(np.asarray(w.canvas.overlay_item.image), scale.normalise(raw), atol=1e-6)
+    return raw
 
 
 def test_open_image_shows_cls_attention_of_the_first_layer(qtbot, window, image_path, tiny_model):

@@ -34,7 +34,7 @@ def test_a_registered_view_is_listed_and_drawn(qtbot, tiny_model, settings, imag
         assert w.session.options.view == "toy_square"
         w.set_query(5)
         ref = (r.attentions[-1].mean(0)[1 + 5, 1:] ** 2).reshape(r.grid).numpy()
-        np.testing.assert_allclose(np.asarray(w.canvas.overlay_item.image), ref, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(w.canvas.overlay_values), ref, rtol=1e-6)
         # it reads only the query: layer, head and rollout controls are disabled
         assert not w.controls.layer_slider.isEnabled() and not w.controls.head_combo.isEnabled()
         assert not w.controls.rollout_box.isEnabled()
@@ -49,10 +49,30 @@ def test_controls_follow_what_each_view_reads(qtbot, window, image_path):
     for v in views.all_views():
         window.set_view(v.key)
         c = window.controls
-        assert c.layer_slider.isEnabled() == ("layer" in v.reads), v.key
+        # the slider is live only where the view reads a layer, named as the view reads it
+        assert c.layer_slider.isEnabled() == bool(v.reads & {"layer", "start_layer"}), v.key
+        assert c.layer_row_label.text() == ("Start layer" if v.reads & {"layer", "start_layer"} == {"start_layer"}
+                                             else "Layer"), v.key
         assert c.head_combo.isEnabled() == ("head" in v.reads), v.key
-        assert c.start_spin.isEnabled() == ("start_layer" in v.reads), v.key
+        assert c.discard_spin.isEnabled() == ("discard_ratio" in v.reads), v.key
         assert c.view_buttons[v.key].isChecked() and window.view_actions[v.key].isChecked()
+        # the canvas says what it shows, and the query box is drawn only where the view uses the patch
+        assert window.canvas.title.text() == window.session.title() and window.canvas.title.isVisible()
+        assert window.canvas.marker.isVisible() == ("query" in v.reads), v.key
+
+
+def test_rollout_slider_is_its_start_layer(qtbot, window, image_path):
+    open_and_wait(qtbot, window, image_path)
+    window.set_view("rollout")
+    qtbot.keyClick(window.canvas, Qt.Key.Key_End)
+    o = window.session.options
+    assert o.start_layer == window.session.result.num_layers - 1
+    assert window.controls.layer_slider.value() == o.start_layer
+    assert f"start layer {o.start_layer}" in window.canvas.title.text()
+    window.set_view("token_sim")
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Home)
+    assert window.session.options.layer == -1 and window.controls.layer_label.text() == "emb"
+    assert "patch embeddings" in window.canvas.title.text()
 
 
 def test_quick_page_down_presses_each_move_on(qtbot, window, tmp_path):

@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPen
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem, QLabel, QSizePolicy, QWidget
+from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPainterPath, QPen, QPolygonF
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QLabel, QSizePolicy, QWidget
 
 from vitviz import imaging
 
@@ -21,6 +21,7 @@ pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)
 
 
 HIGHLIGHT_COLOR = QColor(0, 230, 255)
+ARTEFACT_COLOR = QColor(255, 150, 40)
 
 
 def highlight_rect(width: float = 2.0, z: float | None = None, visible: bool = True) -> QGraphicsRectItem:
@@ -37,7 +38,8 @@ def highlight_rect(width: float = 2.0, z: float | None = None, visible: bool = T
 
 
 class ColorBar(QWidget):
-    """A light colour bar beside the canvas: the colormap's gradient and five value labels.
+    """A colour bar beside the canvas: the colormap's gradient, nice ticks, the quantity and unit, and arrows at the
+    ends the colour scale clips (values beyond them take the end colour).
 
     Painted with QPainter directly (a pyqtgraph ColorBarItem re-lays its axis out on every level change, which
     cost more than the rest of a layer change).
@@ -46,16 +48,16 @@ class ColorBar(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
-        self.setFixedWidth(92)
+        self.setFixedWidth(96)
         self._image = QImage()
-        self._lut = None
         self.levels: tuple[float, float] | None = None
+        self.scale = None  # a vitviz.scales.ColourScale (or None: linear between levels)
+        self.label = ""
         self._hidden = True
-        self.setToolTip("Colour scale of the current map (raw values)")
+        self.setToolTip("Colour scale of the current map")
 
     def set_colormap(self, name: str) -> None:
         lut = np.ascontiguousarray(imaging.get_colormap(name)[::-1, :4])  # top = high
-        self._lut = lut
         self._image = QImage(lut.data, 1, lut.shape[0], 4, QImage.Format.Format_RGBA8888).copy()
         self.update()
 
@@ -69,32 +71,65 @@ class ColorBar(QWidget):
         new = None if lo is None or hi is None else (float(lo), float(hi))
         if new != self.levels:
             self.levels = new
+            self.scale = None
             self.update()
+
+    def set_scale(self, scale, label: str = "", tooltip: str = "") -> None:
+        """Show ``scale`` (a :class:`vitviz.scales.ColourScale`) with the quantity ``label`` along the bar."""
+        self.scale, self.label = scale, label
+        self.levels = None if scale is None else (float(scale.lo), float(scale.hi))
+        self.setToolTip(tooltip or "Colour scale of the current map")
+        self.update()
+
+    def ticks(self) -> list[tuple[float, str]]:
+        """``[(position 0..1 from the bottom, text)]`` of the tick labels drawn."""
+        if self.levels is None:
+            return []
+        from vitviz.scales import ColourScale
+
+        scale = self.scale if self.scale is not None else ColourScale(*self.levels)
+        pairs = scale.ticks(5)
+        pos = scale.normalise(np.asarray([v for v, _ in pairs], dtype=np.float64))
+        return [(float(p), t) for p, (_, t) in zip(pos, pairs) if 0.0 <= p <= 1.0]
 
     def paintEvent(self, _ev) -> None:
         if self._hidden:
             return
         p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
         fm = QFontMetrics(self.font())
-        avail = self.height() - 2 * fm.height()
+        avail = self.height() - 4 * fm.height()
         length = min(avail, 460)
-        top = fm.height() + (avail - length) // 2
+        top = 2 * fm.height() + (avail - length) // 2
         bottom = top + length
         if bottom - top < 20:
             return
-        bar = QRectF(6, top, 14, bottom - top)
+        x0 = 4 + fm.height()  # room for the rotated label at the left
+        bar = QRectF(x0, top, 14, bottom - top)
         p.drawImage(bar, self._image)
         p.setPen(QColor(150, 150, 155))
         p.drawRect(bar)
-        if self.levels is None:
-            return
-        lo, hi = self.levels
-        p.setPen(QColor(220, 220, 224))
-        for i in range(5):
-            f = i / 4
+        text = QColor(220, 220, 224)
+        if self.scale is not None:  # arrows: the scale clips values beyond this end
+            p.setBrush(QColor(220, 220, 224))
+            p.setPen(Qt.PenStyle.NoPen)
+            cx, w = bar.center().x(), 7.0
+            if getattr(self.scale, "clipped_high", False):
+                p.drawPolygon(QPolygonF([QPointF(cx - w, top - 2), QPointF(cx + w, top - 2), QPointF(cx, top - 11)]))
+            if getattr(self.scale, "clipped_low", False):
+                p.drawPolygon(QPolygonF([QPointF(cx - w, bottom + 2), QPointF(cx + w, bottom + 2),
+                                         QPointF(cx, bottom + 11)]))
+        p.setPen(text)
+        for f, label in self.ticks():
             y = bottom - f * (bottom - top)
             p.drawLine(int(bar.right()), int(y), int(bar.right()) + 4, int(y))
-            p.drawText(int(bar.right()) + 7, int(y + fm.ascent() / 2 - 1), f"{lo + f * (hi - lo):.3g}")
+            p.drawText(int(bar.right()) + 7, int(y + fm.ascent() / 2 - 1), label)
+        if self.label:
+            p.save()
+            p.translate(3 + fm.ascent(), (top + bottom) / 2 + fm.horizontalAdvance(self.label) / 2)
+            p.rotate(-90)
+            p.drawText(0, 0, fm.elidedText(self.label, Qt.TextElideMode.ElideRight, int(bottom - top)))
+            p.restore()
 
 
 class Canvas(pg.GraphicsLayoutWidget):
@@ -136,6 +171,31 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.marker = highlight_rect(2.5, z=3, visible=False)
         self.vb.addItem(self.marker)
 
+        # the top-p mass mask: a dark veil outside it ("dim") or its outline ("contour")
+        self.mask_item = pg.ImageItem(axisOrder="row-major")
+        self.mask_item.setZValue(1.5)
+        self.mask_item.setVisible(False)
+        self.vb.addItem(self.mask_item)
+        self.mask_outline = QGraphicsPathItem()
+        pen = QPen(QColor(255, 255, 255))
+        pen.setCosmetic(True)
+        pen.setWidthF(2.0)
+        self.mask_outline.setPen(pen)
+        self.mask_outline.setZValue(2.5)
+        self.mask_outline.setVisible(False)
+        self.vb.addItem(self.mask_outline)
+        # the artefact (high-norm) tokens: dashed orange outlines
+        self.artefact_outline = QGraphicsPathItem()
+        pen = QPen(ARTEFACT_COLOR)
+        pen.setCosmetic(True)
+        pen.setWidthF(1.6)
+        pen.setStyle(Qt.PenStyle.DashLine)
+        self.artefact_outline.setPen(pen)
+        self.artefact_outline.setZValue(2.6)
+        self.artefact_outline.setVisible(False)
+        self.vb.addItem(self.artefact_outline)
+        self.artefact_cells: list[tuple[int, int]] = []
+
         self._cmap_name = ""
         self.colorbar = ColorBar()
         self.set_colormap(imaging.DEFAULT_COLORMAP)
@@ -150,6 +210,15 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.placeholder.setStyleSheet("color: rgb(170, 170, 176); font-size: 15px;")
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._overlay_rect: tuple | None = None
+        self.overlay_values: np.ndarray | None = None
+        # what is shown, in words, over the top of the canvas
+        self.title = QLabel("", self)
+        self.title.setObjectName("canvasTitle")
+        self.title.setStyleSheet("QLabel#canvasTitle { color: rgb(235, 235, 238); background: rgba(20, 20, 24, 170);"
+                                 " padding: 3px 8px; border-radius: 3px; font-size: 13px; }")
+        self.title.setWordWrap(True)
+        self.title.setVisible(False)
+        self.title.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
 
     # ------------------------------------------------------------------ content
     def set_photo(self, rgb: np.ndarray | None) -> None:
@@ -173,26 +242,91 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.crop_outline.setRect(self._crop)
         self.crop_outline.setVisible(True)
 
-    def set_overlay(self, values: np.ndarray | None, levels: tuple[float, float] | None = None) -> None:
-        """Show a map (float ``[h, w]``) stretched over the crop; ``None`` hides it."""
+    def set_overlay(self, values: np.ndarray | None, levels=None, *, label: str = "", tooltip: str = "") -> None:
+        """Show a map (float ``[h, w]``) stretched over the crop; ``None`` hides it.
+
+        Args:
+            levels: a :class:`vitviz.scales.ColourScale` (its ``normalise`` maps values to the colormap: linear, log
+                or centred at 0), a ``(lo, hi)`` pair, or None for the map's own min-max.
+            label: the colour bar's quantity and unit.
+        """
+        self.overlay_values = values  # the raw map shown (the image item holds its colour-normalised copy)
         if values is None:
             self.overlay_item.setVisible(False)
             self.colorbar.set_levels(None, None)
             self.colorbar.hide_bar(True)
             return
-        if levels is None:
-            finite = values[np.isfinite(values)]
-            levels = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-        lo, hi = levels
-        if not hi > lo:
-            hi = lo + 1e-12 if math.isfinite(lo) else 1.0
-        self.overlay_item.setImage(values, autoLevels=False, levels=(lo, hi))
+        if levels is not None and hasattr(levels, "normalise"):
+            shown = np.asarray(levels.normalise(values), dtype=np.float32)
+            self.overlay_item.setImage(shown, autoLevels=False, levels=(0.0, 1.0))
+            self.colorbar.set_scale(levels, label, tooltip)
+        else:
+            if levels is None:
+                finite = values[np.isfinite(values)]
+                levels = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+            lo, hi = levels
+            if not hi > lo:
+                hi = lo + 1e-12 if math.isfinite(lo) else 1.0
+            self.overlay_item.setImage(values, autoLevels=False, levels=(lo, hi))
+            self.colorbar.set_levels(lo, hi)
+            self.colorbar.label = label
         if self._overlay_rect != (self._crop, values.shape):
             self._overlay_rect = (self._crop, values.shape)
             self.overlay_item.setRect(self._crop)
         self.overlay_item.setVisible(True)
-        self.colorbar.set_levels(lo, hi)
         self.colorbar.hide_bar(False)
+
+    def set_title(self, text: str) -> None:
+        """The line over the canvas that says what is shown ("" hides it)."""
+        self.title.setText(text)
+        self.title.setVisible(bool(text))
+        self._place_title()
+
+    def _place_title(self) -> None:
+        if not hasattr(self, "title"):
+            return
+        w = max(100, self.width() - 16)
+        self.title.setMaximumWidth(w)
+        self.title.adjustSize()
+        self.title.move(8, 6)
+
+    def _cells_path(self, cells, grid: tuple[int, int]) -> QPainterPath:
+        """Rectangles of the given patch cells in image pixels (over the crop)."""
+        gh, gw = grid
+        sy, sx = self._crop.height() / gh, self._crop.width() / gw
+        path = QPainterPath()
+        for r, c in cells:
+            path.addRect(QRectF(self._crop.x() + c * sx, self._crop.y() + r * sy, sx, sy))
+        return path
+
+    def set_artefacts(self, cells: list[tuple[int, int]], grid: tuple[int, int] | None) -> None:
+        """Outline the flagged (high-norm) patches; an empty list hides the outlines."""
+        self.artefact_cells = list(cells)
+        if not cells or grid is None:
+            self.artefact_outline.setVisible(False)
+            return
+        self.artefact_outline.setPath(self._cells_path(cells, grid))
+        self.artefact_outline.setVisible(True)
+
+    def set_mask(self, mask: np.ndarray | None, style: str = "contour") -> None:
+        """The top-mass mask (bool ``[gh, gw]``): the area outside it darkened ("dim") or its boundary drawn
+        ("contour"); None hides it."""
+        if mask is None:
+            self.mask_item.setVisible(False)
+            self.mask_outline.setVisible(False)
+            return
+        mask = np.asarray(mask, dtype=bool)
+        if style == "dim":
+            veil = np.zeros(mask.shape + (4,), dtype=np.uint8)
+            veil[~mask, 3] = 170
+            self.mask_item.setImage(veil, autoLevels=False, levels=(0, 255))
+            self.mask_item.setRect(self._crop)
+            self.mask_item.setVisible(True)
+            self.mask_outline.setVisible(False)
+            return
+        self.mask_item.setVisible(False)
+        self.mask_outline.setPath(mask_boundary(mask, self._crop))
+        self.mask_outline.setVisible(True)
 
     def set_colormap(self, name: str) -> None:
         if name == self._cmap_name:
@@ -222,6 +356,7 @@ class Canvas(pg.GraphicsLayoutWidget):
         super().resizeEvent(ev)
         if hasattr(self, "placeholder"):  # pyqtgraph calls resizeEvent from its constructor
             self.placeholder.setGeometry(0, 0, self.width(), self.height())
+            self._place_title()
 
     # ------------------------------------------------------------------ coordinates
     def image_to_widget(self, x: float, y: float) -> QPoint:
@@ -249,3 +384,21 @@ class Canvas(pg.GraphicsLayoutWidget):
             return
         p = self.vb.mapSceneToView(ev.scenePos())
         self.clicked.emit(p.x(), p.y())
+
+
+def mask_boundary(mask: np.ndarray, crop: QRectF) -> QPainterPath:
+    """The edges between kept and dropped cells of ``mask`` (bool ``[gh, gw]``, kept = True), and the kept cells'
+    edges on the grid's border, as line segments in image pixels over ``crop``."""
+    gh, gw = mask.shape
+    sy, sx = crop.height() / gh, crop.width() / gw
+    x0, y0 = crop.x(), crop.y()
+    padded = np.pad(mask, 1)
+    path = QPainterPath()
+    # horizontal edges: between row r-1 and r (r = 0..gh), where the two sides differ
+    for r, c in zip(*np.nonzero(padded[:-1, 1:-1] != padded[1:, 1:-1])):
+        path.moveTo(x0 + c * sx, y0 + r * sy)
+        path.lineTo(x0 + (c + 1) * sx, y0 + r * sy)
+    for r, c in zip(*np.nonzero(padded[1:-1, :-1] != padded[1:-1, 1:])):
+        path.moveTo(x0 + c * sx, y0 + r * sy)
+        path.lineTo(x0 + c * sx, y0 + (r + 1) * sy)
+    return path

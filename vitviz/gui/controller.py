@@ -40,6 +40,7 @@ class Controller(QObject):
         self.runner = TaskRunner(self)
         self.pipeline = None  # a vitviz.pipeline.Pipeline once a model is loaded (torch is imported then)
         self.ref = ""
+        self.loading: str | None = None  # the model reference being loaded (the toolbar names it meanwhile)
         device = normalise_device(device)
         # before torch is imported (start-up) a remembered GPU is kept as a wish and checked when the model loads
         known = available_devices(probe=False)
@@ -95,10 +96,12 @@ class Controller(QObject):
                 prec = prec if prec in available_precisions(dev) else "fp32"
             return ref, Pipeline(model, device=dev, precision=prec), note
 
+        self.loading = ref
         self.busy.emit(f"Loading {describe_ref(ref)}…", ref.startswith("pretrained:"))
         self.runner.submit("model", work, subject=describe_ref(ref), title="Could not load the model")
 
     def cancel_load(self) -> None:
+        self.loading = None
         self.runner.cancel("model")
         self.busy.emit("", False)
         self._run_waiting_with_current()
@@ -181,6 +184,7 @@ class Controller(QObject):
         if self._closing:
             return
         if kind == "model":
+            self.loading = None
             ref, pipeline, note = result
             self.device, self.precision = pipeline.device, pipeline.precision
             self.busy.emit("", False)
@@ -197,6 +201,7 @@ class Controller(QObject):
             return
         self.busy.emit("", False)
         if kind == "model":
+            self.loading = None
             if self.pipeline is None and job.subject != describe_ref("demo"):
                 # the remembered / requested model failed at start: fall back to the bundled one
                 QTimer.singleShot(0, lambda: self.load("demo"))

@@ -61,6 +61,7 @@ class MainWindow(QMainWindow):
         self.session = Session()
         self.controller = Controller(self, device=device or self.prefs.device(), precision=self.prefs.precision())
         self._closing = False
+        self._hover_xy: tuple[float, float] | None = None
 
         self.setWindowTitle("vitviz")
         self.setAcceptDrops(True)
@@ -112,7 +113,8 @@ class MainWindow(QMainWindow):
         c.viewChanged.connect(self.set_view)
         c.layerChanged.connect(self.set_layer)
         c.headChanged.connect(self.set_head)
-        c.rolloutChanged.connect(lambda f, d, s: self._set(head_fusion=f, discard_ratio=d, start_layer=s))
+        c.rolloutChanged.connect(lambda f, d: self._set(head_fusion=f, discard_ratio=d))
+        c.scale_panel.changed.connect(self._set_scale_options)
         c.colormapChanged.connect(lambda name: self._set(cmap=name))
         c.opacityChanged.connect(lambda v: self._set(opacity=v))
         c.interpolationChanged.connect(lambda m: self._set(interpolation=m))
@@ -164,6 +166,7 @@ class MainWindow(QMainWindow):
                 self.load_model("demo", initial=True)
             return
         self.controller.load(ref)
+        self._fill_model_combo()
 
     def cancel_model_load(self) -> None:
         self.controller.cancel_load()
@@ -195,7 +198,14 @@ class MainWindow(QMainWindow):
         self.controller.set_precision(precision)
 
     def _fill_model_combo(self) -> None:
-        self.model_bar.fill_models(self.model_key, self.controller.title(), self.prefs.recent_models())
+        """The model bar names the model in use, or the one being loaded (never the previous one meanwhile)."""
+        from vitviz.model.sources import describe_ref
+
+        c = self.controller
+        if c.loading:
+            self.model_bar.fill_models(c.loading, f"{describe_ref(c.loading)} (loading…)", self.prefs.recent_models())
+        else:
+            self.model_bar.fill_models(self.model_key, c.title(), self.prefs.recent_models())
 
     def _on_model_changed(self, note: str) -> None:
         self.prefs.add_recent_model(self.model_key)
@@ -325,11 +335,20 @@ class MainWindow(QMainWindow):
         self._set(view=key)
 
     def set_layer(self, layer: int) -> None:
-        lo, hi = self.session.layer_range()
-        self._set(layer=min(max(int(layer), lo), hi))
+        """The layer slider: the layer, or the start layer of a cumulative view (clamped)."""
+        self.session.set_slider(layer)
+        self.refresh_view()
 
     def step_layer(self, delta: int) -> None:
-        self.set_layer(self.session.options.layer + delta)
+        self.set_layer(self.session.slider_value() + delta)
+
+    def _set_scale_options(self, changes: dict) -> None:
+        """Colour scale, artefact and mask options; a fixed range that cannot be used is said, not applied."""
+        try:
+            self.session.set_options(**changes)
+        except ValueError as e:
+            self.statusBar().showMessage(f"Colour scale not changed: {e}", 8000)
+        self.refresh_view()
 
     def set_head(self, head: Any) -> None:
         self._set(head=head)
@@ -356,6 +375,7 @@ class MainWindow(QMainWindow):
             self.set_query(rc[0] * self.session.result.grid[1] + rc[1])
 
     def _on_hover(self, x: float, y: float) -> None:
+        self._hover_xy = None if x != x else (x, y)  # NaN: the cursor left the image
         self.hover_label.setText(self.session.hover_text(x, y))
 
     # ================================================================== drawing
@@ -374,12 +394,21 @@ class MainWindow(QMainWindow):
         self.canvas.set_colormap(o.cmap)
         self.canvas.set_opacity(o.opacity)
         r = s.result
+        v = s.view
         if r is not None:
             m = s.current_map()
-            self.canvas.set_overlay(s.display_map(), imaging.value_range(m) if m is not None else None)
-            self.canvas.set_marker(s.patch_rect(o.query))
+            scale = s.levels() if m is not None else None
+            self.canvas.set_colormap(s.colormap(scale))
+            self.canvas.set_overlay(s.display_map(), scale, label=s.quantity_text(), tooltip=s.scale_text())
+            self.canvas.set_marker(s.patch_rect(o.query) if s.shows_query() else None)
+            self.canvas.set_artefacts(s.artefact_patches(), r.grid)
+            self.canvas.set_mask(s.mask(), o.mask_style)
+            self.canvas.set_title(s.title() if m is not None else f"{v.title}: not available")
+            self.status.set_artefacts(s.artefact_text())
             if m is None:
-                self.statusBar().showMessage(f"{s.view.title} is not available: {s.unavailable_reason()}", 8000)
+                self.statusBar().showMessage(f"{v.title} is not available: {s.unavailable_reason()}", 8000)
+            if self._hover_xy is not None:  # the read-out follows the new map at once (not at the next move)
+                self._on_hover(*self._hover_xy)
         self.controls.refresh(s)
         for key, a in self.view_actions.items():
             a.setChecked(key == o.view)

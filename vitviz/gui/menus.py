@@ -43,7 +43,7 @@ def build_actions(win: Any) -> None:
     win.act_quit = _action(win, "&Quit", win.close, S.Quit)
     win.act_prev_layer = _action(win, "Previous layer", lambda: win.step_layer(-1), K.Key_Left)
     win.act_next_layer = _action(win, "Next layer", lambda: win.step_layer(1), K.Key_Right)
-    win.act_first_layer = _action(win, "First layer", lambda: win.set_layer(0), K.Key_Home)
+    win.act_first_layer = _action(win, "First layer", lambda: win.set_layer(-10 ** 6), K.Key_Home)
     win.act_last_layer = _action(win, "Last layer", lambda: win.set_layer(10 ** 6), K.Key_End)
     win.act_prev_head = _action(win, "Previous head", lambda: win.step_head(-1), K.Key_Up)
     win.act_next_head = _action(win, "Next head", lambda: win.step_head(1), K.Key_Down)

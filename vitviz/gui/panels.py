@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 
 from vitviz import imaging, views
 from vitviz.gui.heads import HeadsPanel  # noqa: F401  (re-exported: it used to live here)
+from vitviz.gui.scale_panel import ScalePanel
 from vitviz.views import HEAD_REDUCTIONS
 
 
@@ -26,7 +27,7 @@ class ControlsPanel(QWidget):
     viewChanged = Signal(str)
     layerChanged = Signal(int)
     headChanged = Signal(object)  # int or "mean"/"max"/"min"
-    rolloutChanged = Signal(str, float, int)  # fusion, discard ratio, start layer
+    rolloutChanged = Signal(str, float)  # head fusion, discard ratio
     colormapChanged = Signal(str)
     opacityChanged = Signal(float)
     interpolationChanged = Signal(str)
@@ -63,7 +64,7 @@ class ControlsPanel(QWidget):
         self.layer_slider.setPageStep(1)
         self.layer_slider.setTickPosition(QSlider.TickPosition.TicksBelow)
         self.layer_slider.setToolTip("Layer (Left/Right, Home/End)")
-        self.layer_label = QLabel("0 / 0")
+        self.layer_label = QLabel("–")
         self.layer_label.setMinimumWidth(52)
         self.layer_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         f = self.layer_label.font()
@@ -71,7 +72,8 @@ class ControlsPanel(QWidget):
         self.layer_label.setFont(f)
         row.addWidget(self.layer_slider, 1)
         row.addWidget(self.layer_label)
-        form.addRow("Layer", row)
+        self.layer_row_label = QLabel("Layer")  # "Start layer" in the cumulative views
+        form.addRow(self.layer_row_label, row)
         self.layer_slider.valueChanged.connect(self.layerChanged.emit)
         self.head_combo = QComboBox()
         self.head_combo.setToolTip("Head (Up/Down)")
@@ -89,16 +91,10 @@ class ControlsPanel(QWidget):
         self.discard_spin.setSingleStep(0.05)
         self.discard_spin.setDecimals(2)
         self.discard_spin.setToolTip("Fraction of the lowest patch attentions discarded per row")
-        self.start_spin = QSpinBox()
-        self.start_spin.setRange(0, 0)
-        self.start_spin.setToolTip("First layer of the rollout / relevance product")
         rf.addRow("Head fusion", self.fusion_combo)
         rf.addRow("Discard ratio", self.discard_spin)
-        rf.addRow("Start layer", self.start_spin)
-        for w in (self.fusion_combo,):
-            w.currentIndexChanged.connect(self._on_rollout)
+        self.fusion_combo.currentIndexChanged.connect(self._on_rollout)
         self.discard_spin.valueChanged.connect(self._on_rollout)
-        self.start_spin.valueChanged.connect(self._on_rollout)
         self.rollout_box = ro
         lay.addWidget(ro)
 
@@ -131,6 +127,8 @@ class ControlsPanel(QWidget):
         df.addRow(self.export_colorbar)
         df.addRow(self.export_caption)
         lay.addWidget(disp)
+        self.scale_panel = ScalePanel()
+        lay.addWidget(self.scale_panel)
         lay.addStretch(1)
 
     def _on_head(self, i: int) -> None:
@@ -139,26 +137,33 @@ class ControlsPanel(QWidget):
             self.headChanged.emit(data)
 
     def _on_rollout(self, *_):
-        self.rolloutChanged.emit(self.fusion_combo.currentText(), float(self.discard_spin.value()),
-                                 int(self.start_spin.value()))
+        self.rolloutChanged.emit(self.fusion_combo.currentText(), float(self.discard_spin.value()))
 
     def refresh(self, session) -> None:
         """Show the session's options (no signals are emitted)."""
         o = session.options
         r = session.result
+        v = session.view
         widgets = (self.view_group, self.layer_slider, self.head_combo, self.fusion_combo, self.discard_spin,
-                   self.start_spin, self.cmap_combo, self.opacity_slider, self.interp_combo)
+                   self.cmap_combo, self.opacity_slider, self.interp_combo)
         for w in widgets:
             w.blockSignals(True)
         try:
             self.view_buttons[o.view].setChecked(True)
-            lo, hi = session.layer_range()
+            # the slider drives the option the view reads as its layer: "layer", or "start_layer" (cumulative views)
+            lo, hi = session.slider_range()
+            value = session.slider_value()
+            self.layer_row_label.setText(v.slider_label)
             self.layer_slider.setRange(lo, hi)
-            self.layer_slider.setValue(o.layer)
-            if lo == 0 and hi == (r.num_layers if r is not None else -1):  # 0 = the embeddings
-                self.layer_label.setText("emb" if o.layer == 0 else f"{o.layer} / {hi}")
+            self.layer_slider.setValue(value)
+            if r is None:
+                self.layer_label.setText("–")  # nothing analysed yet (e.g. while the model loads)
+            elif v.slider is None:
+                self.layer_label.setText("all")
             else:
-                self.layer_label.setText(f"{o.layer} / {hi}")
+                self.layer_label.setText("emb" if value < 0 else f"{value} / {hi}")
+            self.layer_slider.setToolTip(f"{v.slider_label} (Left/Right, Home/End)" if v.slider else
+                                         f"{v.title} uses every layer")
             nh = r.num_heads if r is not None else 0
             if self.head_combo.count() != nh + 3:
                 self.head_combo.clear()
@@ -172,22 +177,20 @@ class ControlsPanel(QWidget):
             self.head_combo.setCurrentIndex(max(idx, 0))
             self.fusion_combo.setCurrentText(o.head_fusion)
             self.discard_spin.setValue(o.discard_ratio)
-            self.start_spin.setRange(0, max(0, (r.num_layers - 1) if r is not None else 0))
-            self.start_spin.setValue(o.start_layer)
             self.cmap_combo.setCurrentText(o.cmap)
             self.opacity_slider.setValue(int(round(o.opacity * 100)))
             self.opacity_label.setText(f"{int(round(o.opacity * 100))} %")
             self.interp_combo.setCurrentIndex(max(0, self.interp_combo.findData(o.interpolation)))
-            reads = session.view.reads  # only the controls the view reads are enabled
-            self.layer_slider.setEnabled("layer" in reads)
+            reads = v.reads  # only the controls the view reads are enabled
+            self.layer_slider.setEnabled(v.slider is not None and r is not None)
             self.head_combo.setEnabled("head" in reads)
-            self.rollout_box.setEnabled(bool(reads & {"head_fusion", "discard_ratio", "start_layer"}))
+            self.rollout_box.setEnabled(bool(reads & {"head_fusion", "discard_ratio"}))
             self.fusion_combo.setEnabled("head_fusion" in reads)
             self.discard_spin.setEnabled("discard_ratio" in reads)
-            self.start_spin.setEnabled("start_layer" in reads)
         finally:
             for w in widgets:
                 w.blockSignals(False)
+        self.scale_panel.refresh(session)
 
 
 # ====================================================================== predictions

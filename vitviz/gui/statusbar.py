@@ -12,6 +12,10 @@ class StatusParts:
         self.hover_label = QLabel("")
         self.hover_label.setMinimumWidth(380)
         bar.addWidget(self.hover_label, 1)
+        self.artefact_label = QLabel("")
+        self.artefact_label.setStyleSheet("color: rgb(255, 170, 80);")
+        self.artefact_label.setToolTip("High-norm patch tokens (Darcet et al. 2023), outlined in orange on the canvas")
+        bar.addWidget(self.artefact_label)
         self.busy_label = QLabel("")
         self.busy_bar = QProgressBar()
         self.busy_bar.setMaximumWidth(160)
@@ -41,6 +45,11 @@ class StatusParts:
             self.cancel_button.setVisible(True)
         elif not loading_model:
             self.cancel_button.setVisible(False)
+
+    def set_artefacts(self, text: str) -> None:
+        """Which patches are flagged as artefact tokens ("" hides the part)."""
+        self.artefact_label.setText(text)
+        self.artefact_label.setVisible(bool(text))
 
     def set_progress(self, done: int, total: int) -> None:
         if total > 0:

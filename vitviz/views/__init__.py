@@ -19,7 +19,7 @@ from vitviz.views.base import HEAD_REDUCTIONS, OPTION_NAMES, View, as_grid, head
 __all__ = ["HEAD_REDUCTIONS", "OPTION_NAMES", "View", "all_views", "as_grid", "get", "head_text", "patch_text",
            "register", "unregister"]
 
-_BUILTIN = ("cls", "query", "rollout", "grad_rollout", "relevance", "token_sim", "pos_sim")
+_BUILTIN = ("cls", "query", "rollout", "grad_rollout", "relevance", "token_sim", "pos_sim", "token_norm")
 _REGISTRY: dict[str, View] = {}
 
 

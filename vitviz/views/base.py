@@ -45,6 +45,9 @@ class View:
         shortcut: a key sequence, or None for the view's position in the menu.
         needs_cls: the map follows the [CLS] row (undefined for models without one).
         needs_grads: the map needs attention gradients (a classifier).
+        signed: the quantity has a sign (a diverging colour map centred at 0 is used).
+        uses_attention: the map is computed from attention (so "ignore artefact tokens" changes it).
+        heads_note: how the view treats heads when it does not read ``head`` (e.g. "mean of heads"), for captions.
     """
 
     key: str = ""
@@ -55,18 +58,40 @@ class View:
     shortcut: str | None = None
     needs_cls: bool = False
     needs_grads: bool = False
+    signed: bool = False
+    uses_attention: bool = True
+    heads_note: str | None = None
+
+    @property
+    def slider(self) -> str | None:
+        """The option the layer slider drives: ``"layer"``, ``"start_layer"`` (cumulative views) or None."""
+        if "layer" in self.reads:
+            return "layer"
+        if "start_layer" in self.reads:
+            return "start_layer"
+        return None
+
+    @property
+    def slider_label(self) -> str:
+        """The layer slider's label in this view ("Layer", "Start layer")."""
+        return {"layer": "Layer", "start_layer": "Start layer"}.get(self.slider or "", "Layer")
+
+    def layer_text(self, layer: int) -> str:
+        """One numbering everywhere: blocks are 0 .. L-1; -1 is the embeddings (views over tokens)."""
+        return "embeddings" if layer < 0 else f"layer {layer}"
 
     def compute(self, result: "InferenceResult", options: "ViewOptions") -> np.ndarray | None:
         """The map, float32 ``[gh, gw]``, or None when the view is unavailable for this result."""
         raise NotImplementedError
 
     def layer_range(self, result: "InferenceResult") -> tuple[int, int]:
-        """Valid layers (inclusive)."""
+        """Valid values of the layer slider (inclusive): blocks ``0 .. L-1``; views over tokens start at -1 (the
+        embeddings)."""
         return (0, result.num_layers - 1)
 
     def attention_layer(self, options: "ViewOptions") -> int:
         """The attention layer that goes with the view's layer (the heads panel shows its heads)."""
-        return options.layer
+        return max(0, options.start_layer if self.slider == "start_layer" else options.layer)
 
     def unavailable(self, result: "InferenceResult") -> str | None:
         """Why this view cannot be shown for ``result`` (None when it can)."""
@@ -76,21 +101,39 @@ class View:
             return "the model has no classifier, so there are no gradients"
         return None
 
+    def ignores_artefacts(self, options: "ViewOptions") -> bool:
+        """Whether "ignore artefact tokens" changes this view's map."""
+        return self.uses_attention and bool(getattr(options, "ignore_artefacts", False))
+
     def cache_key(self, options: "ViewOptions") -> tuple:
         """What the map depends on (the result aside)."""
-        return (self.key,) + tuple(getattr(options, n) for n in OPTION_NAMES if n in self.reads and n != "target")
+        return ((self.key,) + tuple(getattr(options, n) for n in OPTION_NAMES if n in self.reads and n != "target")
+                + (self.ignores_artefacts(options),))
 
     def caption_parts(self, result: "InferenceResult | None", options: "ViewOptions") -> list[str]:
-        """The caption after the title, e.g. ``["layer 3", "head 5"]``."""
+        """The caption after the title, e.g. ``["tabby cat", "start layer 0", "mean of heads"]``: the target class,
+        the layer (or start layer), the head(s), the options that differ from their defaults, the query patch."""
         parts = []
+        if "target" in self.reads and result is not None and result.target is not None:
+            parts.append(result.label(result.target))
         if "layer" in self.reads:
-            parts.append(f"layer {options.layer}")
+            parts.append(self.layer_text(options.layer))
+        elif "start_layer" in self.reads:
+            parts.append(f"start layer {options.start_layer}")
+        elif self.needs_cls and self.uses_attention:
+            parts.append("all layers")
         if "head" in self.reads:
             parts.append(head_text(options.head))
+        elif "head_fusion" in self.reads:
+            parts.append(f"{options.head_fusion} fusion of heads")
+        elif self.heads_note:
+            parts.append(self.heads_note)
+        if "discard_ratio" in self.reads and options.discard_ratio > 0:
+            parts.append(f"discard {options.discard_ratio:.2f}")
         if "query" in self.reads and result is not None:
             parts.append(patch_text(result, options.query))
-        if "target" in self.reads and result is not None and result.target is not None:
-            parts.append(f"target {result.label(result.target)}")
+        if self.ignores_artefacts(options):
+            parts.append("artefact tokens ignored")
         return parts
 
     def caption(self, result: "InferenceResult | None", options: "ViewOptions") -> str:
@@ -100,7 +143,7 @@ class View:
         """The view's part of an export file name, from the options it reads."""
         parts = [self.key]
         if "layer" in self.reads:
-            parts.append(f"L{options.layer}")
+            parts.append("emb" if options.layer < 0 else f"L{options.layer}")
         if "head" in self.reads:
             parts.append(options.head if isinstance(options.head, str) else f"h{options.head}")
         if "query" in self.reads and result is not None:
@@ -109,11 +152,13 @@ class View:
             parts.append(options.head_fusion)
         if "discard_ratio" in self.reads and options.discard_ratio > 0:
             parts.append(f"d{options.discard_ratio:.2f}")
-        if "start_layer" in self.reads and options.start_layer > 0:
+        if "start_layer" in self.reads and "layer" not in self.reads:
             parts.append(f"from{options.start_layer}")
         if "target" in self.reads and result is not None and result.target is not None:
             label = "".join(c if c.isalnum() else "-" for c in result.label(result.target)).strip("-")
             parts.append(label[:40] or f"class{result.target}")
+        if self.ignores_artefacts(options):
+            parts.append("noart")
         return "_".join(str(p) for p in parts)
 
 

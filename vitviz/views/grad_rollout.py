@@ -13,6 +13,7 @@ class GradientRollout(SweepView):
     quantity = "gradient rollout"
     unit = "a.u."
     needs_grads = True
+    heads_note = "mean of heads"
     sweep_field = "gradient_rollout"
     sweep_defaults = {"discard_ratio": 0.0}
 

@@ -12,6 +12,8 @@ class PositionSimilarity(View):
     title = "Position-embedding similarity"
     reads = frozenset({"query"})
     quantity = "cosine similarity"
+    signed = True
+    uses_attention = False
 
     def compute(self, result, options):
         sim = result.model_data.pos_similarity() if result.model_data is not None else None

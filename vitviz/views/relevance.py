@@ -13,6 +13,7 @@ class Relevance(SweepView):
     quantity = "relevance"
     unit = "a.u."
     needs_grads = True
+    heads_note = "mean of heads"
     sweep_field = "relevance"
     sweep_defaults = {"start_layer": 0}
 

@@ -19,8 +19,5 @@ class Rollout(SweepView):
                                    head_fusion=options.head_fusion, discard_ratio=options.discard_ratio,
                                    start_layer=options.start_layer)
 
-    def caption_parts(self, result, options):
-        return [f"{options.head_fusion} fusion, discard {options.discard_ratio:.2f}, from layer {options.start_layer}"]
-
 
 VIEW = Rollout()

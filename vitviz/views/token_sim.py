@@ -1,9 +1,9 @@
-"""Cosine similarity of the selected patch's token to every patch token, after a layer (0: the embeddings)."""
+"""Cosine similarity of the selected patch's token to every patch token, after a layer (-1: the embeddings)."""
 
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import View, as_grid, patch_text
+from vitviz.views.base import View, as_grid
 
 
 class TokenSimilarity(View):
@@ -11,24 +11,20 @@ class TokenSimilarity(View):
     title = "Token similarity of the selected patch"
     reads = frozenset({"layer", "query"})
     quantity = "cosine similarity"
+    signed = True
+    uses_attention = False
 
     def layer_range(self, result):
-        return (0, result.num_layers)  # 0 = embeddings, l = output of block l
+        return (-1, result.num_layers - 1)  # -1 = the embeddings, l = the output of block l (as everywhere)
 
-    def attention_layer(self, options):
-        return max(0, options.layer - 1)  # the output of block l follows the attention of block l - 1
+    def layer_text(self, layer):
+        return "patch embeddings" if layer < 0 else f"output of layer {layer}"
 
     def compute(self, result, options):
         p = result.num_prefix_tokens
-        m = A.token_similarity(result.tokens, layer=options.layer, index=p + options.query, grid=result.grid,
+        m = A.token_similarity(result.tokens, layer=options.layer + 1, index=p + options.query, grid=result.grid,
                                num_prefix_tokens=p)
         return as_grid(m, result.grid)
-
-    def caption_parts(self, result, options):
-        parts = ["patch embeddings" if options.layer == 0 else f"layer {options.layer}"]
-        if result is not None:
-            parts.append(patch_text(result, options.query))
-        return parts
 
 
 VIEW = TokenSimilarity()

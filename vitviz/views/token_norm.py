@@ -1,0 +1,28 @@
+"""The L2 norm of every patch token after a layer: where the high-norm "artefact" tokens are (Darcet et al. 2023)."""
+
+from __future__ import annotations
+
+from vitviz import analysis as A
+from vitviz.views.base import View, as_grid
+
+
+class TokenNorm(View):
+    key = "token_norm"
+    title = "Token norm"
+    reads = frozenset({"layer"})
+    quantity = "token norm"
+    unit = "L2"
+    uses_attention = False
+
+    def layer_range(self, result):
+        return (-1, result.num_layers - 1)  # -1 = the embeddings, l = the output of block l
+
+    def layer_text(self, layer):
+        return "patch embeddings" if layer < 0 else f"output of layer {layer}"
+
+    def compute(self, result, options):
+        p = result.num_prefix_tokens
+        return as_grid(A.token_norms(result.tokens)[options.layer + 1, p:], result.grid)
+
+
+VIEW = TokenNorm()
