@@ -9,8 +9,24 @@ from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView, QButtonGroup, QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout,
-    QHeaderView, QLabel, QProgressBar, QRadioButton, QSlider, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout,
+    QAbstractItemView,
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QCompleter,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QRadioButton,
+    QSlider,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -222,12 +238,54 @@ class PredictionsPanel(QWidget):
         self.target_label = QLabel("Gradient target: –")
         self.target_label.setWordWrap(True)
         lay.addWidget(self.target_label)
+        # any class as the target: type part of its name (or its index) and pick it
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Target any class: type a name or index…")
+        self.search.setClearButtonEnabled(True)
+        self.search.setToolTip("Search all class names (e.g. 'tabby'); Enter or a pick makes it the gradient target")
+        self._completer = QCompleter([], self)
+        self._completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self._completer.setFilterMode(Qt.MatchFlag.MatchContains)
+        self._completer.setMaxVisibleItems(12)
+        self._completer.activated.connect(self._on_pick)
+        self.search.setCompleter(self._completer)
+        self.search.returnPressed.connect(lambda: self._on_pick(self.search.text()))
+        lay.addWidget(self.search)
         self._classes: list[int] = []
+        self._entries: dict[str, int] = {}
+        self._labels_key: object = None
+
+    def class_entries(self, result) -> dict[str, int]:
+        """``{"tabby, tabby cat (281)": 281, ...}``: every class the model has, as the search box lists them."""
+        n = int(result.logits.shape[-1])
+        return {f"{result.label(i)} ({i})": i for i in range(n)}
+
+    def _on_pick(self, text: str) -> None:
+        text = text.strip()
+        if not text:
+            return
+        index = self._entries.get(text)
+        if index is None and text.isdigit() and int(text) in self._entries.values():
+            index = int(text)
+        if index is None:  # a unique match of what was typed
+            hits = [i for k, i in self._entries.items() if text.lower() in k.lower()]
+            index = hits[0] if len(hits) == 1 else None
+        if index is None:
+            self.target_label.setText(f"No single class matches “{text}”: pick one from the list")
+            return
+        self.search.clear()
+        self.targetChosen.emit(index)
 
     def refresh(self, session, pending_target: int | None = None) -> None:
         r = session.result
         if r is None:
             return
+        key = (id(r.labels), int(r.logits.shape[-1]))
+        if key != self._labels_key:  # a model with other classes
+            self._labels_key = key
+            self._entries = self.class_entries(r)
+            self._completer.model().setStringList(list(self._entries))
+        self.search.setEnabled(r.attention_grads is not None or r.target is not None)
         top = r.top_k(5)
         self._classes = [c for c, _, _ in top]
         self.table.blockSignals(True)
@@ -249,12 +307,19 @@ class PredictionsPanel(QWidget):
             bar.setTextVisible(True)
             self.table.setCellWidget(i, 1, bar)
         self.table.resizeRowsToContents()
+        # the selection follows the target (no stale row from the previous image)
+        self.table.clearSelection()
+        shown = pending_target if pending_target is not None else r.target
+        if shown in self._classes:
+            self.table.selectRow(self._classes.index(shown))
         self.table.blockSignals(False)
         if pending_target is not None:
             self.target_label.setText(f"Computing gradients for {r.label(pending_target)}…")
         elif r.target is not None:
             top1 = " (top prediction)" if top and r.target == top[0][0] else ""
-            self.target_label.setText(f"Gradient target: {r.label(r.target)}{top1}")
+            p = float(r.probabilities[r.target])
+            outside = "" if r.target in self._classes else f", p = {p * 100:.2g} %, not in the top 5"
+            self.target_label.setText(f"Gradient target: {r.label(r.target)}{top1}{outside}")
         else:
             self.target_label.setText("Gradient target: – (model has no classifier)")
 
