@@ -169,3 +169,19 @@ def test_token_norm_view_matches_a_loop(session):
                     for i in range(r.grid[0])])
     np.testing.assert_allclose(s.current_map(), ref, rtol=1e-5)
     assert s.quantity_text().startswith("token norm")
+
+
+def test_models_with_registers_report_the_registers_share_of_cls_attention():
+    from vitviz.model import create_model
+
+    torch.manual_seed(0)
+    m = create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
+                     num_classes=3, num_reg_tokens=4).eval()
+    s = Session()
+    s.set_result(run_inference(m, Image.new("RGB", (40, 40), (120, 30, 200)), source="r.png"))
+    r = s.result
+    assert r.num_registers == 4 and r.num_prefix_tokens == 5
+    s.set_options(view="cls", layer=1)
+    expected = float(r.attentions[1, :, 0, 1:5].sum(-1).mean())  # [CLS] row, register columns, mean of heads
+    assert s.register_share() == pytest.approx(expected, rel=1e-5)
+    assert f"registers take {expected:.0%}" in s.artefact_text()

@@ -52,10 +52,28 @@ class Appearance:
         cells = self.artefact_patches()
         if a is None:
             return ""
+        reg = self.register_share()
+        reg_text = "" if reg is None else (f" · registers take {reg:.0%} of [CLS] attention at layer "
+                                           f"{self.attention_layer()}")
         if not cells:
-            return "no artefact tokens"
+            return "no artefact tokens" + reg_text
         shown = ", ".join(f"({r}, {c})" for r, c in cells[:6]) + (" …" if len(cells) > 6 else "")
-        return f"{len(cells)} artefact token{'s' * (len(cells) > 1)} (norm > {a.ratio:g}× median): {shown}"
+        return f"{len(cells)} artefact token{'s' * (len(cells) > 1)} (norm > {a.ratio:g}× median): {shown}" + reg_text
+
+    def register_share(self) -> float | None:
+        """For a model with registers: the share of the [CLS] row's attention (mean of heads) that goes to the
+        register tokens at the attention layer shown; None without registers."""
+        r = self.result
+        if r is None or not r.num_registers or r.num_prefix_tokens <= r.num_registers:
+            return None
+
+        def shares():
+            from vitviz import analysis as A
+
+            return np.asarray(A.register_attention_share(r.attentions, num_registers=r.num_registers,
+                                                         num_prefix_tokens=r.num_prefix_tokens), dtype=float)
+
+        return float(self._cache.get_or(("register-share",), shares)[self.attention_layer()])
 
     def result_for(self, view: "View", options: Any) -> Any:
         """The result ``view`` computes from: the captured one, or, with "ignore artefact tokens", one whose

@@ -106,6 +106,7 @@ class InferenceResult:
         model_data: position embeddings and filters of the model (shared by every result of that model and grid).
         model_name, device, precision: for captions and the status bar.
         labels: class names (None when the model has none).
+        num_registers: register tokens among the prefix tokens (Darcet et al. 2023), 0 for most models.
         analyses: rollout, gradient rollout, relevance, mean attention distance and entropy at the default view
             options, computed in one sweep (:func:`vitviz.analysis.analyse_image`) off the GUI thread; None without
             a [CLS] token.
@@ -121,6 +122,7 @@ class InferenceResult:
     precision: str = "fp32"
     labels: tuple[str, ...] | None = None
     analyses: Any = field(default=None, repr=False)  # vitviz.analysis.ImageAnalyses
+    num_registers: int = 0  # register tokens (the last of the prefix tokens)
 
     # ------------------------------------------------------------------ the capture's fields
     @property
@@ -288,6 +290,7 @@ class Pipeline:
             precision=self.precision,
             labels=getattr(self.spec, "labels", None),
             analyses=analyses,
+            num_registers=int(getattr(getattr(self.model, "config", None), "num_reg_tokens", 0) or 0),
         )
 
 

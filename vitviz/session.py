@@ -420,7 +420,8 @@ class Session(Appearance):
         return _np(map_to_image(torch.as_tensor(m), r.geometry, mode=mode))
 
     def render_export(self) -> np.ndarray | None:
-        """The current view at the image's own resolution (plus optional colour bar / caption): uint8 ``[H', W', 3]``."""
+        """The current view at the image's own resolution (plus optional colour bar / caption): uint8 ``[H', W', 3]``,
+        in the colours of the screen (the same scale and colormap)."""
         from vitviz import imaging
 
         r = self.result
@@ -428,21 +429,37 @@ class Session(Appearance):
         if r is None or values is None:
             return None
         o = self.options
-        return imaging.render_export(r.rgb, values, cmap=o.cmap, opacity=o.opacity, colorbar=o.colorbar,
-                                     caption=self.caption() if o.caption else None)
+        scale = self.levels()
+        lo, hi = scale.lo, scale.hi
+        if scale.log:  # the export's colour bar is linear: draw log10 of the values between log10 of the levels
+            with np.errstate(divide="ignore", invalid="ignore"):
+                values = np.where(values > 0, np.log10(np.where(values > 0, values, 1.0)), -np.inf)
+            lo, hi = math.log10(lo), math.log10(hi)
+        values = np.clip(values, lo, hi, where=np.isfinite(values), out=values.astype(np.float32, copy=True))
+        caption = None
+        if o.caption:
+            caption = self.caption() + (f" · colour: {self.quantity_text()}, {self.scale_text()}"
+                                        + (" (log10)" if scale.log else ""))
+        return imaging.render_export(r.rgb, values, cmap=scale.cmap, opacity=o.opacity, colorbar=o.colorbar,
+                                     caption=caption, vmin=lo, vmax=hi)
 
     def render_heads_grid(self, ncols: int | None = None) -> np.ndarray | None:
-        """Every head of the current layer overlaid on the image, tiled: uint8 ``[H', W', 3]``."""
+        """Every head of the current layer overlaid on the image, tiled, on one shared colour scale: uint8
+        ``[H', W', 3]``."""
         from vitviz import imaging
+        from vitviz.scales import scale_for
 
         r = self.result
         maps = self.head_maps()
         if r is None or maps is None:
             return None
         o = self.options
-        tiles = [imaging.overlay(r.rgb, self.image_map(m), cmap=o.cmap, opacity=o.opacity) for m in maps]
+        scale = scale_for(maps, mode="shared", shared=maps, percentile=o.percentile, cmap=o.cmap)
+        tiles = [imaging.overlay(r.rgb, self.image_map(m), cmap=scale.cmap, opacity=o.opacity, vmin=scale.lo,
+                                 vmax=scale.hi) for m in maps]
         ncols = ncols or int(math.ceil(math.sqrt(len(tiles))))
-        labels = [f"layer {o.layer} head {h}" for h in range(len(tiles))]
+        layer = self.attention_layer()
+        labels = [f"layer {layer} head {h}" for h in range(len(tiles))]
         return imaging.tile_grid(tiles, ncols, labels=labels)
 
 

@@ -252,18 +252,22 @@ class Spy:
             seen.append(threading.current_thread().name)
         return None
 sys.meta_path.insert(0, Spy())
-from vitviz.gui.app import make_app
-from vitviz.gui.main_window import MainWindow
-app = make_app()
-w = MainWindow(load_samples=True)
-w.show()
-app.processEvents()
-shown_without_torch = not any(t == "MainThread" for t in seen)
-from PySide6.QtCore import QTimer
-deadline = QTimer(); deadline.setSingleShot(True); deadline.timeout.connect(app.quit); deadline.start(60000)
-poll = QTimer(); poll.timeout.connect(lambda: app.quit() if w.session.result is not None else None); poll.start(50)
-app.exec()
-print(shown_without_torch, seen[:1], w.session.result is not None)
+
+def main():  # (in a function, as in vitviz.gui.app.run_gui: the window is gone before the interpreter ends)
+    from PySide6.QtCore import QTimer
+    from vitviz.gui.app import make_app
+    from vitviz.gui.main_window import MainWindow
+    app = make_app()
+    w = MainWindow(load_samples=True)
+    w.show()
+    app.processEvents()
+    shown_without_torch = not any(t == "MainThread" for t in seen)
+    deadline = QTimer(); deadline.setSingleShot(True); deadline.timeout.connect(app.quit); deadline.start(60000)
+    poll = QTimer(); poll.timeout.connect(lambda: w.close() if w.session.result is not None else None); poll.start(50)
+    app.exec()
+    print(shown_without_torch, seen[:1], w.session.result is not None, flush=True)
+
+main()
 """
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VITVIZ_SETTINGS=str(tmp_path / "s.ini"))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
