@@ -283,11 +283,13 @@ class Canvas(pg.GraphicsLayoutWidget):
         self._place_title()
 
     def _place_title(self) -> None:
+        """One line when it fits, wrapped to the canvas width when it does not."""
         if not hasattr(self, "title"):
             return
-        w = max(100, self.width() - 16)
-        self.title.setMaximumWidth(w)
-        self.title.adjustSize()
+        avail = max(100, self.width() - 16)
+        one_line = self.title.fontMetrics().horizontalAdvance(self.title.text()) + 24
+        self.title.setFixedWidth(min(one_line, avail))
+        self.title.setFixedHeight(self.title.heightForWidth(self.title.width()))
         self.title.move(8, 6)
 
     def _cells_path(self, cells, grid: tuple[int, int]) -> QPainterPath:

@@ -174,8 +174,8 @@ class ControlsPanel(QWidget):
             self.layer_slider.setValue(value)
             if r is None:
                 self.layer_label.setText("–")  # nothing analysed yet (e.g. while the model loads)
-            elif v.slider is None:
-                self.layer_label.setText("all")
+            elif v.slider is None:  # cumulative over every layer, or no layers at all (position embeddings)
+                self.layer_label.setText("all" if v.uses_attention else "–")
             else:
                 self.layer_label.setText("emb" if value < 0 else f"{value} / {hi}")
             self.layer_slider.setToolTip(f"{v.slider_label} (Left/Right, Home/End)" if v.slider else
