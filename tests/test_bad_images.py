@@ -9,26 +9,31 @@ cause; the command line exits 2 with exactly one line on stderr, never a traceba
 from __future__ import annotations
 
 import errno
-import io
 import os
-import struct
 import subprocess
 import sys
-import threading
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from bad_input_builders import feed_fifo as _feed_fifo
+from bad_input_builders import image_corpus as _corpus
+from bad_input_builders import png_header as _png_header
 from PIL import Image
 
 import vitviz.preprocess as preprocess_mod
 from vitviz import imaging
 from vitviz.cli import main
 from vitviz.demo import default_model_path, load_demo_model, sample_images
-from vitviz.imaging import MAX_ASPECT_RATIO, ExportError, ImageError, load_image, write_png
+from vitviz.imaging import (
+    MAX_ASPECT_RATIO,
+    ExportError,
+    ImageError,
+    load_image,
+    write_png,
+)
 from vitviz.preprocess import Preprocess
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,22 +62,6 @@ def demo_model():
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-
-def _png_header(width: int, height: int, *, bit_depth: int = 8, color_type: int = 2, idat: bytes = b"") -> bytes:
-    """A PNG that declares ``width x height`` but carries (almost) no pixel data: a decompression-bomb header."""
-    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", idat or zlib.compress(b"\0" * 64))
-
-
-def _encode(img: Image.Image, fmt: str, **kw) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, fmt, **kw)
-    return buf.getvalue()
-
-
 def _whole_image_reference(pre: Preprocess, image: Image.Image) -> torch.Tensor:
     """The preprocessing as it was before issue 11: resize the whole image, pad if needed, then crop."""
     image = image.convert("RGB")
@@ -247,18 +236,6 @@ def test_predict_decompression_bomb_is_one_line(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------- c. pipes and special files
-def _feed_fifo(path: Path, data: bytes, delay: float = 0.0) -> threading.Thread:
-    def write():
-        if delay:
-            threading.Event().wait(delay)
-        with open(path, "wb") as fh:  # blocks until the reader opens the FIFO
-            fh.write(data)
-
-    t = threading.Thread(target=write, daemon=True)
-    t.start()
-    return t
-
-
 def test_fifo_with_a_writer_is_read(tmp_path):
     data = Path(sample_images()[0]).read_bytes()
     fifo = tmp_path / "pipe.png"
@@ -401,75 +378,6 @@ def test_export_read_only_folder_names_the_folder(tmp_path, monkeypatch, code):
 
 
 # ----------------------------------------------------------------------------------------------- e. the corpus
-def _corpus(root: Path) -> dict[str, Path | tuple[Path, bytes]]:
-    """name -> path (or (fifo path, bytes to feed it)). At least 30 bad or unusual inputs."""
-    rng = np.random.default_rng(7)
-    photo = Image.open(sample_images()[1]).convert("RGB")
-    png = _encode(photo, "PNG")
-    jpg = _encode(photo, "JPEG", quality=90)
-    files: dict[str, bytes] = {
-        "ok.png": png,
-        "truncated.png": png[: len(png) // 2],
-        "truncated.jpg": jpg[: len(jpg) // 3],
-        "zero_bytes.png": b"",
-        "text_file.png": b"this is a text file, not a picture\n" * 10,
-        "random_bytes.png": rng.integers(0, 256, 700, dtype=np.uint8).tobytes(),
-        "png_signature_only.png": png[:8],
-        "png_bad_crc.png": png[:33] + bytes([png[33] ^ 0xFF]) + png[34:],
-        "jpeg_soi_only.jpg": b"\xff\xd8\xff",
-        "gray16.png": _encode(Image.fromarray(np.asarray(photo.convert("L")).astype(np.uint16) * 257), "PNG"),
-        "float.tif": _encode(Image.fromarray(np.asarray(photo.convert("L"), np.float32) / 255.0, "F"), "TIFF"),
-        "int32.tif": _encode(Image.fromarray(np.asarray(photo.convert("L")).astype(np.int32) * 1000, "I"), "TIFF"),
-        "palette_transparent.png": _encode(photo.convert("P"), "PNG", transparency=0),
-        "cmyk.jpg": _encode(photo.convert("CMYK"), "JPEG"),
-        "la.png": _encode(photo.convert("LA"), "PNG"),
-        "rgba.png": _encode(photo.convert("RGBA"), "PNG"),
-        "bilevel.png": _encode(photo.convert("1"), "PNG"),
-        "one_pixel.png": _encode(Image.new("RGB", (1, 1), (9, 9, 9)), "PNG"),
-        "bomb_header.png": _png_header(100000, 100000),
-        "bomb_header_bilevel.png": _png_header(60000, 60000, bit_depth=1, color_type=0),
-        "zero_width_header.png": _png_header(0, 10),
-        "strip_1x50000.png": _encode(Image.new("L", (1, 50000), 77), "PNG"),
-        "strip_50000x1.png": _encode(Image.new("L", (50000, 1), 77), "PNG"),
-        "animated.gif": (lambda: (b := io.BytesIO(), photo.save(b, "GIF", save_all=True,
-                                                                append_images=[photo.rotate(90)]), b.getvalue())[2])(),
-        "gif_header_only.gif": b"GIF89a\x10\x00\x10\x00\x00\x00\x00",
-        "bmp_huge_header.bmp": b"BM" + struct.pack("<IHHI", 70, 0, 0, 54) +
-                               struct.pack("<IiiHHIIiiII", 40, 90000, 90000, 1, 24, 0, 0, 0, 0, 0, 0) + b"\0" * 16,
-        "drawing.svg": b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="5"/></svg>',
-        "photo.heic": png,  # a PNG with the wrong name: the content decides
-        "webp.webp": _encode(photo, "WEBP", lossless=True),
-        "no_suffix": png,
-    }
-    exif_img = photo.copy()
-    exif = exif_img.getexif()
-    exif[0x0112] = 6
-    files["exif_rotated.jpg"] = _encode(exif_img, "JPEG", exif=exif)
-    out: dict[str, Path | tuple[Path, bytes]] = {}
-    for name, data in files.items():
-        (root / name).write_bytes(data)
-        out[name] = root / name
-    (root / "folder.png").mkdir()
-    out["folder.png"] = root / "folder.png"
-    out["missing.png"] = root / "missing.png"
-    (root / "devnull.png").symlink_to(os.devnull)
-    out["devnull.png"] = root / "devnull.png"
-    (root / "loop.png").symlink_to(root / "loop.png")
-    out["loop.png"] = root / "loop.png"
-    (root / "dangling.png").symlink_to(root / "nowhere.png")
-    out["dangling.png"] = root / "dangling.png"
-    (root / "not_a_dir").write_bytes(b"x")
-    out["under_a_file.png"] = root / "not_a_dir" / "x.png"
-    unreadable = root / "unreadable.png"
-    unreadable.write_bytes(png)
-    unreadable.chmod(0)  # refused for a normal user; root reads it anyway (then it is simply a valid image)
-    out["unreadable.png"] = unreadable
-    fifo = root / "fifo.png"
-    os.mkfifo(fifo)
-    out["fifo.png"] = (fifo, png)
-    return out
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
@@ -564,3 +472,20 @@ def test_corpus_samples_through_python_m_vitviz(corpus):
             assert r.stdout.splitlines()[0] == str(path) and not r.stderr.strip(), (name, r.stderr)
     assert {n: r.returncode for n, _, r in results} == {"bomb_header.png": 2, "truncated.jpg": 2, "folder.png": 2,
                                                         "gray16.png": 0, "strip_1x50000.png": 2, "fifo.png": 0}
+
+
+def test_load_image_makes_no_copy_of_an_image_that_needs_no_rotation(tmp_path, monkeypatch):
+    """EXIF rotation is applied in place: an unrotated image is decoded once, not decoded and copied (a 20000x20000
+    image peaked at 3.0 GiB instead of 1.5)."""
+    plain = tmp_path / "plain.png"
+    Image.new("RGB", (300, 200), (1, 2, 3)).save(plain)
+    copies: list[tuple[int, int]] = []
+    real = Image.Image.copy
+
+    def counting_copy(self):
+        copies.append(self.size)
+        return real(self)
+
+    monkeypatch.setattr(Image.Image, "copy", counting_copy)
+    li = load_image(plain)
+    assert copies == [] and li.size == (200, 300) and li.rgb()[0, 0].tolist() == [1, 2, 3]

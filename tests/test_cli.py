@@ -167,3 +167,170 @@ def test_version_and_models_do_not_import_torch_or_qt(argv, tmp_path):
                        env={**__import__("os").environ, "TORCH_HOME": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     assert "HEAVY []" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------------------------------------- errors: one line each
+def _one_error_line(err: str, command: str | None, *needles: str) -> str:
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    prefix = f"vitviz {command}: error: " if command else "vitviz: error: "
+    assert lines[0].startswith(prefix), lines[0]
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def _image(path, seed=0):
+    Image.fromarray(np.random.default_rng(seed).integers(0, 255, (40, 50, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+def test_predict_reports_each_bad_image_on_its_own_line_and_goes_on(tiny_ckpt, tmp_path, capsys):
+    _, ckpt = tiny_ckpt
+    good, other = _image(tmp_path / "good.png"), _image(tmp_path / "other.jpg", 1)
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n and then nothing")
+    missing = tmp_path / "missing.png"
+    assert main(["predict", str(ckpt), str(good), str(bad), str(missing), str(other), "--top", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert [line for line in out.splitlines() if not line.startswith(" ")] == [str(good), str(other)]
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and "Traceback" not in err, err
+    assert lines[0].startswith(f"vitviz predict: error: {bad}: ") and "not an image file" in lines[0]
+    assert lines[1].startswith(f"vitviz predict: error: {missing}: ") and "does not exist" in lines[1]
+    assert main(["predict", str(ckpt), str(good), str(other)]) == 0  # all good: status 0
+    assert not capsys.readouterr().err
+
+
+def test_info_takes_several_checkpoints_and_reports_each_bad_one(tiny_ckpt, tmp_path, capsys):
+    _, ckpt = tiny_ckpt
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a checkpoint")
+    assert main(["info", str(ckpt), str(notes), str(tmp_path / "nope.pth"), str(ckpt)]) == 2
+    out, err = capsys.readouterr()
+    assert out.count("format:        native") == 2 and "\n\nname:" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"vitviz info: error: {notes}: not a checkpoint"), err
+    assert lines[1].startswith(f"vitviz info: error: {tmp_path / 'nope.pth'}: ")
+    assert main(["info", str(ckpt), str(ckpt)]) == 0
+
+
+@pytest.mark.parametrize("where", ["after", "before"])
+def test_debug_prints_the_traceback_before_the_line(tmp_path, capsys, where):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a checkpoint")
+    argv = ["info", str(notes), "--debug"] if where == "after" else ["--debug", "info", str(notes)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "CheckpointError" in err
+    assert err.strip().splitlines()[-1].startswith(f"vitviz info: error: {notes}: not a checkpoint")
+    assert main(["info", str(notes)]) == 2  # without --debug: the line alone
+    _one_error_line(capsys.readouterr().err, "info", str(notes))
+
+
+def test_debug_with_predict_and_the_gui_launcher(tiny_ckpt, tmp_path, capsys, monkeypatch):
+    _, ckpt = tiny_ckpt
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"GIF89a")
+    assert main(["predict", str(ckpt), str(bad), "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ImageError" in err and err.strip().splitlines()[-1].startswith(
+        f"vitviz predict: error: {bad}: ")
+    _fake_gui(monkeypatch)
+    assert main(["--model", "no_such_model", "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("vitviz: error: no_such_model: ")
+
+
+def _fake_gui(monkeypatch):
+    """A vitviz.gui.app whose run_gui parses --model exactly as the real one does before any window opens."""
+    def run_gui(images, model=None, device=None):
+        from vitviz.model.sources import parse_model_ref
+
+        if model is not None:
+            parse_model_ref(model)
+        return 0
+
+    fake = types.ModuleType("vitviz.gui.app")
+    fake.run_gui = run_gui
+    monkeypatch.setitem(sys.modules, "vitviz.gui.app", fake)
+
+
+@pytest.mark.parametrize("exc, needles", [
+    (KeyError("spec"), ("unexpected KeyError", "bug", "--debug")),
+    (TypeError("unsupported operand"), ("unexpected TypeError", "--debug")),
+    (MemoryError(), ("not enough memory",)),
+    (RuntimeError("first line\nsecond line\n  third"), ("first line second line third",)),
+])
+def test_unexpected_errors_are_one_line_too(tiny_ckpt, capsys, monkeypatch, exc, needles):
+    """A bug, an exhausted memory or a multi-line library message: still one line naming the file, exit 2."""
+    import importlib
+
+    _, ckpt = tiny_ckpt
+    mod = importlib.import_module("vitviz.model.pretrained")
+
+    def broken(*a, **k):
+        raise exc
+
+    monkeypatch.setattr(mod, "load_model", broken)
+    assert main(["info", str(ckpt)]) == 2
+    _one_error_line(capsys.readouterr().err, "info", str(ckpt), *needles)
+    assert main(["predict", str(ckpt), "x.png"]) == 2  # the model, before any image
+    _one_error_line(capsys.readouterr().err, "predict", *needles)
+
+
+def test_models_errors_are_one_line(capsys, monkeypatch):
+    import vitviz.cli as cli
+
+    def unreadable():
+        raise PermissionError(13, "Permission denied", "/root/.cache/torch/hub")
+
+    monkeypatch.setattr(cli, "_pretrained_listing", unreadable)
+    assert main(["models"]) == 2
+    _one_error_line(capsys.readouterr().err, "models", "Permission denied", "/root/.cache/torch/hub")
+
+
+@pytest.mark.parametrize("argv, command, needles", [
+    (["predict", "{ckpt}", "x.png", "--top", "0"], "predict", ("--top 0",)),
+    (["predict", "no_such_model", "x.png"], "predict", ("no_such_model", "not a pretrained name")),
+    (["predict", "{ckpt}", "{tmp}/missing.png"], "predict", ("missing.png", "does not exist")),
+    (["predict", "{tmp}/notes.txt", "x.png"], "predict", ("notes.txt", "not a checkpoint")),
+    (["predict", "{ckpt}", "x.png", "--num-classes", "0"], "predict", ("no classification head",)),
+    (["info", "random:no_such_architecture"], "info", ("no_such_architecture",)),
+    (["info", "{tmp}"], "info", ("holds no model.safetensors",)),
+    (["info", "{ckpt}", "--num-heads", "3"], "info", ("num_heads", "3")),
+    (["--model", "no_such_model"], None, ("no_such_model", "no such file or directory")),
+    (["--model", "{tmp}/nope.safetensors", "a.png"], None, ("nope.safetensors",)),
+])
+def test_every_sub_command_fails_on_one_line_with_status_2(tiny_ckpt, tmp_path, capsys, monkeypatch, argv, command,
+                                                           needles):
+    _, ckpt = tiny_ckpt
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    _fake_gui(monkeypatch)
+    argv = [a.format(ckpt=ckpt, tmp=tmp_path) for a in argv]
+    assert main(argv) == 2
+    _one_error_line(capsys.readouterr().err, command, *needles)
+
+
+@pytest.mark.parametrize("argv, prog", [
+    (["predict"], "vitviz predict"), (["info"], "vitviz info"), (["predict", "m", "x.png", "--top", "many"],
+                                                                 "vitviz predict"),
+    (["models", "extra"], "vitviz"), (["--no-such-option"], "vitviz"), (["info", "m", "--preprocess", "zoom"],
+                                                                        "vitviz info"),
+])
+def test_usage_errors_are_one_line_with_status_2(capsys, monkeypatch, argv, prog):
+    _fake_gui(monkeypatch)
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    line = _one_error_line(capsys.readouterr().err, prog.removeprefix("vitviz").strip() or None)
+    assert line.endswith(f"(see '{prog} --help')"), line
+
+
+def test_a_file_name_with_a_line_break_stays_on_one_line(tiny_ckpt, tmp_path, capsys):
+    _, ckpt = tiny_ckpt
+    bad = tmp_path / "two\nlines.png"
+    bad.write_bytes(b"not an image")
+    assert main(["predict", str(ckpt), str(bad)]) == 2
+    _one_error_line(capsys.readouterr().err, "predict", "two lines.png", "not an image file")

@@ -3,29 +3,41 @@
 Usage::
 
     vitviz [IMAGE ...] [--model PATH_OR_NAME] [--device DEVICE]   open the GUI
-    vitviz info CHECKPOINT [--num-heads N] [--preprocess imagenet|inception]
+    vitviz info CHECKPOINT [CHECKPOINT ...] [--num-heads N] [--preprocess imagenet|inception]
     vitviz predict CHECKPOINT IMAGE [IMAGE ...] [--top K] [--preprocess ...]
     vitviz models                                                   named pretrained weights and their cache state
     vitviz --version
+    any of these with --debug                                       tracebacks of errors, for bug reports
 
-Errors are printed as one line on stderr with exit status 2 (no traceback). This module never imports Qt; the GUI
-is imported lazily.
+Errors are printed as one line on stderr with exit status 2, never a traceback (``--debug``, anywhere on the command
+line, prints the traceback too). ``predict`` and ``info`` take several files: each bad one is reported on its own
+line, the others are still handled, and the status is 2 when any failed. This module never imports Qt; the GUI is
+imported lazily.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from vitviz import __version__
 
 SUBCOMMANDS = ("info", "predict", "models")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line too (the usage itself is one ``--help`` away)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        print(f"{self.prog}: error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def _gui_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="vitviz",
         description="See what a Vision Transformer looks at. Without a sub-command, opens the GUI.",
         epilog="Sub-commands: 'vitviz info CHECKPOINT', 'vitviz predict CHECKPOINT IMAGE...', 'vitviz models'.",
@@ -35,7 +47,13 @@ def _gui_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", "-m", metavar="PATH_OR_NAME",
                    help="checkpoint file/directory, or a pretrained name such as vit_b_16")
     p.add_argument("--device", metavar="DEVICE", help="torch device, e.g. cpu or cuda")
+    _add_debug(p)
     return p
+
+
+def _add_debug(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true",
+                   help="print the full traceback of an error (errors are otherwise one line, exit status 2)")
 
 
 def _add_load_options(p: argparse.ArgumentParser) -> None:
@@ -47,80 +65,132 @@ def _add_load_options(p: argparse.ArgumentParser) -> None:
 
 
 def _sub_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vitviz")
+    p = _Parser(prog="vitviz")
     sub = p.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="describe a checkpoint: format, architecture, parameters, preprocessing")
-    info.add_argument("checkpoint", help="checkpoint file or directory, or a pretrained name")
+    info.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
+                      help="checkpoint files or directories, or pretrained names")
     _add_load_options(info)
+    _add_debug(info)
     pred = sub.add_parser("predict", help="print the top classes for images")
     pred.add_argument("checkpoint", help="checkpoint file or directory, or a pretrained name")
     pred.add_argument("images", nargs="+", metavar="IMAGE")
     pred.add_argument("--top", type=int, default=5, help="how many classes to print (default 5)")
     pred.add_argument("--device", default="cpu")
     _add_load_options(pred)
-    sub.add_parser("models", help="list named pretrained weights and whether they are cached")
+    _add_debug(pred)
+    models = sub.add_parser("models", help="list named pretrained weights and whether they are cached")
+    _add_debug(models)
     return p
 
 
-def _load(args: argparse.Namespace):
+def _one_line(text: str) -> str:
+    """``text`` on one line: library messages (torch's among them) can span several; so can a file name."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+class _Reporter:
+    """Prints each error as one line on stderr (``vitviz COMMAND: error: ...``), with the traceback under ``--debug``."""
+
+    def __init__(self, command: str | None, debug: bool):
+        self.prefix = f"vitviz {command}: error: " if command else "vitviz: error: "
+        self.debug = debug
+
+    def __call__(self, e: BaseException, subject: str | None = None) -> int:
+        """Report ``e`` (about the file ``subject``, named when the message does not already); returns 2."""
+        if isinstance(e, MemoryError):
+            msg = f"not enough memory{f' ({e})' if str(e) else ''}"
+        elif isinstance(e, (ValueError, RuntimeError, OSError)):  # the project's errors (CheckpointError,
+            msg = str(e) or type(e).__name__  # ImageError, PretrainedError ...) and the system's
+        else:  # a bug: say so, and how to get the traceback for a report
+            msg = f"unexpected {type(e).__name__}: {e} (this is a bug in vitviz; '--debug' shows the traceback)"
+        if subject is not None and not any(n in msg for n in (subject, str(Path(subject).expanduser()))):
+            msg = f"{subject}: {msg}"
+        if self.debug:
+            traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+        print(self.prefix + _one_line(msg), file=sys.stderr, flush=True)
+        return 2
+
+
+def _load(args: argparse.Namespace, source: str):
     """A checkpoint path, or a pretrained name (only when no such file exists)."""
     from vitviz.model.pretrained import load_model
 
-    return load_model(args.checkpoint, num_heads=args.num_heads, num_classes=args.num_classes,
-                      img_size=args.img_size, preprocess=args.preprocess)
+    return load_model(source, num_heads=args.num_heads, num_classes=args.num_classes, img_size=args.img_size,
+                      preprocess=args.preprocess)
 
 
-def _cmd_info(args: argparse.Namespace) -> int:
+def _describe(args: argparse.Namespace, name: str) -> str:
+    """What ``vitviz info`` prints about one checkpoint or name."""
     from vitviz.model.pretrained import PRETRAINED, cache_path, is_cached
 
-    name = args.checkpoint
     if not Path(name).exists() and name in PRETRAINED and not is_cached(name):  # describe without downloading
         info = PRETRAINED[name]
         p = info.preprocess
-        print(f"name:          {name} ({info.weights}), not downloaded yet")
-        print(f"description:   {info.description}")
-        print(f"download:      {info.url} ({info.size_mb:.1f} MB) -> {cache_path(name)}")
-        print(f"preprocessing: resize {p.resize} ({p.interpolation}), centre crop {p.crop[0]}x{p.crop[1]}, "
-              f"mean {p.mean}, std {p.std}")
         labels = info.class_labels()
-        print(f"classes:       {len(labels) if labels else 'unknown'}")
-        print(f"parameters:    {info.num_params:,} ({info.num_params / 1e6:.1f} M)")
-        return 0
-    model = _load(args)
+        return "\n".join([
+            f"name:          {name} ({info.weights}), not downloaded yet",
+            f"description:   {info.description}",
+            f"download:      {info.url} ({info.size_mb:.1f} MB) -> {cache_path(name)}",
+            (f"preprocessing: resize {p.resize} ({p.interpolation}), centre crop {p.crop[0]}x{p.crop[1]}, "
+             f"mean {p.mean}, std {p.std}"),
+            f"classes:       {len(labels) if labels else 'unknown'}",
+            f"parameters:    {info.num_params:,} ({info.num_params / 1e6:.1f} M)",
+        ])
+    model = _load(args, name)
     n = model.num_params()
-    print(model.spec.describe())
-    print(f"parameters:    {n:,} ({n / 1e6:.1f} M)")
-    return 0
+    return f"{model.spec.describe()}\nparameters:    {n:,} ({n / 1e6:.1f} M)"
 
 
-def _cmd_predict(args: argparse.Namespace) -> int:
+def _cmd_info(args: argparse.Namespace, report: _Reporter) -> int:
+    """Each checkpoint described (a blank line between them); each one that fails is one line on stderr."""
+    status, shown = 0, 0
+    for name in args.checkpoints:
+        try:
+            text = _describe(args, name)
+        except Exception as e:  # noqa: BLE001 - reported on one line, the next file still described
+            status = report(e, name)
+            continue
+        print(("\n" if shown else "") + text, flush=True)
+        shown += 1
+    return status
+
+
+def _cmd_predict(args: argparse.Namespace, report: _Reporter) -> int:
+    """The top classes of each image; an image that cannot be read is one line on stderr and the next one follows."""
     import torch
 
     from vitviz.imaging import ImageError, load_image
 
     if args.top < 1:
         raise ValueError(f"--top {args.top}: must be at least 1")
-    model = _load(args).to(args.device)
+    model = _load(args, args.checkpoint).to(args.device)
     spec = model.spec
+    if not spec.config.num_classes:
+        raise ValueError(f"{spec.name}: the model has no classification head (num_classes=0)")
+    status = 0
     for path in args.images:
-        # the one image reader of vitviz (the window uses it too): same pixels, same probabilities; bad files
-        # are an ImageError naming the file
-        image = load_image(path).image
         try:
-            x = spec.preprocess(image)[None].to(args.device)
-        except ImageError as e:
-            raise ImageError(path, e.problem) from None
-        with torch.inference_mode():
-            logits = model(x)[0].float().cpu()
-        if logits.ndim != 1 or logits.numel() == 0:
-            raise ValueError(f"{spec.name}: the model has no classification head (num_classes=0)")
+            # the one image reader of vitviz (the window uses it too): same pixels, same probabilities; bad files
+            # are an ImageError naming the file
+            image = load_image(path).image
+            try:
+                x = spec.preprocess(image)[None].to(args.device)
+            except ImageError as e:
+                raise ImageError(path, e.problem) from None
+            with torch.inference_mode():
+                logits = model(x)[0].float().cpu()
+        except Exception as e:  # noqa: BLE001 - reported on one line, the next image still predicted
+            status = report(e, path)
+            continue
         probs = logits.softmax(-1)
         k = min(args.top, probs.numel())
         top = probs.topk(k)
         print(path)
         for p, i in zip(top.values.tolist(), top.indices.tolist()):
             print(f"  {i:>5d}  {p:6.3f}  {spec.label(i)}")
-    return 0
+        sys.stdout.flush()
+    return status
 
 
 def _pretrained_listing() -> list[tuple[str, float, str, Path]]:
@@ -130,7 +200,7 @@ def _pretrained_listing() -> list[tuple[str, float, str, Path]]:
     return [(n, row[3], catalog.description(n), catalog.cache_file(n)) for n, row in catalog.TORCHVISION_VITS.items()]
 
 
-def _cmd_models(args: argparse.Namespace) -> int:
+def _cmd_models(args: argparse.Namespace, report: _Reporter) -> int:
     rows = _pretrained_listing()
     width = max(len(n) for n, *_ in rows)
     for name, size_mb, description, path in rows:
@@ -140,20 +210,29 @@ def _cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wants_debug(argv: list[str]) -> bool:
+    """``--debug`` anywhere before a ``--`` (so that the errors of argument parsing can be shown in full too)."""
+    options = argv[:argv.index("--")] if "--" in argv else argv
+    return "--debug" in options
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``vitviz`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = _wants_debug(argv)
+    while argv[:1] == ["--debug"]:  # 'vitviz --debug predict ...': the sub-command follows
+        argv = argv[1:]
     if argv and argv[0] in SUBCOMMANDS:
         args = _sub_parser().parse_args(argv)
         handler = {"info": _cmd_info, "predict": _cmd_predict, "models": _cmd_models}[args.command]
+        report = _Reporter(args.command, debug)
         try:
-            return handler(args)
-        except (ValueError, RuntimeError, OSError) as e:  # CheckpointError and PretrainedError included
-            print(f"vitviz {args.command}: error: {e}", file=sys.stderr)
-            return 2
+            return handler(args, report)
         except KeyboardInterrupt:
             print("vitviz: interrupted", file=sys.stderr)
             return 130
+        except Exception as e:  # noqa: BLE001 - one line (CheckpointError, PretrainedError, ImageError ... or a bug)
+            return report(e)
     args = _gui_parser().parse_args(argv)
     try:
         from vitviz.gui.app import run_gui
@@ -163,9 +242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     try:
         return int(run_gui(list(args.images), model=args.model, device=args.device) or 0)
-    except ValueError as e:  # --model names nothing that exists (CheckpointError): said before any window opens
-        print(f"vitviz: error: {e}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("vitviz: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - --model names nothing that exists (CheckpointError): said before any
+        return _Reporter(None, debug)(e)  # window opens, on one line
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -250,8 +250,10 @@ def load_image(path: str | os.PathLike) -> LoadedImage:
                 im.seek(0)
             original_mode = im.mode
             im.load()
-            oriented = ImageOps.exif_transpose(im)
-            rgb = to_rgb(oriented if oriented is not None else im)
+            # in place: no copy of the pixels unless the EXIF orientation asks for one (a copy of a 20000x20000
+            # image is 1.6 GB)
+            ImageOps.exif_transpose(im, in_place=True)
+            rgb = to_rgb(im)
             rgb.load()
     except ImageError:
         raise

@@ -100,8 +100,7 @@ def load_checkpoint(
     if cfg.pos_embed == "sincos":  # fixed: recomputed for the grid
         state.pop("pos_embed", None)
     _check_state(model, state, conv, origin, skip_missing=_skip_missing(cfg, head_reset))
-    model = model.to_empty(device="cpu")
-    _copy_state(model, state)
+    model = _materialise(model, state, adopt=not isinstance(source, Mapping))
     with torch.no_grad():
         if cfg.pos_embed == "sincos":
             model.pos_embed.copy_(model.fixed_pos_embed())
@@ -196,8 +195,35 @@ def _check_state(model: ViT, state: dict[str, torch.Tensor], conv: Converted, or
             raise err(origin, f"tensor {src.get(k, k)!r} has dtype {v.dtype}, expected floating point")
 
 
-def _copy_state(model: ViT, state: dict[str, torch.Tensor]) -> None:
+def _materialise(model: ViT, state: dict[str, torch.Tensor], *, adopt: bool) -> ViT:
+    """Give the meta-device ``model`` real tensors on the CPU: the checkpoint's own tensors where it has them (cast to
+    the parameter's dtype and made contiguous, which copies nothing when they already are), fresh uninitialised
+    ones for the rest (a new head, the sincos embedding; the caller fills them).
+
+    Adopting the tensors read from a file instead of copying them into a second, empty model keeps the peak memory
+    of a load at about one copy of the weights instead of two (bench/memory.py). Without ``adopt`` (an in-memory
+    state dict, whose tensors belong to the caller, often another model's parameters) every tensor is copied.
+    """
+    seen: set[int] = set()
     with torch.no_grad():
-        for k, p in list(model.named_parameters()) + list(model.named_buffers()):
-            if k in state:
-                p.copy_(state[k].to(p.dtype))
+        for name, current in list(model.named_parameters()) + list(model.named_buffers()):
+            owner_name, _, attr = name.rpartition(".")
+            owner = model.get_submodule(owner_name) if owner_name else model
+            src = state.get(name)
+            if src is None:
+                t = torch.empty(current.shape, dtype=current.dtype, device="cpu")
+            else:
+                t = src.detach().to(device="cpu", dtype=current.dtype).contiguous()
+                if not adopt and t.untyped_storage().data_ptr() == src.untyped_storage().data_ptr():
+                    t = t.clone()
+                elif t.untyped_storage().data_ptr() in seen:  # two names on one storage (tied or sliced in the
+                    t = t.clone()  # file): each parameter gets its own
+                seen.add(t.untyped_storage().data_ptr())
+            if isinstance(current, torch.nn.Parameter):
+                setattr(owner, attr, torch.nn.Parameter(t, requires_grad=current.requires_grad))
+            else:
+                owner._buffers[attr] = t
+    left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
+    if left:  # pragma: no cover - every parameter and buffer is in named_parameters / named_buffers
+        raise RuntimeError(f"still on the meta device after loading: {names(left)}")
+    return model

@@ -14,7 +14,9 @@ import argparse
 import json
 import os
 import re
+import stat
 import struct
+import sys
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -166,22 +168,63 @@ def _is_count(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
-def read_safetensors(path: Path, header: dict[str, Any] | None = None) -> RawCheckpoint:
-    """Read a safetensors file, validating its header first (``header``: already parsed by :func:`sniff`)."""
-    from safetensors import safe_open
+def _torch_dtypes() -> dict[str, torch.dtype]:
+    """safetensors dtype names -> torch dtypes this torch has (F4 and the newest float8 kinds may be missing)."""
+    names_ = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16", "F16": "float16",
+              "BF16": "bfloat16", "I32": "int32", "U32": "uint32", "F32": "float32", "I64": "int64", "U64": "uint64",
+              "F64": "float64", "C64": "complex64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+              "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz", "F8_E8M0": "float8_e8m0fnu"}
+    return {k: getattr(torch, v) for k, v in names_.items() if isinstance(getattr(torch, v, None), torch.dtype)}
 
+
+_TORCH_DTYPES = _torch_dtypes()
+
+
+def read_safetensors(path: Path, header: dict[str, Any] | None = None) -> RawCheckpoint:
+    """Read a safetensors file, validating its header first (``header``: already parsed by :func:`sniff`).
+
+    The tensors are read into memory of their own, never left memory-mapped: a model built from mapped tensors
+    would change when the file is rewritten in place (a training run saving to the same path) and crash (SIGBUS)
+    when it is truncated; and reading straight into the tensors keeps the peak at one copy of the weights.
+    """
     if header is None:
         header = read_safetensors_header(path)
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
-    check_safetensors_header(header, path.stat().st_size - 8 - n, str(path))
+    metadata = check_safetensors_header(header, path.stat().st_size - 8 - n, str(path))
+    entries = sorted(((info["data_offsets"], name, info) for name, info in header.items() if name != "__metadata__"),
+                     key=lambda e: e[0][0])
+    if sys.byteorder != "little" or any(info["dtype"] not in _TORCH_DTYPES for _, _, info in entries):
+        return _read_safetensors_mapped(path, metadata)
+    tensors: dict[str, torch.Tensor] = {}
+    try:
+        with open(path, "rb") as f:
+            for (begin, end), name, info in entries:
+                buf = torch.empty(end - begin, dtype=torch.uint8)
+                view = memoryview(buf.numpy())
+                f.seek(8 + n + begin)
+                done = 0
+                while done < len(view):
+                    got = f.readinto(view[done:])
+                    if not got:
+                        raise err(path, f"truncated file: the data of tensor {name!r} ends early")
+                    done += got
+                tensors[name] = buf.view(_TORCH_DTYPES[info["dtype"]]).reshape(info["shape"])
+    except OSError as e:
+        raise err(path, f"cannot read ({e.strerror or e})") from None
+    return RawCheckpoint(tensors=tensors, origin=str(path), container="safetensors", metadata=metadata)
+
+
+def _read_safetensors_mapped(path: Path, metadata: dict[str, str]) -> RawCheckpoint:
+    """safetensors' own reader, for dtypes this torch lacks; each tensor copied out of the file's memory map."""
+    from safetensors import safe_open
+
     try:
         tensors = {}
         with safe_open(str(path), framework="pt") as f:
-            metadata = dict(f.metadata() or {})
-            for k in f.keys():
-                tensors[k] = f.get_tensor(k)
-    except Exception as e:  # safetensors raises its own error type
+            for k in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                tensors[k] = f.get_tensor(k).clone()
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error type
         raise err(path, f"corrupt safetensors file ({e})") from None
     return RawCheckpoint(tensors=tensors, origin=str(path), container="safetensors", metadata=metadata)
 
@@ -272,9 +315,18 @@ def unwrap_state_dict(obj: Any, origin: str) -> dict[str, torch.Tensor]:
 # ---------------------------------------------------------------------------------------------------------------------
 def read_file(path: Path) -> RawCheckpoint:
     """Read one checkpoint file of any supported container."""
-    if not path.exists():
-        raise err(path, "no such file or directory")
-    if path.stat().st_size == 0:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise err(path, "no such file or directory") from None
+    except OSError as e:  # ENOTDIR (a parent is a file), ELOOP (a symlink loop), EACCES ...
+        raise err(path, f"cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):  # a pipe, a device or a socket has no size and no random access: refused
+        what = ("a pipe (FIFO)" if stat.S_ISFIFO(st.st_mode) else
+                "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+                "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        raise err(path, f"not a checkpoint: {what}; save the checkpoint to a file and open that")
+    if st.st_size == 0:
         raise err(path, "not a checkpoint: the file is empty")
     kind, header = sniff(path)
     if kind == "safetensors":
@@ -315,20 +367,32 @@ def _read_json_object(path: Path) -> dict[str, Any]:
     return obj
 
 
+def _not_a_file(p: Path, what: str) -> None:
+    kind = "a folder" if p.is_dir() else "not a regular file"
+    raise err(p, f"is {kind}; a Hugging Face folder keeps its {what} in a file of that name")
+
+
 def read_dir(path: Path) -> RawCheckpoint:
     """A Hugging Face folder: ``model.safetensors`` or ``pytorch_model.bin``, ``config.json`` and
     ``preprocessor_config.json`` when present."""
     candidates = ["model.safetensors", "pytorch_model.bin"]
     weights = next((path / c for c in candidates if (path / c).is_file()), None)
+    odd = next((path / c for c in candidates if (path / c).exists() and not (path / c).is_file()), None)
+    if weights is None and odd is not None:
+        _not_a_file(odd, "weights")
     if weights is None:
         shards = sorted(path.glob("model-*-of-*.safetensors")) + sorted(path.glob("pytorch_model-*-of-*.bin"))
         if shards:
             raise err(path, f"sharded checkpoints ({shards[0].name} ...) are not supported; merge the shards into "
                             "one model.safetensors")
-        files = [p.name for p in path.iterdir()][:10]
-        raise err(path, f"directory holds no model.safetensors or pytorch_model.bin (found: {names(files)})")
+        files = sorted(p.name for p in path.iterdir())
+        found_ = names(files, limit=10) if files else "the folder is empty"
+        raise err(path, f"directory holds no model.safetensors or pytorch_model.bin (found: {found_})")
     raw = read_file(weights)
     raw.origin = str(path)
+    for name in ("config.json", "preprocessor_config.json"):
+        if (path / name).exists() and not (path / name).is_file():
+            _not_a_file(path / name, "settings")
     if (path / "config.json").is_file():
         raw.hf_config = _read_json_object(path / "config.json")
     if (path / "preprocessor_config.json").is_file():
