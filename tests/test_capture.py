@@ -314,3 +314,17 @@ def test_capture_is_a_dataclass_with_documented_fields():
     cap = capture(model, torch.randn(1, 3, 32, 32))
     assert isinstance(cap, Capture)
     assert (cap.batch_size, cap.num_layers, cap.num_heads, cap.num_tokens) == (1, 3, 2, 17)
+
+
+def test_a_capture_that_cannot_fit_is_refused_up_front():
+    """Declared sizes beyond the available memory: a clear error before any allocation (issue 11)."""
+    import pytest
+
+    from vitviz.capture import CaptureError, available_memory, check_capture_memory
+
+    # ViT-H/14 at 518 px (32 layers, 16 heads, 1370 tokens) with gradients: 16.5 GiB of stacks (+2.4 weights)
+    with pytest.raises(CaptureError, match=r"needs about 16\.\d GiB, but only 8\.0 GiB"):
+        check_capture_memory(32, 1, 16, 1370, grads=True, available=8 * 2**30)
+    check_capture_memory(32, 1, 16, 1370, grads=False, available=8 * 2**30)  # 6.4 GiB without gradients: fine
+    free = available_memory()
+    assert free is None or free > 0

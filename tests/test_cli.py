@@ -334,3 +334,15 @@ def test_a_file_name_with_a_line_break_stays_on_one_line(tiny_ckpt, tmp_path, ca
     bad.write_bytes(b"not an image")
     assert main(["predict", str(ckpt), str(bad)]) == 2
     _one_error_line(capsys.readouterr().err, "predict", "two lines.png", "not an image file")
+
+
+@pytest.mark.parametrize("ref", ["random:nope", "pretrained:vit_b_17"])
+def test_unknown_named_model_is_one_line_exit_2_before_any_window(ref):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "vitviz", "--model", ref], capture_output=True, text=True,
+                         timeout=120, env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and ref in lines[0] and "unknown" in lines[0] and "Traceback" not in out.stderr

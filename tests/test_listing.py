@@ -49,3 +49,12 @@ def test_starting_the_window_does_not_import_torchvision():
     code = "import sys, vitviz.gui.main_window; assert 'torchvision' not in sys.modules, 'torchvision'"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_shipped_imagenet_labels_equal_torchvisions():
+    """The label list ships with vitviz (no torchvision import on every 1000-class load) and cannot drift."""
+    from torchvision.models._meta import _IMAGENET_CATEGORIES
+
+    from vitviz.model.checkpoints.common import imagenet_labels
+
+    assert imagenet_labels() == tuple(_IMAGENET_CATEGORIES)

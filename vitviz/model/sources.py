@@ -27,10 +27,19 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
     Raises:
         CheckpointError: neither an existing path nor a known name (the message lists the names).
     """
+    from vitviz.catalog import TORCHVISION_VITS as PRETRAINED  # names only: no torch import for a path or a name
     from vitviz.model.checkpoints import CheckpointError
-    from vitviz.model.pretrained import PRETRAINED
 
     text = os.fspath(text)
+    if text.startswith(("pretrained:", "random:")):  # a named reference: the name must exist (said before any window)
+        kind, name = text.split(":", 1)
+        from vitviz.model.variants import list_models
+
+        known = list(PRETRAINED) if kind == "pretrained" else list_models()
+        if name not in known:
+            raise CheckpointError(f"{text}: unknown {'pretrained weights' if kind == 'pretrained' else 'architecture'}"
+                                  f" {name!r}; known: {', '.join(known)}")
+        return text
     if text == "demo" or text.startswith(PREFIXES):
         return text
     path = Path(text).expanduser()

@@ -358,7 +358,8 @@ class ViT(nn.Module):
         self.reg_token = nn.Parameter(torch.zeros(1, num_reg_tokens, embed_dim)) if num_reg_tokens else None
         n_pos = self.patch_embed.num_patches + (0 if no_embed_class else self.num_prefix_tokens)
         if pos_embed == "learned":
-            self.pos_embed = nn.Parameter(torch.randn(1, n_pos, embed_dim) * 0.02)
+            self.pos_embed = nn.Parameter(torch.empty(1, n_pos, embed_dim))  # drawn in _init_weights (not on meta:
+            # meta-device math imports torch._dynamo, 1.5 s on every checkpoint load)
         else:
             self.register_buffer("pos_embed", self.fixed_pos_embed(), persistent=True)
         self.pos_drop = nn.Dropout(drop_rate)
@@ -413,6 +414,8 @@ class ViT(nn.Module):
         for t in (self.cls_token, self.dist_token, self.reg_token):
             if t is not None:
                 nn.init.normal_(t, std=1e-6 if t is self.cls_token else 0.02)
+        if isinstance(self.pos_embed, nn.Parameter):
+            nn.init.normal_(self.pos_embed, std=0.02)
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 _trunc_normal_(m.weight, std=0.02)

@@ -3,6 +3,8 @@ settings read from files, the memory estimate and architecture inference from te
 
 from __future__ import annotations
 
+import functools
+
 import math
 import os
 import re
@@ -348,9 +350,22 @@ def resolve_preprocess(arg: PreprocessArg, size: tuple[int, int]) -> Preprocess 
 
 
 def imagenet_labels() -> tuple[str, ...] | None:
-    """The 1000 ImageNet-1k class names in the standard order (torchvision's list), or None if unavailable."""
+    """The 1000 ImageNet-1k class names in the standard order (torchvision's list, shipped as
+    ``resources/labels/imagenet-1k.txt`` and checked against torchvision in a test: importing torchvision costs ~2 s
+    on every load of a 1000-class checkpoint), or None if unavailable."""
+    return _imagenet_labels()
+
+
+@functools.lru_cache(maxsize=1)
+def _imagenet_labels() -> tuple[str, ...] | None:
+    from vitviz.demo import resources_dir
+
     try:
-        from torchvision.models._meta import _IMAGENET_CATEGORIES
-    except ImportError:  # pragma: no cover - torchvision moved it
-        return None
-    return tuple(_IMAGENET_CATEGORIES)
+        lines = (resources_dir() / "labels" / "imagenet-1k.txt").read_text(encoding="utf-8").splitlines()
+    except OSError:  # pragma: no cover - a broken install: fall back to torchvision's own list
+        try:
+            from torchvision.models._meta import _IMAGENET_CATEGORIES
+        except ImportError:
+            return None
+        return tuple(_IMAGENET_CATEGORIES)
+    return tuple(lines) if len(lines) == 1000 else None
