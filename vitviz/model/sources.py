@@ -27,8 +27,8 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
     Raises:
         CheckpointError: neither an existing path nor a known name (the message lists the names).
     """
-    from vitviz.catalog import TORCHVISION_VITS as PRETRAINED  # names only: no torch import for a path or a name
     from vitviz.model.checkpoints import CheckpointError
+    from vitviz.model.pretrained import PRETRAINED
 
     text = os.fspath(text)
     if text.startswith(("pretrained:", "random:")):  # a named reference: the name must exist (said before any window)
