@@ -1,13 +1,21 @@
-"""The heads dock: thumbnails of every head of the current layer, or the all-layers x all-heads grid."""
+"""The heads dock: thumbnails of every head of the current layer, or the all-layers x all-heads grid.
+
+All tiles on screen share one colour scale (the robust range of every tile shown:
+:func:`vitviz.gui.mosaic.shared_scale`), shown by a small colour bar under them, so heads (and layers, in the grid)
+compare by eye. Tiles are never smaller than :data:`~vitviz.gui.mosaic.MIN_TILE` px: the grid scrolls instead, and
+keeps the current layer (outlined) in view.
+"""
 
 from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QPoint, Signal
+from PySide6.QtCore import QPoint, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
-from vitviz.gui.mosaic import Mosaic, colorize_tiles, upscale
+from vitviz.gui.mosaic import MIN_TILE, Mosaic, MosaicScroll, ScaleBar, colorize_shared, shared_scale, upscale
+
+QUANTITY = "attention weight"
 
 
 class HeadsPanel(QWidget):
@@ -26,6 +34,7 @@ class HeadsPanel(QWidget):
         lay.setSpacing(2)
         top = QHBoxLayout()
         self.title = QLabel("Heads")
+        self.title.setWordWrap(True)  # a long title must not widen the dock
         self.grid_toggle = QToolButton()
         self.grid_toggle.setText("All layers")
         self.grid_toggle.setCheckable(True)
@@ -34,13 +43,18 @@ class HeadsPanel(QWidget):
         top.addWidget(self.grid_toggle)
         lay.addLayout(top)
         self.mosaic = Mosaic()
-        self.mosaic.setMinimumHeight(160)
-        lay.addWidget(self.mosaic, 1)
+        self.mosaic.set_min_tile(MIN_TILE)
+        self.scroll = MosaicScroll(self.mosaic)
+        lay.addWidget(self.scroll, 1)
+        self.scale_bar = ScaleBar()
+        lay.addWidget(self.scale_bar)
+        self.scale = None  # the colour scale every tile on screen shares
         self.mosaic.tileClicked.connect(self._on_tile)
         self.grid_toggle.toggled.connect(lambda _: self.refresh(self._session) if self._session else None)
         self._session = None
         self._layer = 0
         self._key = None
+        self._marked = None
 
     @property
     def all_layers(self) -> bool:
@@ -58,15 +72,22 @@ class HeadsPanel(QWidget):
         self._layer = max(0, min(session.attention_layer(), r.num_layers - 1))
         q = session.thumb_query()
         qtext = "[CLS]" if q == 0 and r.num_prefix_tokens > 0 else f"patch {divmod(q - r.num_prefix_tokens, r.grid[1])}"
-        key = (id(r), self.all_layers, self._layer if not self.all_layers else None, q, o.cmap)
+        key = (id(r), self.all_layers, self._layer if not self.all_layers else None, q, o.cmap, o.percentile,
+               o.scale_excludes_artefacts)
         if key != self._key or force:
             self._key = key
+            self._marked = None
             gh, gw = r.grid
-            factor = max(1, int(round(24 / max(gh, gw))))
+            factor = max(1, math.ceil(MIN_TILE / max(gh, gw)))  # whole screen pixels per patch at the least size
+            # as on the canvas: the robust percentile of the options, artefact patches left out of the levels
+            grid = session.artefact_grid() if o.scale_excludes_artefacts else None
+            exclude = grid if grid is not None and grid.any() else None
+            note = " (artefact tokens left out of it)" if exclude is not None else ""
             if self.all_layers:
                 maps = session.all_head_maps()
                 L, H = maps.shape[:2]
-                tiles = upscale(colorize_tiles(maps.reshape(L * H, gh, gw), o.cmap), factor)
+                self.scale = shared_scale(maps, o.cmap, percentile=o.percentile, exclude=exclude)
+                tiles = upscale(colorize_shared(maps.reshape(L * H, gh, gw), self.scale), factor)
                 self.mosaic.set_tiles(tiles, L, H, gap=max(2, (gh * factor) // 10))
                 self.mosaic.set_axes([str(i) for i in range(L)], [str(h) for h in range(H)], "layer", "head")
                 self.title.setText(f"All layers x heads · attention from {qtext}")
@@ -74,15 +95,26 @@ class HeadsPanel(QWidget):
                 maps = session.head_maps(self._layer)
                 H = maps.shape[0]
                 cols = self._cols(H)
-                tiles = upscale(colorize_tiles(maps, o.cmap), factor)
+                self.scale = shared_scale(maps, o.cmap, percentile=o.percentile, exclude=exclude)
+                tiles = upscale(colorize_shared(maps, self.scale), factor)
                 self.mosaic.set_tiles(tiles, int(math.ceil(H / cols)), cols, gap=max(2, (gh * factor) // 10),
                                       labels=[f"h{h}" for h in range(H)])
                 self.mosaic.set_axes(None, None)
                 self.title.setText(f"Layer {self._layer} heads · attention from {qtext}")
+            self.scale_bar.set_scale(self.scale, QUANTITY, note)
         self._update_highlight(session)
 
     def _update_highlight(self, session) -> None:
         o = session.options
+        if self.all_layers:
+            self.mosaic.set_row_marker(self._layer)
+            mark = (self._layer, o.head if isinstance(o.head, int) else None)
+            if mark != self._marked:  # follow the current layer; leave the user's scrolling alone otherwise
+                self._marked = mark
+                QTimer.singleShot(0, lambda: self.scroll.ensure_tile_visible(*mark))
+        else:
+            self.mosaic.set_row_marker(None)
+            self._marked = None
         if not isinstance(o.head, int) or "head" not in session.view.reads:
             self.mosaic.set_highlight(None)
             return

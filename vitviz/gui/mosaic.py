@@ -1,17 +1,22 @@
-"""A grid of equal image tiles in one pyqtgraph item (heads, position embeddings, filters), with tile clicks."""
+"""A grid of equal image tiles in one pyqtgraph item (heads, position embeddings, filters), with tile clicks; a
+scroll area that keeps the tiles at least a given size on screen; a small horizontal colour bar for a shared scale."""
 
 from __future__ import annotations
 
+import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPoint, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtCore import QPoint, QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPen
+from PySide6.QtWidgets import QFrame, QGraphicsRectItem, QScrollArea, QSizePolicy, QWidget
 
 from vitviz import imaging
 from vitviz.gui.canvas import highlight_rect
+from vitviz.scales import DEFAULT_PERCENTILE, format_ticks, nice_ticks, scale_for
 
 BACKGROUND = QColor(38, 38, 42)
+MIN_TILE = 48  # px on screen: the smallest thumbnail the panels show (they scroll instead)
 
 
 class Mosaic(pg.GraphicsLayoutWidget):
@@ -41,11 +46,53 @@ class Mosaic(pg.GraphicsLayoutWidget):
         self.plot.addItem(self.item)
         self.highlight = highlight_rect(2.0, z=5, visible=False)
         self.plot.addItem(self.highlight)
+        self.row_marker = QGraphicsRectItem()
+        pen = QPen(QColor(255, 255, 255, 200))
+        pen.setCosmetic(True)
+        pen.setWidthF(1.5)
+        pen.setStyle(Qt.PenStyle.DashLine)
+        self.row_marker.setPen(pen)
+        self.row_marker.setZValue(4)
+        self.row_marker.setVisible(False)
+        self.plot.addItem(self.row_marker)
         self._labels: list[pg.TextItem] = []
         self.rows = self.cols = 0
         self.tile = (1, 1)
         self.gap = 1
+        self.min_tile = 0
+        self._axes_extra = (0, 0)
         self.scene().sigMouseClicked.connect(self._on_click)
+
+    # ------------------------------------------------------------------ size on screen
+    def set_min_tile(self, px: int) -> None:
+        """Keep every tile at least ``px`` screen pixels wide and high: the widget's minimum size grows with the
+        grid (put the mosaic in a :class:`MosaicScroll`, which then scrolls). 0: fit whatever the size."""
+        self.min_tile = int(px)
+        self._update_minimum_size()
+
+    def needed_size(self, tile_px: int | None = None) -> QSize:
+        """The widget size at which every tile is ``tile_px`` (default: :attr:`min_tile`) screen pixels."""
+        m = self.min_tile if tile_px is None else tile_px
+        if not m or self.rows == 0:
+            return QSize(0, 0)
+        th, tw = self.tile
+        W = self.cols * tw + (self.cols - 1) * self.gap
+        H = self.rows * th + (self.rows - 1) * self.gap
+        scale = m / min(th, tw) * 1.03  # the view's padding (1 % a side) and rounding
+        ax_w, ax_h = self._axes_extra
+        return QSize(math.ceil(W * scale) + ax_w + 8, math.ceil(H * scale) + ax_h + 8)
+
+    def _update_minimum_size(self) -> None:
+        self.setMinimumSize(self.needed_size() if self.min_tile else QSize(0, 0))
+
+    def tile_screen_size(self) -> tuple[float, float]:
+        """Width and height of one tile on screen, in widget pixels (0 before the first layout)."""
+        if self.rows == 0:
+            return 0.0, 0.0
+        r = self.tile_rect(0, 0)
+        a = self.mapFromScene(self.vb.mapViewToScene(r.topLeft()))
+        b = self.mapFromScene(self.vb.mapViewToScene(r.bottomRight()))
+        return float(abs(b.x() - a.x())), float(abs(b.y() - a.y()))
 
     def set_tiles(self, rgba_tiles: list[np.ndarray], rows: int, cols: int, gap: int = 1,
                   labels: list[str] | None = None) -> None:
@@ -69,6 +116,7 @@ class Mosaic(pg.GraphicsLayoutWidget):
         self.rows, self.cols, self.tile, self.gap = rows, cols, (th, tw), gap
         self.item.setImage(canvas, autoLevels=False, levels=(0, 255))
         self._set_labels(labels)
+        self._update_minimum_size()
         if refit:
             self.vb.setRange(QRectF(0, 0, W, H), padding=0.01)
 
@@ -76,6 +124,7 @@ class Mosaic(pg.GraphicsLayoutWidget):
                  row_title: str = "", col_title: str = "") -> None:
         """Tick labels at the tile centres on the left (rows) and the top (columns); None hides that axis."""
         th, tw = self.tile
+        extra = [0, 0]
         for name, labels, title, step, size in (("left", row_labels, row_title, th, 0),
                                                 ("top", col_labels, col_title, tw, 1)):
             if labels is None:
@@ -90,9 +139,17 @@ class Mosaic(pg.GraphicsLayoutWidget):
             f.setPointSize(7)
             ax.setTickFont(f)
             if name == "left":
-                ax.setWidth(22 + (10 if title else 0))
+                extra[0] = 22 + (10 if title else 0)
+                ax.setWidth(extra[0])
             else:
-                ax.setHeight(16 + (14 if title else 0))
+                extra[1] = 16 + (14 if title else 0)
+                ax.setHeight(extra[1])
+        self._axes_extra = (extra[0], extra[1])
+        self._update_minimum_size()
+
+    def set_labels(self, labels: list[str] | None) -> None:
+        """A small text at the top-left corner of each tile, row-major (None: none)."""
+        self._set_labels(labels)
 
     def _set_labels(self, labels: list[str] | None) -> None:
         labels = labels or []
@@ -124,6 +181,17 @@ class Mosaic(pg.GraphicsLayoutWidget):
             return
         self.highlight.setRect(self.tile_rect(row, col))
         self.highlight.setVisible(True)
+
+    def set_row_marker(self, row: int | None) -> None:
+        """A dashed outline around the whole row ``row`` (the current layer of the all-layers grid); None hides it."""
+        if row is None or not 0 <= row < self.rows:
+            self.row_marker.setVisible(False)
+            return
+        th, tw = self.tile
+        g = self.gap / 2
+        W = self.cols * tw + (self.cols - 1) * self.gap
+        self.row_marker.setRect(QRectF(-g, row * (th + self.gap) - g, W + 2 * g, th + 2 * g))
+        self.row_marker.setVisible(True)
 
     def tile_center(self, row: int, col: int) -> QPoint:
         """Widget position of a tile's centre (for tests)."""
@@ -165,3 +233,136 @@ def upscale(rgba: np.ndarray, factor: int) -> np.ndarray:
     return np.repeat(np.repeat(rgba, factor, axis=-3), factor, axis=-2)
 
 
+
+
+def shared_scale(maps: np.ndarray, cmap: str, *, signed: bool | None = None,
+                 fixed: tuple[float, float] | None = None, percentile: float = DEFAULT_PERCENTILE,
+                 exclude: np.ndarray | None = None):
+    """One colour scale for a whole stack of tiles (:func:`vitviz.scales.scale_for`): the robust (``percentile``)
+    range of all their values without the ``exclude``d entries (a mask broadcast over the stack: artefact patches),
+    or ``fixed``; a signed quantity gets a diverging colormap centred at 0."""
+    m = np.asarray(maps, dtype=np.float64)
+    if fixed is not None:
+        return scale_for(m, mode="fixed", fixed=fixed, signed=signed, cmap=cmap)
+    ex = None if exclude is None else np.broadcast_to(np.asarray(exclude, dtype=bool), m.shape)
+    return scale_for(m, mode="shared", shared=m, percentile=percentile, signed=signed, exclude=ex, cmap=cmap)
+
+
+def colorize_shared(maps: np.ndarray, scale) -> np.ndarray:
+    """``[T, h, w]`` floats -> ``uint8 [T, h, w, 4]`` through one colour scale (equal values, equal colours)."""
+    return colorize_tiles(maps, scale.cmap, per_tile=False, vmin=scale.lo, vmax=scale.hi)
+
+
+class MosaicScroll(QScrollArea):
+    """A :class:`Mosaic` that fills the area when there is room and scrolls when its tiles would get smaller than
+    its ``min_tile``.
+
+    Signals:
+        resized(): the area changed size (a panel may re-flow its tiles).
+    """
+
+    resized = Signal()
+
+    def __init__(self, mosaic: Mosaic, parent=None):
+        super().__init__(parent)
+        self.mosaic = mosaic
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setWidgetResizable(True)
+        self.setWidget(mosaic)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.setMinimumSize(80, 80)
+        pal = self.palette()
+        pal.setColor(self.backgroundRole(), BACKGROUND)
+        self.setPalette(pal)
+        self.setAutoFillBackground(True)
+
+    def resizeEvent(self, ev) -> None:
+        super().resizeEvent(ev)
+        self.resized.emit()
+
+    def ensure_tile_visible(self, row: int, col: int | None = None) -> None:
+        """Scroll so that tile ``(row, col)`` (or the start of row ``row``) is in view."""
+        m = self.mosaic
+        if m.rows == 0:
+            return
+        p = m.tile_center(row, 0 if col is None else col)
+        w, h = m.tile_screen_size()
+        self.ensureVisible(p.x() if col is not None else 0, p.y(), int(w), int(h))
+
+
+class ScaleBar(QWidget):
+    """A small horizontal colour bar for the tiles of a panel: the colormap from ``lo`` to ``hi``, round ticks,
+    the quantity on the left, and an arrow at an end the scale clips."""
+
+    BAR_H = 8
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setFixedHeight(30)
+        self.scale = None
+        self.label = ""
+        self._image = QImage()
+        self._font = QFont()
+        self._font.setPointSize(7)
+
+    @property
+    def levels(self) -> tuple[float, float] | None:
+        return None if self.scale is None else (float(self.scale.lo), float(self.scale.hi))
+
+    @property
+    def cmap(self) -> str | None:
+        return None if self.scale is None else self.scale.cmap
+
+    def set_scale(self, scale, label: str = "", note: str = "") -> None:
+        """Show ``scale`` (:class:`vitviz.scales.ColourScale`) named ``label``; ``note`` goes in the tooltip."""
+        if scale is not None and (self.scale is None or scale.cmap != self.scale.cmap):
+            lut = np.ascontiguousarray(imaging.get_colormap(scale.cmap)[:, :4])
+            self._image = QImage(lut.data, lut.shape[0], 1, 4 * lut.shape[0], QImage.Format.Format_RGBA8888).copy()
+        self.scale, self.label = scale, label
+        tip = "" if scale is None else f"{label}: {scale.lo:.4g} .. {scale.hi:.4g}, one scale for every tile{note}"
+        self.setToolTip(tip)
+        self.update()
+
+    def ticks(self) -> list[tuple[float, str]]:
+        """``[(position 0..1 from the left, text)]``."""
+        if self.scale is None:
+            return []
+        lo, hi = self.levels
+        values = nice_ticks(lo, hi, n=4)
+        texts = format_ticks(values)
+        return [((v - lo) / (hi - lo), t) for v, t in zip(values, texts) if -1e-9 <= (v - lo) / (hi - lo) <= 1 + 1e-9]
+
+    def _bar_rect(self) -> QRectF:
+        fm_w = self.fontMetrics().horizontalAdvance(self.label) if self.label else 0
+        x0 = min(fm_w + 10, self.width() // 3)
+        return QRectF(x0 + 6, 4, max(10, self.width() - x0 - 16), self.BAR_H)
+
+    def paintEvent(self, _ev) -> None:
+        if self.scale is None:
+            return
+        p = QPainter(self)
+        p.setFont(self._font)
+        text = QColor(220, 220, 224)
+        r = self._bar_rect()
+        p.setPen(text)
+        left = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft
+        p.drawText(QRectF(2, 0, r.left() - 6, self.height()), left, self.label)
+        p.drawImage(r, self._image)
+        p.setPen(QPen(QColor(150, 150, 155), 1))
+        p.drawRect(r)
+        p.setBrush(text)
+        for end, clipped in ((r.left(), self.scale.clipped_low), (r.right(), self.scale.clipped_high)):
+            if clipped:  # values beyond the scale take the end colour
+                d = -5 if end == r.left() else 5
+                y = r.center().y()
+                p.drawPolygon([QPointF(end + d, y), QPointF(end, y - 4), QPointF(end, y + 4)])
+        p.setPen(text)
+        fm = p.fontMetrics()
+        for pos, t in self.ticks():
+            x = r.left() + pos * r.width()
+            p.drawLine(QPointF(x, r.bottom()), QPointF(x, r.bottom() + 3))
+            w = fm.horizontalAdvance(t)
+            tx = min(max(x - w / 2, r.left() - 4), self.width() - w - 1)
+            p.drawText(QPointF(tx, r.bottom() + 4 + fm.ascent()), t)
+        p.end()
