@@ -1,4 +1,9 @@
-"""The plots tab: mean attention distance, position-embedding similarity, patch-embedding filters, entropy."""
+"""The plots tab: mean attention distance, position-embedding similarity, patch-embedding filters, entropy.
+
+Every plot says what it shows: a title (these are statistics of *this image*, not the paper's dataset averages), axes
+from 0 for non-negative quantities, a legend or a colour bar. The tile grids keep their tiles at least
+:data:`~vitviz.gui.mosaic.MIN_TILE` px and scroll (the position-embedding grid can also be fitted to the panel).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,50 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtWidgets import QGraphicsItem, QTabWidget
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QLabel, QTabWidget, QToolButton, QVBoxLayout, QWidget
 
-from vitviz import imaging
 from vitviz.gui.canvas import highlight_rect
-from vitviz.gui.mosaic import BACKGROUND, Mosaic, upscale
+from vitviz.gui.mosaic import (
+    BACKGROUND, MIN_TILE, Mosaic, MosaicScroll, ScaleBar, colorize_shared, shared_scale, upscale,
+)
+
+FILTER_COMPONENTS = 28
+Y_MARGIN = 0.04  # of the range, below 0 on the distance plot: room for the "0" label
+FILTER_TILE = 64  # px: room for the "PC12 3.4 %" label on each filter
+
+
+def filter_variance_ratio(patch_embed_weight) -> np.ndarray:
+    """Share of the variance of the centred patch-embedding filters along each principal component, largest first.
+
+    ``W [D, C, P, P]`` -> ``X [D, C*P*P]`` centred over the D filters (as in
+    :func:`vitviz.analysis.embeddings.embedding_filters`); ``ratio_c = s_c^2 / sum(s^2)`` with ``s`` the singular
+    values of ``X``. (Here until the analysis returns it along with the components.)
+    """
+    import torch
+
+    w = patch_embed_weight if isinstance(patch_embed_weight, torch.Tensor) else torch.as_tensor(patch_embed_weight)
+    X = w.detach().reshape(w.shape[0], -1).double().cpu()
+    X = X - X.mean(0, keepdim=True)
+    var = torch.linalg.svdvals(X) ** 2
+    total = float(var.sum())
+    return (var / total).numpy() if total > 0 else np.zeros(var.shape[0])
+
+
+def _titled(title: QLabel, body: QWidget, *extra: QWidget) -> QWidget:
+    """A tab page: a title row (with ``extra`` widgets on its right), the body, nothing else."""
+    page = QWidget()
+    lay = QVBoxLayout(page)
+    lay.setContentsMargins(2, 2, 2, 2)
+    lay.setSpacing(2)
+    top = QHBoxLayout()
+    title.setWordWrap(True)
+    top.addWidget(title, 1)
+    for w in extra:
+        top.addWidget(w, 0, Qt.AlignmentFlag.AlignTop)
+    lay.addLayout(top)
+    lay.addWidget(body, 1)
+    return page
 
 
 class PlotsPanel(QTabWidget):
@@ -28,9 +71,13 @@ class PlotsPanel(QTabWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setDocumentMode(True)
+        self.setUsesScrollButtons(False)  # a narrow dock shows every tab, with elided names
+        self.setElideMode(Qt.TextElideMode.ElideRight)
         # mean attention distance
-        self.dist_widget = pg.PlotWidget(background=BACKGROUND)
-        self.dist_plot = self.dist_widget.getPlotItem()
+        self.dist_widget = pg.GraphicsLayoutWidget()
+        self.dist_widget.setBackground(BACKGROUND)
+        self.dist_plot = self.dist_widget.addPlot(row=0, col=0)
+        self.dist_title = QLabel("Mean attention distance per layer and head · this image")
         self.dist_plot.setLabel("bottom", "layer")
         self.dist_plot.setLabel("left", "mean attention distance (px)")
         self.dist_plot.showGrid(x=True, y=True, alpha=0.25)
@@ -44,20 +91,53 @@ class PlotsPanel(QTabWidget):
         self.dist_current = pg.ScatterPlotItem(size=15, pen=pg.mkPen((0, 230, 255), width=2),
                                                brush=pg.mkBrush(None))
         self.dist_plot.addItem(self.dist_current)
-        self.addTab(self.dist_widget, "Distance")
-        self.setTabToolTip(0, "Mean attention distance per layer and head (ViT paper, Fig. 7 right); click a point")
+        self.dist_legend = pg.LegendItem(colCount=6, horSpacing=6, verSpacing=-6, labelTextSize="8pt")
+        self.dist_widget.addItem(self.dist_legend, row=1, col=0)
+        self.dist_legend_samples: list[pg.ScatterPlotItem] = []
+        self.addTab(_titled(self.dist_title, self.dist_widget), "Distance")
+        self.setTabToolTip(0, "Mean attention distance per layer and head for this image, in input pixels (the ViT "
+                              "paper's Fig. 7 right averages over a dataset); click a point")
         # position embeddings
         self.pos_mosaic = Mosaic()
+        self.pos_mosaic.set_min_tile(MIN_TILE)
         self.pos_mosaic.tileClicked.connect(self._on_pos_tile)
-        self.addTab(self.pos_mosaic, "Pos. embed")
-        self.setTabToolTip(1, "Cosine similarity of position embeddings (Fig. 7 centre); click a tile to select the patch")
+        self.pos_scroll = MosaicScroll(self.pos_mosaic)
+        self.pos_bar = ScaleBar()
+        self.pos_fit = QToolButton()
+        self.pos_fit.setText("Fit")
+        self.pos_fit.setCheckable(True)
+        self.pos_fit.setToolTip("Fit the whole grid in the panel (tiles may get small); off: tiles of at least "
+                                f"{MIN_TILE} px, scrolled")
+        self.pos_fit.toggled.connect(lambda on: self.pos_mosaic.set_min_tile(0 if on else MIN_TILE))
+        self.pos_title = QLabel("Position embeddings: cosine similarity of each patch with every other")
+        pos_body = QWidget()
+        pl = QVBoxLayout(pos_body)
+        pl.setContentsMargins(0, 0, 0, 0)
+        pl.setSpacing(2)
+        pl.addWidget(self.pos_scroll, 1)
+        pl.addWidget(self.pos_bar)
+        self.addTab(_titled(self.pos_title, pos_body, self.pos_fit), "Pos. embed")
+        self.setTabToolTip(1, "Cosine similarity of position embeddings (Fig. 7 centre); click a tile to select the "
+                              "patch")
         # filters
         self.filter_mosaic = Mosaic()
-        self.addTab(self.filter_mosaic, "Filters")
-        self.setTabToolTip(2, "Principal components of the patch-embedding filters (Fig. 7 left)")
+        self.filter_mosaic.set_min_tile(FILTER_TILE)
+        self.filter_scroll = MosaicScroll(self.filter_mosaic)
+        self.filter_title = QLabel("Patch-embedding filters: principal components")
+        self.filter_variance: np.ndarray | None = None  # share of variance per component, once per model
+        self._filter_md = None  # the ModelData the filter tiles are from
+        self._filter_tiles: list[np.ndarray] = []
+        self._filter_labels: list[str] = []
+        self._filter_gap = 2
+        self.filter_scroll.resized.connect(self._layout_filters)
+        self.filter_page = _titled(self.filter_title, self.filter_scroll)
+        self.addTab(self.filter_page, "Filters")
+        self.setTabToolTip(2, "Principal components of the patch-embedding filters (Fig. 7 left), with the share of "
+                              "the filters' variance each explains")
         # entropy
         self.ent_widget = pg.PlotWidget(background=BACKGROUND)
         self.ent_plot = self.ent_widget.getPlotItem()
+        self.ent_title = QLabel("Mean attention entropy per layer and head · this image")
         self.ent_plot.setMenuEnabled(False)
         self.ent_plot.setMouseEnabled(False, False)
         self.ent_plot.hideButtons()
@@ -73,11 +153,14 @@ class PlotsPanel(QTabWidget):
         self.ent_current = highlight_rect(2.0)
         self.ent_plot.addItem(self.ent_current)
         self.ent_widget.scene().sigMouseClicked.connect(self._on_entropy_click)
-        self.addTab(self.ent_widget, "Entropy")
-        self.setTabToolTip(3, "Mean attention entropy per layer and head; click a cell")
+        self.addTab(_titled(self.ent_title, self.ent_widget), "Entropy")
+        self.setTabToolTip(3, "Mean attention entropy per layer and head for this image; click a cell")
         self._result_id = None
+        self._session = None
         self._shape = (0, 0)
         self._pos_grid = (0, 0)
+        self._pos_marked = None
+        self.currentChanged.connect(lambda _i: self._fill_filter_variance())
 
     def refresh(self, session) -> None:
         r = session.result
@@ -96,26 +179,35 @@ class PlotsPanel(QTabWidget):
         else:
             self.dist_current.setData([], [])
             self.ent_current.setVisible(False)
-        gw = r.grid[1]
-        self.pos_mosaic.set_highlight(*divmod(o.query, gw)) if self._pos_grid != (0, 0) else None
+        if self._pos_grid != (0, 0):
+            rc = divmod(o.query, self._pos_grid[1])
+            self.pos_mosaic.set_highlight(*rc)
+            if rc != self._pos_marked:  # follow the selected patch, but leave the user's scrolling alone otherwise
+                self._pos_marked = rc
+                QTimer.singleShot(0, lambda: self.pos_scroll.ensure_tile_visible(*rc))
 
     def _fill(self, session) -> None:
         r = session.result
+        self._session = session
         L, H = r.num_layers, r.num_heads
         self._shape = (L, H)
         d = session.mean_distances()
         xs, ys, data, brushes = [], [], [], []
+        colors = [pg.intColor(h, hues=max(H, 2), values=1, maxValue=230, minValue=150, sat=200) for h in range(H)]
         for h in range(H):
-            color = pg.intColor(h, hues=max(H, 2), values=1, maxValue=230, minValue=150, sat=200)
             for layer in range(L):
                 xs.append(layer + (h - (H - 1) / 2) * 0.25 / max(H, 1))
                 ys.append(float(d[layer, h]))
                 data.append((layer, h))
-                brushes.append(pg.mkBrush(color))
+                brushes.append(pg.mkBrush(colors[h]))
         self.dist_scatter.setData(x=xs, y=ys, data=data, brush=brushes)
+        self._fill_legend(colors)
         self.dist_plot.setXRange(-0.5, L - 0.5, padding=0)
-        ymax = float(np.nanmax(d)) if d.size else 1.0
-        self.dist_plot.setYRange(0, ymax * 1.08 + 1e-9, padding=0)
+        top = (float(np.nanmax(d)) if d.size else 1.0) * 1.08 + 1e-9
+        # a distance: the axis starts at 0, also after panning or zooming (with a 4 % margin below it: pyqtgraph
+        # drops the label of a tick on the edge of a plot with a grid)
+        self.dist_plot.setLimits(yMin=-Y_MARGIN * top)
+        self.dist_plot.setYRange(-Y_MARGIN * top, top, padding=0)
         ax = self.dist_plot.getAxis("bottom")
         ax.setTicks([[(i, str(i)) for i in range(L)]])
 
@@ -123,10 +215,13 @@ class PlotsPanel(QTabWidget):
         if sim is not None:
             gh, gw = sim.shape[:2]
             self._pos_grid = (gh, gw)
-            factor = max(1, int(round(12 / max(gh, gw))))
-            tiles = [upscale(imaging.apply_colormap(sim[i, j], "viridis", -1.0, 1.0), factor)
-                     for i in range(gh) for j in range(gw)]
-            self.pos_mosaic.set_tiles(tiles, gh, gw, gap=1)
+            self._pos_marked = None
+            factor = max(1, math.ceil(MIN_TILE / max(gh, gw)))  # whole screen pixels per patch at the least size
+            # cosine similarity: signed, -1..1 on every model, a diverging map with 0 in the middle
+            scale = shared_scale(sim, "coolwarm", signed=True, fixed=(-1.0, 1.0))
+            tiles = upscale(colorize_shared(sim.reshape(gh * gw, gh, gw), scale), factor)
+            self.pos_mosaic.set_tiles(tiles, gh, gw, gap=max(1, factor // 2))
+            self.pos_bar.set_scale(scale, "cosine similarity")
             step = max(1, gh // 7)
             self.pos_mosaic.set_axes([str(i) if i % step == 0 else "" for i in range(gh)],
                                      [str(j) if j % step == 0 else "" for j in range(gw)],
@@ -134,29 +229,89 @@ class PlotsPanel(QTabWidget):
         else:
             self._pos_grid = (0, 0)
             self.pos_mosaic.item.clear()
+            self.pos_bar.set_scale(None)
 
-        f = session.filters(28)
-        if f is not None and f.shape[-1] in (1, 3):
-            k, P = f.shape[0], f.shape[1]
-            factor = max(1, int(round(32 / P)))
-            tiles = []
-            for t in f:
-                rgb = np.clip(np.asarray(t) * 255.0, 0, 255).astype(np.uint8)
-                if rgb.shape[-1] == 1:
-                    rgb = np.repeat(rgb, 3, axis=-1)
-                tiles.append(upscale(rgb, factor))
-            cols = 7 if k >= 14 else max(1, int(math.ceil(math.sqrt(k))))
-            self.filter_mosaic.set_tiles(tiles, int(math.ceil(k / cols)), cols, gap=2)
-        else:
-            self.filter_mosaic.item.clear()
+        self._fill_filters(session)
 
         e = session.entropies()
-        self.ent_item.setImage(e, autoLevels=False, levels=(float(e.min()), float(e.max()) + 1e-12))
-        self.ent_bar.setLevels((float(e.min()), float(e.max()) + 1e-12))
+        top = max(float(np.nanmax(e)), 1e-12) if e.size else 1.0  # entropy >= 0: the colour scale starts at 0
+        self.ent_item.setImage(e, autoLevels=False, levels=(0.0, top))
+        self.ent_bar.setLevels((0.0, top))
         self.ent_plot.setXRange(0, H, padding=0.02)
         self.ent_plot.setYRange(0, L, padding=0.02)
         self.ent_plot.getAxis("bottom").setTicks([[(h + 0.5, str(h)) for h in range(H)]])
         self.ent_plot.getAxis("left").setTicks([[(i + 0.5, str(i)) for i in range(L)]])
+
+    def _fill_legend(self, colors: list) -> None:
+        """One legend entry per head colour, under the plot (in rows of at most 6)."""
+        H = len(colors)
+        if len(self.dist_legend_samples) == H and all(
+                s.opts["brush"].color() == c for s, c in zip(self.dist_legend_samples, colors)):
+            return
+        self.dist_legend.clear()
+        self.dist_legend_samples = []
+        self.dist_legend.setColumnCount(min(H, 6) or 1)
+        for h, c in enumerate(colors):
+            sample = pg.ScatterPlotItem(size=8, pen=pg.mkPen(None), brush=pg.mkBrush(c))
+            self.dist_legend.addItem(sample, f"h{h}")
+            self.dist_legend_samples.append(sample)
+
+    def legend_labels(self) -> list[str]:
+        """The legend's entries (for tests)."""
+        return [label.text for _sample, label in self.dist_legend.items]
+
+    def _fill_filters(self, session) -> None:
+        r = session.result
+        f = session.filters(FILTER_COMPONENTS)
+        if f is None or f.shape[-1] not in (1, 3):
+            self.filter_mosaic.item.clear()
+            self.filter_title.setText("Patch-embedding filters: not available for this model")
+            self._filter_md, self._filter_tiles = None, []
+            return
+        if r.model_data is self._filter_md:
+            return
+        self._filter_md = r.model_data
+        self.filter_variance = None
+        k, P = f.shape[0], f.shape[1]
+        factor = max(1, math.ceil(FILTER_TILE / P))
+        self._filter_gap = max(2, factor)
+        self._filter_tiles = []
+        for t in f:
+            rgb = np.clip(np.asarray(t) * 255.0, 0, 255).astype(np.uint8)
+            if rgb.shape[-1] == 1:
+                rgb = np.repeat(rgb, 3, axis=-1)
+            self._filter_tiles.append(upscale(rgb, factor))
+        self._filter_labels = [f"PC{i + 1}" for i in range(k)]
+        self.filter_title.setText(f"Patch-embedding filters: first {k} principal components")
+        self._layout_filters(force=True)
+        self._fill_filter_variance()
+
+    def _layout_filters(self, force: bool = False) -> None:
+        """As many columns of filters as fit the panel's width (tiles of at least ``FILTER_TILE`` px)."""
+        k = len(self._filter_tiles)
+        if k == 0:
+            return
+        room = self.filter_scroll.width() - self.filter_scroll.verticalScrollBar().sizeHint().width() - 12
+        cols = max(1, min(k, room // (FILTER_TILE + 6))) if room > 0 else 4
+        if cols != self.filter_mosaic.cols or force:
+            self.filter_mosaic.set_tiles(self._filter_tiles, math.ceil(k / cols), cols, gap=self._filter_gap,
+                                         labels=self._filter_labels)
+
+    def _fill_filter_variance(self) -> None:
+        """Label each component with its share of the variance: an SVD of the filters (up to ~0.2 s for ViT-B),
+        done once per model and only when the tab is shown."""
+        if self.currentWidget() is not self.filter_page or self._filter_md is None or self.filter_variance is not None:
+            return
+        w = getattr(self._filter_md, "patch_embed_weight", None)
+        if w is None:
+            return
+        ratio = filter_variance_ratio(w)
+        self.filter_variance = ratio
+        k = min(len(ratio), len(self._filter_tiles))
+        self._filter_labels = [f"PC{i + 1} {100 * ratio[i]:.1f} %" for i in range(k)]
+        self.filter_mosaic.set_labels(self._filter_labels)
+        self.filter_title.setText(f"Patch-embedding filters: first {k} principal components, each with its share of "
+                                  f"the filters' variance ({100 * ratio[:k].sum():.0f} % in all)")
 
     def _on_point(self, _item, points, *args) -> None:
         if len(points):
