@@ -138,6 +138,7 @@ def place_window(win: QMainWindow, geometry: QByteArray | None = None, state: QB
 
 
 def fit_to(win: QMainWindow, available: QRect) -> None:
-    """Resize ``win`` to fill ``available`` and fit its docks (the 1280 x 800 check, and a "fit" action)."""
-    win.setGeometry(clamp_rect(QRect(available.topLeft(), available.size()), available))
+    """Resize ``win`` to fill ``available`` (its frame included, when known) and fit its docks."""
+    left, top, right, bottom = _frame_margins(win)
+    win.setGeometry(available.adjusted(left, top, -right, -bottom))
     fit_docks(win)
