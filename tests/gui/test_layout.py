@@ -78,6 +78,12 @@ def test_at_1280x800_every_dock_and_the_status_bar_are_on_screen_and_the_canvas_
     central = window.centralWidget()
     assert central.width() >= window.width() / 2, (central.width(), window.width())
     assert window.canvas.width() >= 0.4 * window.width()  # the map itself (its colour bar is 96 px of the centre)
+    # nothing inside the narrow docks is wider than its view (the distance plot with its legend, the tiles' area)
+    plots = window.plots
+    plots.setCurrentIndex(0)
+    _settle(qtbot, window)
+    assert plots.dist_widget.ci.minimumWidth() <= plots.dist_widget.width()
+    assert window.heads.scroll.width() <= window._docks["heads"].width()
     # the same on the first-open size of that screen (90 %)
     window.resize(geometry.initial_size(SMALL))
     geometry.fit_docks(window)
@@ -109,6 +115,10 @@ def test_all_layers_grid_tiles_are_at_least_48_px_and_the_current_layer_is_marke
     _settle(qtbot, window)
     tw, th = m.tile_screen_size()
     assert min(tw, th) >= MIN_TILE - 0.5
+    # "Fit" trades the 48 px for the whole grid in view
+    window.heads.fit_toggle.setChecked(True)
+    _settle(qtbot, window)
+    assert m.minimumWidth() == 0 and max(m.tile_screen_size()) < MIN_TILE
 
 
 def test_head_thumbnails_share_one_colour_scale_shown_by_a_colour_bar(qtbot, window, image_path, monkeypatch):

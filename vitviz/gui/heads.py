@@ -39,7 +39,13 @@ class HeadsPanel(QWidget):
         self.grid_toggle.setText("All layers")
         self.grid_toggle.setCheckable(True)
         self.grid_toggle.setToolTip("Show every layer x every head (click a tile to jump there)")
+        self.fit_toggle = QToolButton()
+        self.fit_toggle.setText("Fit")
+        self.fit_toggle.setCheckable(True)
+        self.fit_toggle.setToolTip("Fit every tile in the panel (they may get small); off: tiles of at least "
+                                   f"{MIN_TILE} px, scrolled")
         top.addWidget(self.title, 1)
+        top.addWidget(self.fit_toggle)
         top.addWidget(self.grid_toggle)
         lay.addLayout(top)
         self.mosaic = Mosaic()
@@ -50,6 +56,7 @@ class HeadsPanel(QWidget):
         lay.addWidget(self.scale_bar)
         self.scale = None  # the colour scale every tile on screen shares
         self.mosaic.tileClicked.connect(self._on_tile)
+        self.fit_toggle.toggled.connect(lambda on: self.mosaic.set_min_tile(0 if on else MIN_TILE))
         self.grid_toggle.toggled.connect(lambda _: self.refresh(self._session) if self._session else None)
         self._session = None
         self._layer = 0

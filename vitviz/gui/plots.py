@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QRectF, Qt, QTimer, Signal
 from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QLabel, QTabWidget, QToolButton, QVBoxLayout, QWidget
 
 from vitviz.gui.canvas import highlight_rect
@@ -20,6 +20,7 @@ from vitviz.gui.mosaic import (
 )
 
 FILTER_COMPONENTS = 28
+LEGEND_ENTRY = 62  # px a legend entry (marker and "h11") takes
 Y_MARGIN = 0.04  # of the range, below 0 on the distance plot: room for the "0" label
 FILTER_TILE = 64  # px: room for the "PC12 3.4 %" label on each filter
 
@@ -91,9 +92,10 @@ class PlotsPanel(QTabWidget):
         self.dist_current = pg.ScatterPlotItem(size=15, pen=pg.mkPen((0, 230, 255), width=2),
                                                brush=pg.mkBrush(None))
         self.dist_plot.addItem(self.dist_current)
-        self.dist_legend = pg.LegendItem(colCount=6, horSpacing=6, verSpacing=-6, labelTextSize="8pt")
+        self.dist_legend = pg.LegendItem(colCount=4, horSpacing=6, verSpacing=-6, labelTextSize="8pt")
         self.dist_widget.addItem(self.dist_legend, row=1, col=0)
         self.dist_legend_samples: list[pg.ScatterPlotItem] = []
+        self.dist_widget.installEventFilter(self)  # the legend's columns follow the plot's width
         self.addTab(_titled(self.dist_title, self.dist_widget), "Distance")
         self.setTabToolTip(0, "Mean attention distance per layer and head for this image, in input pixels (the ViT "
                               "paper's Fig. 7 right averages over a dataset); click a point")
@@ -218,6 +220,7 @@ class PlotsPanel(QTabWidget):
             self._pos_marked = None
             factor = max(1, math.ceil(MIN_TILE / max(gh, gw)))  # whole screen pixels per patch at the least size
             # cosine similarity: signed, -1..1 on every model, a diverging map with 0 in the middle
+            sim = np.clip(sim, -1.0, 1.0)  # 1 + rounding on the diagonal is not a value beyond the scale
             scale = shared_scale(sim, "coolwarm", signed=True, fixed=(-1.0, 1.0))
             tiles = upscale(colorize_shared(sim.reshape(gh * gw, gh, gw), scale), factor)
             self.pos_mosaic.set_tiles(tiles, gh, gw, gap=max(1, factor // 2))
@@ -242,19 +245,31 @@ class PlotsPanel(QTabWidget):
         self.ent_plot.getAxis("bottom").setTicks([[(h + 0.5, str(h)) for h in range(H)]])
         self.ent_plot.getAxis("left").setTicks([[(i + 0.5, str(i)) for i in range(L)]])
 
+    def eventFilter(self, obj, ev) -> bool:
+        if obj is self.dist_widget and ev.type() == QEvent.Type.Resize:
+            self._legend_columns()
+        return super().eventFilter(obj, ev)
+
+    def _legend_columns(self) -> None:
+        """As many legend entries a row as fit the plot's width (a wider legend would clip the plot)."""
+        n = max(1, len(self.dist_legend_samples))
+        cols = max(1, min(n, (self.dist_widget.width() - 30) // LEGEND_ENTRY))
+        if cols != self.dist_legend.columnCount:
+            self.dist_legend.setColumnCount(cols)
+
     def _fill_legend(self, colors: list) -> None:
-        """One legend entry per head colour, under the plot (in rows of at most 6)."""
+        """One legend entry per head colour, under the plot."""
         H = len(colors)
         if len(self.dist_legend_samples) == H and all(
                 s.opts["brush"].color() == c for s, c in zip(self.dist_legend_samples, colors)):
             return
         self.dist_legend.clear()
         self.dist_legend_samples = []
-        self.dist_legend.setColumnCount(min(H, 6) or 1)
         for h, c in enumerate(colors):
             sample = pg.ScatterPlotItem(size=8, pen=pg.mkPen(None), brush=pg.mkBrush(c))
             self.dist_legend.addItem(sample, f"h{h}")
             self.dist_legend_samples.append(sample)
+        self._legend_columns()
 
     def legend_labels(self) -> list[str]:
         """The legend's entries (for tests)."""
