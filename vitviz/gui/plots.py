@@ -21,7 +21,7 @@ from vitviz.gui.mosaic import (
 
 FILTER_COMPONENTS = 28
 LEGEND_ENTRY = 62  # px a legend entry (marker and "h11") takes
-Y_MARGIN = 0.04  # of the range, below 0 on the distance plot: room for the "0" label
+ZERO_LABEL_PX = 9  # px below 0 on the distance plot: pyqtgraph drops the label of a tick on a gridded plot's edge
 FILTER_TILE = 64  # px: room for the "PC12 3.4 %" label on each filter
 
 
@@ -80,7 +80,7 @@ class PlotsPanel(QTabWidget):
         self.dist_plot = self.dist_widget.addPlot(row=0, col=0)
         self.dist_title = QLabel("Mean attention distance per layer and head · this image")
         self.dist_plot.setLabel("bottom", "layer")
-        self.dist_plot.setLabel("left", "mean attention distance (px)")
+        self.dist_plot.setLabel("left", "distance (input px)")  # the title names the quantity
         self.dist_plot.showGrid(x=True, y=True, alpha=0.25)
         self.dist_plot.setMenuEnabled(False)
         self.dist_scatter = pg.ScatterPlotItem(size=8, pen=pg.mkPen(None), hoverable=True,
@@ -96,6 +96,7 @@ class PlotsPanel(QTabWidget):
         self.dist_widget.addItem(self.dist_legend, row=1, col=0)
         self.dist_legend_samples: list[pg.ScatterPlotItem] = []
         self.dist_widget.installEventFilter(self)  # the legend's columns follow the plot's width
+        self._dist_top: float | None = None
         self.addTab(_titled(self.dist_title, self.dist_widget), "Distance")
         self.setTabToolTip(0, "Mean attention distance per layer and head for this image, in input pixels (the ViT "
                               "paper's Fig. 7 right averages over a dataset); click a point")
@@ -205,11 +206,8 @@ class PlotsPanel(QTabWidget):
         self.dist_scatter.setData(x=xs, y=ys, data=data, brush=brushes)
         self._fill_legend(colors)
         self.dist_plot.setXRange(-0.5, L - 0.5, padding=0)
-        top = (float(np.nanmax(d)) if d.size else 1.0) * 1.08 + 1e-9
-        # a distance: the axis starts at 0, also after panning or zooming (with a 4 % margin below it: pyqtgraph
-        # drops the label of a tick on the edge of a plot with a grid)
-        self.dist_plot.setLimits(yMin=-Y_MARGIN * top)
-        self.dist_plot.setYRange(-Y_MARGIN * top, top, padding=0)
+        self._dist_top = (float(np.nanmax(d)) if d.size else 1.0) * 1.08 + 1e-9
+        self._dist_y_range()
         ax = self.dist_plot.getAxis("bottom")
         ax.setTicks([[(i, str(i)) for i in range(L)]])
 
@@ -248,7 +246,19 @@ class PlotsPanel(QTabWidget):
     def eventFilter(self, obj, ev) -> bool:
         if obj is self.dist_widget and ev.type() == QEvent.Type.Resize:
             self._legend_columns()
+            QTimer.singleShot(0, self._dist_y_range)  # after the plot has its new height
         return super().eventFilter(obj, ev)
+
+    def _dist_y_range(self) -> None:
+        """A distance: the y axis starts at 0 (never below, also after panning or zooming), with a few pixels under
+        0 so that its "0" label is drawn."""
+        top = self._dist_top
+        if top is None:
+            return
+        px = max(40.0, self.dist_plot.getViewBox().height())
+        below = top * ZERO_LABEL_PX / max(px - ZERO_LABEL_PX, 1.0)
+        self.dist_plot.setLimits(yMin=-below)
+        self.dist_plot.setYRange(-below, top, padding=0)
 
     def _legend_columns(self) -> None:
         """As many legend entries a row as fit the plot's width (a wider legend would clip the plot)."""
