@@ -53,7 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="vitviz-shots-"))
 
     from PySide6.QtCore import QSettings
-    from PySide6.QtWidgets import QApplication
 
     from vitviz import views
     from vitviz.gui.app import make_app
@@ -109,10 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         win._on_hover(x0 + 0.62 * (x1 - x0), y0 + 0.41 * (y1 - y0))
         for _ in range(5):
             app.processEvents()
-        screen = QApplication.primaryScreen()
-        pix = screen.grabWindow(win.winId()) if QApplication.platformName() == "xcb" else win.grab()
-        if pix.isNull():
-            pix = win.grab()
+        pix = win.grab()  # the window itself (a screen grab clips what lies beyond the screen's edge)
         path = out / f"{name}.png"
         pix.save(str(path))
         print(path)

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QPoint, QPointF, QRect, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPainterPath, QPen, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QLabel, QSizePolicy, QWidget
 
@@ -289,7 +289,9 @@ class Canvas(pg.GraphicsLayoutWidget):
         avail = max(100, self.width() - 16)
         one_line = self.title.fontMetrics().horizontalAdvance(self.title.text()) + 24
         self.title.setFixedWidth(min(one_line, avail))
-        self.title.setFixedHeight(self.title.heightForWidth(self.title.width()))
+        text_h = self.title.fontMetrics().boundingRect(QRect(0, 0, self.title.width() - 18, 10_000),
+                                                       int(Qt.TextFlag.TextWordWrap), self.title.text()).height()
+        self.title.setFixedHeight(text_h + 8)  # + the style sheet's padding
         self.title.move(8, 6)
 
     def _cells_path(self, cells, grid: tuple[int, int]) -> QPainterPath:
