@@ -6,13 +6,15 @@ Usage::
     vitviz info CHECKPOINT [CHECKPOINT ...] [--num-heads N] [--preprocess imagenet|inception]
     vitviz predict CHECKPOINT IMAGE [IMAGE ...] [--top K] [--preprocess ...]
     vitviz models                                                   named pretrained weights and their cache state
+    vitviz evaluate CHECKPOINT IMAGE|FOLDER|GLOB ... [--views V ...] [--steps N] [--baseline mean|blur|noise]
+                    [--csv FILE [--overwrite]]                      faithfulness: deletion / insertion AUC per view
     vitviz --version
     any of these with --debug                                       tracebacks of errors, for bug reports
 
 Errors are printed as one line on stderr with exit status 2, never a traceback (``--debug``, anywhere on the command
 line, prints the traceback too). ``predict`` and ``info`` take several files: each bad one is reported on its own
-line, the others are still handled, and the status is 2 when any failed. This module never imports Qt; the GUI is
-imported lazily.
+line, the others are still handled, and the status is 2 when any failed (``evaluate`` likewise for its images). This
+module never imports Qt; the GUI is imported lazily.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from pathlib import Path
 
 from vitviz import __version__
 
-SUBCOMMANDS = ("info", "predict", "models")
+SUBCOMMANDS = ("info", "predict", "models", "evaluate")
+# vitviz.evaluate.DEFAULT_VIEWS, written out so that building the parser does not import torch
+EVALUATE_VIEWS = ("cls_last", "rollout", "grad_rollout", "relevance")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,7 +44,8 @@ def _gui_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="vitviz",
         description="See what a Vision Transformer looks at. Without a sub-command, opens the GUI.",
-        epilog="Sub-commands: 'vitviz info CHECKPOINT', 'vitviz predict CHECKPOINT IMAGE...', 'vitviz models'.",
+        epilog="Sub-commands: 'vitviz info CHECKPOINT', 'vitviz predict CHECKPOINT IMAGE...', 'vitviz models', "
+               "'vitviz evaluate CHECKPOINT IMAGE...'.",
     )
     p.add_argument("--version", action="version", version=f"vitviz {__version__}")
     p.add_argument("images", nargs="*", metavar="IMAGE", help="image files to open")
@@ -81,6 +86,31 @@ def _sub_parser() -> argparse.ArgumentParser:
     _add_debug(pred)
     models = sub.add_parser("models", help="list named pretrained weights and whether they are cached")
     _add_debug(models)
+    ev = sub.add_parser(
+        "evaluate", help="faithfulness of the maps: deletion and insertion AUC per view against random rankings",
+        description="For each image: the deletion and insertion perturbation curves of each view's map (patches "
+                    "ranked by the map, replaced by the baseline a whole patch at a time; the probability of the "
+                    "target class after each step) and of random rankings; prints the areas under the curves "
+                    "(deletion: lower is better; insertion: higher is better), then their mean over the images.")
+    ev.add_argument("checkpoint", help="checkpoint file or directory, or a pretrained name")
+    ev.add_argument("images", nargs="+", metavar="IMAGE",
+                    help="image files, folders (searched recursively for images) or glob patterns ('**' recurses)")
+    ev.add_argument("--views", nargs="+", default=None, metavar="VIEW",
+                    help=f"views to evaluate, space- or comma-separated (default: {' '.join(EVALUATE_VIEWS)}; "
+                         "cls_last = [CLS] attention of the last layer, mean of heads)")
+    ev.add_argument("--steps", type=int, default=20, help="steps per curve (default 20)")
+    ev.add_argument("--baseline", choices=("mean", "blur", "noise"), default="mean",
+                    help="what replaces a patch: the normalisation mean (default), the image blurred with a "
+                         "Gaussian of sigma = one patch, or seeded noise")
+    ev.add_argument("--seeds", type=int, default=10, help="random rankings of the random baseline (default 10)")
+    ev.add_argument("--target", type=int, help="class to explain and score (default: each image's top class)")
+    ev.add_argument("--csv", metavar="FILE", help="also write the AUCs as CSV (never replaces a file unless "
+                                                  "--overwrite)")
+    ev.add_argument("--overwrite", action="store_true", help="replace an existing --csv file")
+    ev.add_argument("--batch-size", type=int, help="perturbed images per forward (default: by the model's size)")
+    ev.add_argument("--device", default="cpu")
+    _add_load_options(ev)
+    _add_debug(ev)
     return p
 
 
@@ -210,6 +240,114 @@ def _cmd_models(args: argparse.Namespace, report: _Reporter) -> int:
     return 0
 
 
+def _expand_images(items: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Image paths from files, folders (recursively: files with an image suffix, hidden ones skipped) and glob
+    patterns, in order, each once; and ``(item, problem)`` for a folder without images or a pattern that matches
+    nothing. A name that is neither is kept: reading it reports the problem."""
+    import glob
+    import os
+
+    from vitviz.imaging import IMAGE_SUFFIXES
+
+    def folder_images(d: Path) -> list[str]:
+        found = []
+        for root, dirs, files in os.walk(d, followlinks=False):
+            dirs[:] = sorted(x for x in dirs if not x.startswith("."))
+            found += [str(Path(root) / f) for f in sorted(files)
+                      if not f.startswith(".") and Path(f).suffix.lower() in IMAGE_SUFFIXES]
+        return found
+
+    out: list[str] = []
+    problems: list[tuple[str, str]] = []
+    for item in items:
+        p = Path(item).expanduser()
+        if p.is_dir():
+            found = folder_images(p)
+            if not found:
+                problems.append((item, f"folder {item} holds no image files ({', '.join(IMAGE_SUFFIXES)})"))
+        elif p.exists() or p.is_symlink() or not any(c in item for c in "*?["):
+            found = [item]
+        else:
+            found = []
+            for m in sorted(glob.glob(str(p), recursive=True)):
+                found += folder_images(Path(m)) if Path(m).is_dir() else [m]
+            if not found:
+                problems.append((item, f"no files match {item}"))
+        out += [f for f in found if f not in out]
+    return out, problems
+
+
+def _cmd_evaluate(args: argparse.Namespace, report: _Reporter) -> int:
+    """The faithfulness table of each image (progress bar on stderr), then the mean over the images; bad images are
+    one line each on stderr and skipped."""
+    from tqdm import tqdm
+
+    from vitviz import views as view_registry
+    from vitviz.evaluate import check_writable, evaluate_views, format_mean_table, write_csv
+    from vitviz.imaging import load_image
+    from vitviz.pipeline import Pipeline
+
+    names = [n for v in (args.views or EVALUATE_VIEWS) for n in v.split(",") if n.strip()]
+    names = [n.strip() for n in names]
+    valid = ["cls_last"] + [v.key for v in view_registry.all_views()]
+    unknown = [n for n in names if n not in valid]
+    if unknown or not names:
+        raise ValueError(f"--views {' '.join(unknown) or '(none)'}: unknown view; valid: {', '.join(valid)}")
+    for opt, v in (("--steps", args.steps), ("--seeds", args.seeds), ("--batch-size", args.batch_size)):
+        if v is not None and v < 1:
+            raise ValueError(f"{opt} {v}: must be at least 1")
+    if args.csv:
+        check_writable(args.csv, overwrite=args.overwrite)  # before minutes of work, not after
+    paths, problems = _expand_images(args.images)
+    status = 0
+    for item, problem in problems:
+        status = report(ValueError(problem), item)
+    if not paths:
+        return 2
+    model = _load(args, args.checkpoint)
+    spec = model.spec
+    k = int(spec.config.num_classes or 0)
+    if not k:
+        raise ValueError(f"{spec.name}: the model has no classification head (num_classes=0): there is no class "
+                         "probability to perturb")
+    if args.target is not None and not 0 <= args.target < k:
+        raise ValueError(f"--target {args.target}: out of range for a model with {k} classes (valid: 0..{k - 1})")
+    pipe = Pipeline(model, device=args.device)
+    tables = []
+    bar = tqdm(total=len(paths), desc="evaluate", unit="image", file=sys.stderr, disable=None, leave=False,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total} images [{elapsed}<{remaining}]")
+    try:
+        for i, path in enumerate(paths):
+            def progress(done: int, total: int, i: int = i) -> None:
+                bar.n = i + done / max(total, 1)
+                bar.refresh()
+
+            try:
+                loaded = load_image(path)
+                table = evaluate_views(pipe, loaded, names, steps=args.steps, baseline=args.baseline,
+                                       target=args.target, seeds=args.seeds, batch_size=args.batch_size,
+                                       progress=progress)
+            except Exception as e:  # noqa: BLE001 - reported on one line, the next image still evaluated
+                bar.clear()
+                status = report(e, path)
+                continue
+            finally:
+                bar.n = i + 1
+                bar.refresh()
+            table.source = path
+            tables.append(table)
+            tqdm.write(("\n" if len(tables) > 1 else "") + table.format(), file=sys.stdout)
+            sys.stdout.flush()
+    finally:
+        bar.close()
+    if len(tables) > 1:
+        print("\n" + format_mean_table(tables), flush=True)
+    if args.csv and tables:
+        written = write_csv(args.csv, tables, overwrite=args.overwrite)
+        print(f"wrote {written}", file=sys.stderr, flush=True)
+    return status
+
+
 def _wants_debug(argv: list[str]) -> bool:
     """``--debug`` anywhere before a ``--`` (so that the errors of argument parsing can be shown in full too)."""
     options = argv[:argv.index("--")] if "--" in argv else argv
@@ -224,7 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = argv[1:]
     if argv and argv[0] in SUBCOMMANDS:
         args = _sub_parser().parse_args(argv)
-        handler = {"info": _cmd_info, "predict": _cmd_predict, "models": _cmd_models}[args.command]
+        handler = {"info": _cmd_info, "predict": _cmd_predict, "models": _cmd_models,
+                   "evaluate": _cmd_evaluate}[args.command]
         report = _Reporter(args.command, debug)
         try:
             return handler(args, report)
