@@ -51,7 +51,6 @@ import csv
 import io
 import math
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -953,11 +952,10 @@ def write_csv(path: str | os.PathLike, tables: Sequence[FaithfulnessTable], *, o
         FileExistsError: the file exists and ``overwrite`` is False.
         ExportError: the folder is missing, is a file or is not writable; the disk is full ...
     """
-    from vitviz._io import default_file_mode, describe_os_error, folder_problem
-    from vitviz.imaging import ExportError
+    from vitviz.imaging import write_atomic
 
     target = Path(path)
-    check_writable(target, overwrite=overwrite)
+    check_writable(target, overwrite=overwrite)  # missing folder, a file as parent, an existing file
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
@@ -974,42 +972,8 @@ def write_csv(path: str | os.PathLike, tables: Sequence[FaithfulnessTable], *, o
                         _num(si) if k == "random" else "", tables[0].steps, tables[0].baseline,
                         tables[0].random_deletion.seeds if k == "random" else ""])
     data = buf.getvalue().encode("utf-8")
-    folder = target.parent if str(target.parent) else Path(".")
-    problem = folder_problem(folder)
-    if problem:
-        raise ExportError(target, problem)
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise ExportError(target, f"folder {folder} is not writable ({describe_os_error(e)})") from e
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, default_file_mode())
-        if overwrite:
-            os.replace(tmp, target)
-        else:
-            try:
-                os.link(tmp, target)
-            except FileExistsError:
-                raise FileExistsError(f"{target} already exists (pass --overwrite to replace it)") from None
-            except OSError:  # file systems without hard links: check-then-rename
-                if target.exists():
-                    raise FileExistsError(f"{target} already exists (pass --overwrite to replace it)") from None
-                os.replace(tmp, target)
-    except FileExistsError:
-        raise
-    except OSError as e:
-        raise ExportError(target, describe_os_error(e)) from e
-    finally:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-    return target
+    return write_atomic(target, lambda fh: fh.write(data), overwrite=overwrite, suffix=".tmp",
+                        exists_message=f"{target} already exists (pass --overwrite to replace it)")
 
 
 def check_writable(path: str | os.PathLike, *, overwrite: bool = False) -> None:

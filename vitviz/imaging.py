@@ -16,7 +16,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import BinaryIO, Callable, Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError
@@ -533,14 +533,31 @@ def write_png(path: str | os.PathLike, rgb: np.ndarray, *, overwrite: bool = Fal
         raise ExportError(target, "a folder of that name exists")
     if not overwrite and target.exists():
         raise FileExistsError(f"{target} already exists")
+    image = Image.fromarray(arr, "RGBA" if arr.shape[2] == 4 else "RGB")
+    return write_atomic(target, lambda fh: image.save(fh, format="PNG"), overwrite=overwrite, suffix=".png.tmp")
+
+
+def write_atomic(target: Path, write: Callable[[BinaryIO], None], *, overwrite: bool, suffix: str = ".tmp",
+                 exists_message: str | None = None) -> Path:
+    """Write a file atomically: ``write(fh)`` fills a temporary file in the target's folder, which is synced and then
+    hard-linked to ``target`` (fails when the name exists, even in a race) or, with ``overwrite``, renamed over it.
+    The temporary file never stays behind. The caller checks the folder first (:func:`vitviz._io.folder_problem`).
+
+    Raises:
+        FileExistsError: the target exists and ``overwrite`` is False (``exists_message``, default
+            "TARGET already exists").
+        ExportError: the folder is not writable, the disk is full, ... (names the path and the cause).
+    """
+    folder = target.parent if str(target.parent) else Path(".")
+    exists = exists_message or f"{target} already exists"
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".png.tmp", dir=folder)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=suffix, dir=folder)
     except OSError as e:
         raise ExportError(target, f"folder {folder} is not writable ({describe_os_error(e)})") from e
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as fh:
-            Image.fromarray(arr, "RGBA" if arr.shape[2] == 4 else "RGB").save(fh, format="PNG")
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, default_file_mode())
@@ -550,10 +567,10 @@ def write_png(path: str | os.PathLike, rgb: np.ndarray, *, overwrite: bool = Fal
             try:
                 os.link(tmp, target)
             except FileExistsError:
-                raise FileExistsError(f"{target} already exists") from None
+                raise FileExistsError(exists) from None
             except OSError:  # file systems without hard links: check-then-rename
                 if target.exists():
-                    raise FileExistsError(f"{target} already exists") from None
+                    raise FileExistsError(exists) from None
                 os.replace(tmp, target)
     except FileExistsError:
         raise
@@ -562,9 +579,7 @@ def write_png(path: str | os.PathLike, rgb: np.ndarray, *, overwrite: bool = Fal
     finally:
         try:
             tmp.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError:  # pragma: no cover - best effort: the temp file is hidden (dot-named)
+        except OSError:  # gone (renamed) or best effort: the temp file is hidden (dot-named)
             pass
     return target
 
