@@ -10,8 +10,7 @@ Plain torch: float32 and float64, CPU or CUDA, run the same code.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from vitviz._lazy import lazy_names
 
 # name -> submodule; imported on first use so that the views (and the window) can be listed without torch
 _LAZY = {
@@ -31,13 +30,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"vitviz.analysis.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'vitviz.analysis' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names("vitviz.analysis", _LAZY, globals())

@@ -5,8 +5,7 @@ Names are imported on first use (``vitviz.model.sources`` and the window's start
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from vitviz._lazy import lazy_names
 
 _LAZY = {
     "ModelSpec": "spec", "create_model": "variants", "list_models": "variants",
@@ -19,13 +18,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"vitviz.model.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'vitviz.model' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names("vitviz.model", _LAZY, globals())
