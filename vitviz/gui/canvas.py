@@ -24,17 +24,24 @@ HIGHLIGHT_COLOR = QColor(0, 230, 255)
 ARTEFACT_COLOR = QColor(255, 150, 40)
 
 
-def highlight_rect(width: float = 2.0, z: float | None = None, visible: bool = True) -> QGraphicsRectItem:
-    """The cyan outline used for every selection marker (query patch, selected tile, current cell)."""
-    item = QGraphicsRectItem()
-    pen = QPen(HIGHLIGHT_COLOR)
+def outline(item, color: QColor, width: float, z: float | None = None, *, dashed: bool = False,
+            visible: bool = True):
+    """``item`` (a rect or path item) drawn as a cosmetic outline of ``color`` and ``width`` screen pixels."""
+    pen = QPen(color)
     pen.setCosmetic(True)
     pen.setWidthF(width)
+    if dashed:
+        pen.setStyle(Qt.PenStyle.DashLine)
     item.setPen(pen)
     if z is not None:
         item.setZValue(z)
     item.setVisible(visible)
     return item
+
+
+def highlight_rect(width: float = 2.0, z: float | None = None, visible: bool = True) -> QGraphicsRectItem:
+    """The cyan outline used for every selection marker (query patch, selected tile, current cell)."""
+    return outline(QGraphicsRectItem(), HIGHLIGHT_COLOR, width, z, visible=visible)
 
 
 class ColorBar(QWidget):
@@ -158,14 +165,8 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.vb.addItem(self.image_item)
         self.vb.addItem(self.overlay_item)
 
-        self.crop_outline = QGraphicsRectItem()
-        pen = QPen(QColor(255, 255, 255, 150))
-        pen.setCosmetic(True)
-        pen.setWidthF(1.0)
-        pen.setStyle(Qt.PenStyle.DashLine)
-        self.crop_outline.setPen(pen)
-        self.crop_outline.setZValue(2)
-        self.crop_outline.setVisible(False)
+        self.crop_outline = outline(QGraphicsRectItem(), QColor(255, 255, 255, 150), 1.0, 2, dashed=True,
+                                    visible=False)
         self.vb.addItem(self.crop_outline)
 
         self.marker = highlight_rect(2.5, z=3, visible=False)
@@ -176,23 +177,10 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.mask_item.setZValue(1.5)
         self.mask_item.setVisible(False)
         self.vb.addItem(self.mask_item)
-        self.mask_outline = QGraphicsPathItem()
-        pen = QPen(QColor(255, 255, 255))
-        pen.setCosmetic(True)
-        pen.setWidthF(2.0)
-        self.mask_outline.setPen(pen)
-        self.mask_outline.setZValue(2.5)
-        self.mask_outline.setVisible(False)
+        self.mask_outline = outline(QGraphicsPathItem(), QColor(255, 255, 255), 2.0, 2.5, visible=False)
         self.vb.addItem(self.mask_outline)
         # the artefact (high-norm) tokens: dashed orange outlines
-        self.artefact_outline = QGraphicsPathItem()
-        pen = QPen(ARTEFACT_COLOR)
-        pen.setCosmetic(True)
-        pen.setWidthF(1.6)
-        pen.setStyle(Qt.PenStyle.DashLine)
-        self.artefact_outline.setPen(pen)
-        self.artefact_outline.setZValue(2.6)
-        self.artefact_outline.setVisible(False)
+        self.artefact_outline = outline(QGraphicsPathItem(), ARTEFACT_COLOR, 1.6, 2.6, dashed=True, visible=False)
         self.vb.addItem(self.artefact_outline)
         self.artefact_cells: list[tuple[int, int]] = []
 

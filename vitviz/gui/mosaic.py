@@ -12,7 +12,7 @@ from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPen
 from PySide6.QtWidgets import QFrame, QGraphicsRectItem, QScrollArea, QSizePolicy, QWidget
 
 from vitviz import imaging
-from vitviz.gui.canvas import highlight_rect
+from vitviz.gui.canvas import highlight_rect, outline
 from vitviz.scales import DEFAULT_PERCENTILE, format_ticks, nice_ticks, scale_for
 
 BACKGROUND = QColor(38, 38, 42)
@@ -46,14 +46,8 @@ class Mosaic(pg.GraphicsLayoutWidget):
         self.plot.addItem(self.item)
         self.highlight = highlight_rect(2.0, z=5, visible=False)
         self.plot.addItem(self.highlight)
-        self.row_marker = QGraphicsRectItem()
-        pen = QPen(QColor(255, 255, 255, 200))
-        pen.setCosmetic(True)
-        pen.setWidthF(1.5)
-        pen.setStyle(Qt.PenStyle.DashLine)
-        self.row_marker.setPen(pen)
-        self.row_marker.setZValue(4)
-        self.row_marker.setVisible(False)
+        self.row_marker = outline(QGraphicsRectItem(), QColor(255, 255, 255, 200), 1.5, 4, dashed=True,
+                                  visible=False)
         self.plot.addItem(self.row_marker)
         self._labels: list[pg.TextItem] = []
         self.rows = self.cols = 0
