@@ -90,11 +90,14 @@ class Appearance:
     # ------------------------------------------------------------------ colour scale
     def levels(self) -> "ColourScale | None":
         """The colour scale of the current map under the options' scale mode (None without a map)."""
+        if self.current_map() is None:
+            return None
+        return self._cache.get_or(("levels", self.options), self._levels)  # the window asks twice per redraw
+
+    def _levels(self) -> "ColourScale":
         from vitviz.scales import scale_for
 
         m = self.current_map()
-        if m is None:
-            return None
         o, v = self.options, self.view
         exclude = None
         if o.scale_excludes_artefacts:
