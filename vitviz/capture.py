@@ -249,12 +249,16 @@ def capture(
     store_dtype: torch.dtype = torch.float32,
     grad_dtype: torch.dtype | None = None,
     store_device: torch.device | str = "cpu",
+    **adapter_options: Any,
 ) -> Capture:
     """Run ``model`` once on ``images`` and record every layer's attention and tokens.
 
     Args:
-        model: a :class:`vitviz.model.vit.ViT` (anything else raises :class:`CaptureError`). Its train/eval mode is
-            left as it is (use eval: the stored attention is before dropout, but dropout still changes later layers).
+        model: a :class:`vitviz.model.vit.ViT`, or any other ViT ``nn.Module`` (timm, Hugging Face, torchvision,
+            ``nn.MultiheadAttention``-based or hand-written: :func:`vitviz.adapters.capture_module`, which also takes
+            ``adapter_options``: ``attention``, ``blocks``, ``patch_size``, ``grid``, ``num_prefix_tokens``). Its
+            train/eval mode is left as it is (use eval: the stored attention is before dropout, but dropout still
+            changes later layers).
         images: preprocessed batch ``[B, C, H, W]`` (any size the model accepts; cast to the model's device/dtype).
         target: a class index, or one per image (sequence / 1-D tensor of length B), or ``"top"``: each image's
             most probable class, read from this same forward pass (one forward and one backward in all). When
@@ -270,9 +274,14 @@ def capture(
         ``grid``, ``patch_size``, ``num_prefix_tokens`` and (with a target) ``attention_grads [L, B, H, N, N]``.
 
     Raises:
-        CaptureError: the model is not a vitviz ViT, or a hook did not fire exactly once per layer.
+        CaptureError: the model's attention cannot be captured, or a hook did not fire exactly once per layer.
         ValueError: bad ``images`` shape or ``target``.
     """
+    from vitviz.adapters import capture_module, is_vitviz_model
+
+    if isinstance(model, nn.Module) and (adapter_options or not is_vitviz_model(model)):  # any other ViT module
+        return capture_module(model, images, target=target, store_dtype=store_dtype, grad_dtype=grad_dtype,
+                              store_device=store_device, **adapter_options)
     blocks = _check_model(model)
     if not isinstance(images, torch.Tensor):
         raise ValueError(f"images must be a torch.Tensor [B, C, H, W], got {type(images).__name__}")
