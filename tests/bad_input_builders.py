@@ -205,7 +205,13 @@ def native_starting_with(folder: Path, prefix: bytes, depth: int, name: str = "x
     meta = read_raw(src).metadata
     tensors = {k: v.contiguous() for k, v in m.state_dict().items()}
     path = folder / name
-    for k in range(4096):
+    save_file(tensors, str(path), metadata={**meta, "pad": ""})
+    base = int.from_bytes(path.read_bytes()[:8], "little")  # header length without padding (a multiple of 8)
+    # the header length is the first 8 bytes (little-endian): aim the padding at the wanted low bytes (a header
+    # grows with the settings saved, so counting up from 0 may never reach them)
+    want = int.from_bytes(prefix[:2].ljust(2, b"\0"), "little")
+    start = (want - base) % (1 << (8 * min(len(prefix), 2))) if len(prefix) <= 2 else 0
+    for k in list(range(max(0, start - 8), start + 16)) + list(range(4096)):
         save_file(tensors, str(path), metadata={**meta, "pad": " " * k})
         if path.read_bytes().startswith(prefix):
             return m, path

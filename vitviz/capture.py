@@ -7,6 +7,9 @@
 * ``blocks[l].attn.attn_map`` (forward hook): the post-softmax probabilities ``[B, H, N, N]``, before attention
   dropout -> ``attentions[l]``;
 * ``blocks[l]`` (forward hook): the block's output, before the final norm -> ``tokens[l + 1]``;
+* ``attn_pool.attn_map`` (forward hook, models with an attention-pooling head such as SigLIP's "MAP"): the learned
+  query's probabilities over all tokens ``[B, H, N]`` -> ``pool_attention``, the row the analyses use in place of the
+  [CLS] row of a model without a class token;
 
 copies each into a preallocated buffer (no stacking, so the peak memory is the model's working set plus the stored
 result), and in a ``finally`` block restores every block's ``fused`` flag and removes every hook it added, also when
@@ -60,6 +63,8 @@ class ImageCapture:
         num_prefix_tokens: CLS + distillation + register tokens.
         attention_grads: ``[L, H, N, N]`` d(target logit)/d(attention), or None.
         target: the class whose logit was differentiated, or None.
+        pool_attention: ``[H, N]`` the pooling head's attention over the tokens, or None.
+        pool_attention_grad: ``[H, N]`` its gradient, or None.
     """
 
     logits: torch.Tensor
@@ -70,6 +75,8 @@ class ImageCapture:
     num_prefix_tokens: int
     attention_grads: torch.Tensor | None = None
     target: int | None = None
+    pool_attention: torch.Tensor | None = None
+    pool_attention_grad: torch.Tensor | None = None
 
 
 @dataclass
@@ -87,6 +94,10 @@ class Capture:
         attention_grads: ``[L, B, H, N, N]`` d(logit of the target)/d(attention of layer l) when a target was given,
             else None.
         targets: ``[B]`` int64 target classes, or None.
+        pool_attention: ``[B, H, N]`` the attention of an attention-pooling head (SigLIP's "MAP": one learned query
+            over all N tokens, after the final norm), or None for models that pool a token or average. Views and
+            analyses use it as the "[CLS] row" of a model that has no class token.
+        pool_attention_grads: ``[B, H, N]`` d(logit of the target)/d(pool_attention) when a target was given.
     """
 
     logits: torch.Tensor
@@ -97,6 +108,8 @@ class Capture:
     num_prefix_tokens: int
     attention_grads: torch.Tensor | None = None
     targets: torch.Tensor | None = field(default=None)
+    pool_attention: torch.Tensor | None = None
+    pool_attention_grads: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -117,7 +130,8 @@ class Capture:
     @property
     def nbytes(self) -> int:
         """Bytes held by the stored tensors."""
-        ts = [self.logits, self.attentions, self.tokens, self.attention_grads, self.targets]
+        ts = [self.logits, self.attentions, self.tokens, self.attention_grads, self.targets, self.pool_attention,
+              self.pool_attention_grads]
         return sum(t.numel() * t.element_size() for t in ts if t is not None)
 
     def image(self, b: int) -> ImageCapture:
@@ -134,6 +148,8 @@ class Capture:
             num_prefix_tokens=self.num_prefix_tokens,
             attention_grads=None if self.attention_grads is None else self.attention_grads[:, b],
             target=None if self.targets is None else int(self.targets[b]),
+            pool_attention=None if self.pool_attention is None else self.pool_attention[b],
+            pool_attention_grad=None if self.pool_attention_grads is None else self.pool_attention_grads[b],
         )
 
 
@@ -320,8 +336,13 @@ def capture(
 
     attn_buf = torch.empty((L, B, H, N, N), dtype=store_dtype, device=store_device)
     tok_buf = torch.empty((L + 1, B, N, D), dtype=store_dtype, device=store_device)
-    counts = {"embed": 0, "attn": [0] * L, "block": [0] * L}
+    pool = _pool_module(model)
+    pool_buf = None if pool is None else torch.empty((B, int(pool.num_heads), N), dtype=store_dtype,
+                                                       device=store_device)
+    live_pool: list[torch.Tensor] = []
+    counts = {"embed": 0, "attn": [0] * L, "block": [0] * L, "pool": 0}
     live_attn: list[torch.Tensor | None] = [None] * L  # graph tensors, for autograd.grad (target only)
+    pool_grad_buf: torch.Tensor | None = None
     want_grad = tgt is not None or top
 
     def _store(buf: torch.Tensor, t: torch.Tensor, what: str) -> None:
@@ -342,6 +363,13 @@ def capture(
 
         return hook
 
+    def pool_hook(module: nn.Module, args: tuple, out: torch.Tensor) -> None:
+        counts["pool"] += 1
+        assert pool_buf is not None
+        _store(pool_buf, out[:, :, 0], "the pooling head's attention")
+        if want_grad:
+            live_pool.append(out)
+
     def make_block_hook(i: int):
         def hook(module: nn.Module, args: tuple, out: torch.Tensor) -> None:
             counts["block"][i] += 1
@@ -350,12 +378,15 @@ def capture(
         return hook
 
     with _CAPTURE_LOCK:  # one capture at a time (flags and hooks are shared model state)
-        fused_before = [b.attn.fused for b in blocks]
+        attn_mods = [b.attn for b in blocks] + ([pool] if pool is not None else [])
+        fused_before = [m.fused for m in attn_mods]
         handles = []
         try:
-            for b in blocks:
-                b.attn.fused = False
+            for m in attn_mods:
+                m.fused = False
             handles.append(blocks[0].register_forward_pre_hook(embed_hook))
+            if pool is not None:
+                handles.append(pool.attn_map.register_forward_hook(pool_hook))
             for i, b in enumerate(blocks):
                 handles.append(b.attn.attn_map.register_forward_hook(make_attn_hook(i)))
                 handles.append(b.register_forward_hook(make_block_hook(i)))
@@ -364,32 +395,38 @@ def capture(
                     if not any(p.requires_grad for p in model.parameters()):
                         x = x.detach().requires_grad_(True)  # frozen model: make the graph exist anyway
                     logits = model(x)
-                    _check_counts(counts, L)
+                    _check_counts(counts, L, pool is not None)
                     if not all(t is not None and t.requires_grad for t in live_attn):
                         raise CaptureError("the attention is not part of an autograd graph; cannot take its grads")
                     if top:  # the top class of this very pass: no extra forward
                         tgt = logits.detach().float().argmax(dim=-1).cpu()
                     sel = logits.gather(1, tgt.to(logits.device)[:, None]).sum()
-                    grads = torch.autograd.grad(sel, live_attn, allow_unused=True)
+                    grads = torch.autograd.grad(sel, live_attn + live_pool, allow_unused=True)
                 grad_buf = torch.empty((L, B, H, N, N), dtype=grad_dtype, device=store_device)
-                for i, g in enumerate(grads):
+                for i, g in enumerate(grads[:L]):
                     if g is None:
                         grad_buf[i].zero_()
                     else:
                         grad_buf[i].copy_(g)
+                if pool_buf is not None:
+                    g = grads[L]
+                    pool_grad_buf = torch.zeros_like(pool_buf, dtype=grad_dtype)
+                    if g is not None:
+                        pool_grad_buf.copy_(g[:, :, 0])
                 del grads, sel
                 live_attn.clear()
             else:
                 grad_buf = None
                 with torch.inference_mode():
                     logits = model(x)
-                _check_counts(counts, L)
+                _check_counts(counts, L, pool is not None)
         finally:
             for h in handles:
                 h.remove()
-            for b, f in zip(blocks, fused_before):
-                b.attn.fused = f
+            for m, f in zip(attn_mods, fused_before):
+                m.fused = f
             live_attn.clear()
+            live_pool.clear()
 
     logits_out = torch.empty(tuple(logits.shape), dtype=torch.float32, device=store_device)
     logits_out.copy_(logits.detach())
@@ -402,11 +439,26 @@ def capture(
         num_prefix_tokens=P,
         attention_grads=grad_buf,
         targets=tgt,
+        pool_attention=pool_buf,
+        pool_attention_grads=pool_grad_buf if grad_buf is not None and pool_buf is not None else None,
     )
 
 
-def _check_counts(counts: dict, L: int) -> None:
+def _pool_module(model: nn.Module) -> nn.Module | None:
+    """The model's attention-pooling head (``attn_pool`` with ``attn_map`` and ``fused``), or None."""
+    pool = getattr(model, "attn_pool", None)
+    if pool is None:
+        return None
+    if not isinstance(getattr(pool, "attn_map", None), nn.Module) or not hasattr(pool, "fused"):
+        raise CaptureError(f"{type(model).__name__}.attn_pool has no hookable attention (expected .attn_map and "
+                           ".fused as in vitviz.model.vit.AttentionPool)")
+    return pool
+
+
+def _check_counts(counts: dict, L: int, pool: bool = False) -> None:
     problems = []
+    if pool and counts["pool"] != 1:
+        problems.append(f"the pooling head's attention hook fired {counts['pool']} times")
     if counts["embed"] != 1:
         problems.append(f"the embedding hook fired {counts['embed']} times")
     for what in ("attn", "block"):

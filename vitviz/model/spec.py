@@ -114,3 +114,58 @@ def inception_preprocess(size: int = 224, *, crop_pct: float = 0.875, interpolat
     """Google / augreg style: mean = std = 0.5."""
     return Preprocess.for_crop(size, crop_pct=crop_pct, interpolation=interpolation,  # type: ignore[arg-type]
                                mean=INCEPTION_MEAN, std=INCEPTION_STD)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# model families: the documented default preprocessing when a checkpoint's own config does not say
+# ---------------------------------------------------------------------------------------------------------------------
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+# family -> (mean, std, crop_pct, interpolation), as the family's reference (timm's pretrained_cfg, the HF
+# preprocessor configs of the original releases) documents it
+FAMILY_PREPROCESS: dict[str, tuple[tuple[float, ...], tuple[float, ...], float, str]] = {
+    "vit": (INCEPTION_MEAN, INCEPTION_STD, 0.875, "bicubic"),        # augreg / Google ViT
+    "deit": (IMAGENET_MEAN, IMAGENET_STD, 0.875, "bicubic"),         # DeiT (distilled or not)
+    "deit3": (IMAGENET_MEAN, IMAGENET_STD, 1.0, "bicubic"),          # DeiT III
+    "dino": (IMAGENET_MEAN, IMAGENET_STD, 0.875, "bicubic"),         # DINO (v1)
+    "dinov2": (IMAGENET_MEAN, IMAGENET_STD, 1.0, "bicubic"),         # DINOv2 with or without registers
+    "beit": (INCEPTION_MEAN, INCEPTION_STD, 0.9, "bicubic"),         # BEiT v1 (v2 and data2vec: ImageNet mean/std)
+    "beitv2": (IMAGENET_MEAN, IMAGENET_STD, 0.9, "bicubic"),         # BEiT v2, data2vec-vision
+    "clip": (CLIP_MEAN, CLIP_STD, 1.0, "bicubic"),                   # CLIP / OpenCLIP image towers
+    "siglip": (INCEPTION_MEAN, INCEPTION_STD, 1.0, "bicubic"),       # SigLIP image towers
+}
+
+
+def family_preprocess(family: str, size: tuple[int, int]) -> Preprocess:
+    """The documented default preprocessing of ``family`` (a key of :data:`FAMILY_PREPROCESS`) at input ``size``.
+
+    Crop fraction 1.0 means the image is resized (shorter side) to the input size and centre-cropped; below 1, timm's
+    ``floor(size / crop_pct)`` resize before the crop. Non-square inputs are resized to the size directly.
+    """
+    mean, std, crop_pct, interp = FAMILY_PREPROCESS[family]
+    h, w = size
+    if h != w:
+        return Preprocess(resize=size, crop=size, interpolation=interp, mean=mean, std=std)  # type: ignore[arg-type]
+    return Preprocess.for_crop(h, crop_pct=crop_pct, interpolation=interp, mean=mean, std=std)  # type: ignore[arg-type]
+
+
+def guess_family(config: ViTConfig) -> str:
+    """The family a timm-layout architecture most likely belongs to, from what its shapes show (a checkpoint's own
+    config, when there is one, says more): SigLIP (attention-pool head), CLIP (``norm_pre``), BEiT (relative position
+    bias), DINOv2 (LayerScale, patch 14), DeiT III (LayerScale, no position slots for [CLS]), DeiT (distillation
+    token), otherwise a plain (augreg) ViT."""
+    c = config
+    if c.global_pool == "map":
+        return "siglip"
+    if c.pre_norm:
+        return "clip"
+    if c.rel_pos_bias != "none":
+        return "beit"
+    if c.init_values is not None and c.patch_size == 14:
+        return "dinov2"
+    if c.init_values is not None and c.no_embed_class and not c.num_reg_tokens:
+        return "deit3"
+    if c.distilled:
+        return "deit"
+    return "vit"

@@ -276,22 +276,32 @@ def square_side(n: int) -> int | None:
 
 
 def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) -> ViTConfig:
-    """Infer a :class:`ViTConfig` from the shapes of a converted (our-names) state dict."""
+    """Infer a :class:`ViTConfig` from the shapes of a converted (our-names) state dict.
+
+    What shapes show is read from them: LayerScale, registers, the [CLS] and distillation tokens, ``norm_pre``,
+    ``fc_norm``, the attention-pool head (``attn_pool.latent``), a packed SwiGLU MLP (``fc2`` half as wide as
+    ``fc1``), BEiT's relative position tables (per block or shared; their size gives the patch grid when there is no
+    absolute position embedding), and the biases of the patch projection and the head. What shapes cannot say (the
+    activation, LayerNorm eps, the position-embedding resampling of the reference ...) the format's ``convert`` puts
+    in ``conv.config["options"]`` (ViTConfig fields), from the checkpoint's config or the family's default.
+    """
     s = conv.state
-    need = ["patch_embed.proj.weight", "pos_embed"]
-    missing = [k for k in need if k not in s]
-    if missing:
-        raise err(origin, f"missing keys: {names(missing)} (cannot infer the architecture without them)")
-    w = s["patch_embed.proj.weight"]
+    options: dict[str, Any] = dict(conv.config.get("options", {}))
+    w = s.get("patch_embed.proj.weight")
+    if w is None:
+        raise err(origin, "missing keys: 'patch_embed.proj.weight' (cannot infer the architecture without it)")
     if w.ndim != 4 or w.shape[2] != w.shape[3]:
         raise err(origin, f"shape mismatch: patch embedding {conv.source_names.get('patch_embed.proj.weight')!r} "
                           f"has shape {tuple(w.shape)}, expected [embed_dim, channels, P, P]")
     embed_dim, in_ch, patch = int(w.shape[0]), int(w.shape[1]), int(w.shape[2])
     depth = block_count(s)
-    fc1 = s.get("blocks.0.mlp.fc1.weight")
+    fc1, fc2 = s.get("blocks.0.mlp.fc1.weight"), s.get("blocks.0.mlp.fc2.weight")
     mlp_ratio = 4.0
+    mlp_layer = "mlp"
     if fc1 is not None:
         hidden = int(fc1.shape[0])
+        if fc2 is not None and fc2.ndim == 2 and fc1.ndim == 2 and int(fc2.shape[1]) * 2 == hidden:
+            mlp_layer = "swiglu"  # packed value + gate in fc1 (DINOv2 giant)
         mlp_ratio = hidden / embed_dim
         if int(embed_dim * mlp_ratio) != hidden:  # float rounding (e.g. 120 / 88): ViT uses int(dim * ratio)
             mlp_ratio = (hidden + 0.5) / embed_dim
@@ -299,22 +309,42 @@ def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) 
     distilled = "dist_token" in s
     num_reg = int(s["reg_token"].shape[1]) if "reg_token" in s else 0
     prefix = int(class_token) + int(distilled) + num_reg
-    pe = s["pos_embed"]
-    if pe.ndim != 3 or pe.shape[0] != 1 or pe.shape[2] != embed_dim:
-        raise err(origin, f"shape mismatch: position embedding {conv.source_names.get('pos_embed')!r} has shape "
-                          f"{tuple(pe.shape)}, expected [1, tokens, {embed_dim}]")
-    n_pos = int(pe.shape[1])
+    rel_pos = "shared" if "rel_pos_bias.relative_position_bias_table" in s else \
+        "layer" if "blocks.0.attn.relative_position_bias_table" in s else "none"
     no_embed_class = False
-    side = square_side(n_pos - prefix) if n_pos > prefix else None
-    if side is None and prefix and square_side(n_pos):
-        side, no_embed_class = square_side(n_pos), True
-    if side is None:
-        raise err(origin, f"position embedding has {n_pos} slots: with {prefix} prefix tokens that is not a square "
-                          "patch grid (non-square grids are only supported in native vitviz checkpoints)")
+    pe = s.get("pos_embed")
+    if pe is not None:
+        if pe.ndim != 3 or pe.shape[0] != 1 or pe.shape[2] != embed_dim:
+            raise err(origin, f"shape mismatch: position embedding {conv.source_names.get('pos_embed')!r} has shape "
+                              f"{tuple(pe.shape)}, expected [1, tokens, {embed_dim}]")
+        n_pos = int(pe.shape[1])
+        side = square_side(n_pos - prefix) if n_pos > prefix else None
+        if side is None and prefix and square_side(n_pos):
+            side, no_embed_class = square_side(n_pos), True
+        if side is None:
+            raise err(origin, f"position embedding has {n_pos} slots: with {prefix} prefix tokens that is not a "
+                              "square patch grid (non-square grids are only supported in native vitviz checkpoints)")
+        grid = (side, side)
+    elif rel_pos != "none":
+        key = "rel_pos_bias.relative_position_bias_table" if rel_pos == "shared" else \
+            "blocks.0.attn.relative_position_bias_table"
+        rows = int(s[key].shape[0]) - 3
+        r = square_side(rows) if rows > 0 else None
+        if r is None or r % 2 == 0:
+            raise err(origin, f"relative position table {conv.source_names.get(key, key)!r} has shape "
+                              f"{tuple(s[key].shape)}: not (2g-1)^2 + 3 rows of a square patch grid")
+        grid = ((r + 1) // 2, (r + 1) // 2)
+        options.setdefault("pos_embed", "none")
+    else:
+        raise err(origin, "missing keys: 'pos_embed' (cannot infer the input size without a position embedding "
+                          "or a relative position table)")
+    if "image_size" in conv.config:  # a config that says more than the shapes (non-square grids)
+        grid = (conv.config["image_size"][0] // patch, conv.config["image_size"][1] // patch)
     head = s.get("head.weight")
     num_classes = int(head.shape[0]) if head is not None and head.ndim == 2 else 0
     fc_norm = "fc_norm.weight" in s
-    global_pool = "avg" if (fc_norm or not class_token) else "token"
+    attn_pool = "attn_pool.latent" in s
+    global_pool = "map" if attn_pool else "avg" if (fc_norm or not class_token) else "token"
     heads = num_heads or conv.config.get("num_heads") or KNOWN_HEADS.get(embed_dim) or (
         embed_dim // 64 if embed_dim % 64 == 0 else None)
     if not heads:
@@ -322,14 +352,21 @@ def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) 
                           "of head_dim 64); pass num_heads=...")
     if embed_dim % heads:
         raise err(origin, f"num_heads={heads} does not divide embed_dim={embed_dim}")
-    return ViTConfig(
-        img_size=(side * patch, side * patch), patch_size=patch, in_channels=in_ch, num_classes=num_classes,
+    fields_ = dict(
+        img_size=(grid[0] * patch, grid[1] * patch), patch_size=patch, in_channels=in_ch, num_classes=num_classes,
         embed_dim=embed_dim, depth=depth, num_heads=int(heads), mlp_ratio=mlp_ratio,
         qkv_bias="blocks.0.attn.qkv.bias" in s or depth == 0, class_token=class_token, num_reg_tokens=num_reg,
-        distilled=distilled, global_pool=global_pool,  # type: ignore[arg-type]
+        distilled=distilled, global_pool=global_pool,
         layer_norm_eps=float(conv.config.get("layer_norm_eps", 1e-6)), fc_norm=fc_norm,
         no_embed_class=no_embed_class, init_values=1.0 if "blocks.0.ls1.gamma" in s else None,
+        mlp_layer=mlp_layer, pre_norm="norm_pre.weight" in s, patch_bias="patch_embed.proj.bias" in s,
+        head_bias=head is None or "head.bias" in s, rel_pos_bias=rel_pos,
     )
+    fields_.update(options)
+    try:
+        return ViTConfig(**fields_)  # type: ignore[arg-type]
+    except TypeError as e:  # pragma: no cover - a converter's option that is no ViTConfig field: a bug
+        raise err(origin, f"invalid architecture options ({e})") from None
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from vitviz.model.checkpoints.common import (
 from vitviz.model.checkpoints.reading import read_raw
 from vitviz.model.checkpoints.registry import detect_format, format_module
 from vitviz.model.spec import ModelSpec
-from vitviz.model.vit import ViT, ViTConfig, _pair, resample_pos_embed
+from vitviz.model.vit import ViT, ViTConfig, _pair, resample_pos_embed, resize_rel_pos_table
 from vitviz.preprocess import Preprocess
 
 
@@ -96,7 +96,11 @@ def load_checkpoint(
     # resample the position embedding for another input size
     if cfg.img_size != ckpt_cfg.img_size and "pos_embed" in state and cfg.pos_embed == "learned":
         prefix = 0 if cfg.no_embed_class else cfg.num_prefix_tokens
-        state["pos_embed"] = resample_pos_embed(state["pos_embed"], cfg.grid_size, ckpt_cfg.grid_size, prefix)
+        state["pos_embed"] = resample_pos_embed(state["pos_embed"], cfg.grid_size, ckpt_cfg.grid_size, prefix,
+                                                cfg.pos_embed_interp)
+    if cfg.img_size != ckpt_cfg.img_size and cfg.rel_pos_bias != "none":  # BEiT: the tables follow the grid
+        for k in [k for k in state if k.endswith("relative_position_bias_table")]:
+            state[k] = resize_rel_pos_table(state[k], ckpt_cfg.grid_size, cfg.grid_size, cfg.rel_pos_interp)
     if cfg.pos_embed == "sincos":  # fixed: recomputed for the grid
         state.pop("pos_embed", None)
     _check_state(model, state, conv, origin, skip_missing=_skip_missing(cfg, head_reset))

@@ -29,7 +29,7 @@ from vitviz.model.checkpoints.common import (
     want_str,
 )
 from vitviz.model.spec import ModelSpec
-from vitviz.model.vit import ViTConfig
+from vitviz.model.vit import ACT_LAYERS, MLP_LAYERS, POS_EMBED_INTERPS, REL_POS_BIASES, REL_POS_INTERPS, ViTConfig
 from vitviz.preprocess import Interpolation, Preprocess
 
 NAME = "native"
@@ -64,10 +64,14 @@ CONFIG_FIELDS: dict[str, _Check] = {
     "img_size": want_size, "patch_size": _int(1), "in_channels": _int(1), "num_classes": _int(0),
     "embed_dim": _int(1), "depth": _int(0), "num_heads": _int(1), "mlp_ratio": _positive, "qkv_bias": want_bool,
     "drop_rate": _fraction, "attn_drop_rate": _fraction, "drop_path_rate": _fraction,
-    "pos_embed": _choice("learned", "sincos"), "class_token": want_bool, "num_reg_tokens": _int(0),
-    "distilled": want_bool, "global_pool": _choice("token", "avg"), "layer_norm_eps": _positive,
+    "pos_embed": _choice("learned", "sincos", "none"), "class_token": want_bool, "num_reg_tokens": _int(0),
+    "distilled": want_bool, "global_pool": _choice("token", "avg", "map"), "layer_norm_eps": _positive,
     "fc_norm": _optional(want_bool), "no_embed_class": want_bool,
     "init_values": _optional(lambda w, f, v: want_number(w, f, v)),
+    "act_layer": _choice(*ACT_LAYERS), "mlp_layer": _choice(*MLP_LAYERS), "pre_norm": want_bool,
+    "post_norm": want_bool, "patch_bias": want_bool, "head_bias": want_bool,
+    "rel_pos_bias": _choice(*REL_POS_BIASES), "pos_embed_interp": _choice(*POS_EMBED_INTERPS),
+    "rel_pos_interp": _choice(*REL_POS_INTERPS),
 }
 assert set(CONFIG_FIELDS) == {f.name for f in fields(ViTConfig)}
 

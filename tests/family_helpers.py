@@ -1,0 +1,121 @@
+"""Shared helpers of the model-family tests (tests/test_families_*.py): reference attention from timm and
+Hugging Face models, relative-error comparison, folder writers, and one check of a loaded model against its
+reference at two input sizes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from vitviz.capture import capture
+
+RTOL = 1e-4
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max |b| (shapes must agree)."""
+    assert tuple(a.shape) == tuple(b.shape), (tuple(a.shape), tuple(b.shape))
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def randomise_(model: torch.nn.Module, scale: float = 0.05) -> torch.nn.Module:
+    """Add noise to every float parameter (references zero-initialise heads, biases, LayerScale ... which would hide
+    a wrongly mapped tensor)."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.is_floating_point():
+                # position embeddings and relative-position tables rough (so that how they are resampled matters)
+                rough = "pos" in name or "relative_position" in name
+                p.add_(torch.randn(p.shape, generator=g) * (1.0 if rough else scale))
+    return model.eval()
+
+
+def write_timm_folder(folder: Path, model, architecture: str, pretrained_cfg: dict | None = None,
+                      **extra) -> Path:
+    """A timm hub folder: ``config.json`` (architecture, num_classes, pretrained_cfg) + ``model.safetensors``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    save_file(sd, str(folder / "model.safetensors"))
+    heads = model.blocks[0].attn.num_heads
+    cfg = {"architecture": architecture, "num_classes": getattr(model, "num_classes", 0),
+           "pretrained_cfg": pretrained_cfg or {}, "model_args": {"num_heads": heads}, **extra}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+class AttnRecorder:
+    """Record the post-softmax attention of reference modules by hooking the input of their attention dropout
+    (timm's explicit path: ``attn = softmax(...); attn = self.attn_drop(attn)``)."""
+
+    def __init__(self, modules: list[torch.nn.Module]):
+        self.maps: list[torch.Tensor] = []
+        self.handles = [m.register_forward_hook(lambda mod, args, out: self.maps.append(args[0].detach()))
+                        for m in modules]
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def timm_attentions(model, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """timm model output and each block's attention ``[B, H, N, N]`` from its explicit (unfused) path."""
+    for b in model.blocks:
+        b.attn.fused_attn = False
+    rec = AttnRecorder([b.attn.attn_drop for b in model.blocks])
+    try:
+        with torch.no_grad():
+            out = model(x)
+    finally:
+        rec.close()
+    return out, rec.maps
+
+
+def check_against_reference(
+    ours,
+    reference: Callable[[torch.Tensor], tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None]],
+    sizes: list[tuple[int, int]],
+    *,
+    prefix: int,
+    registers: int = 0,
+    target: int | None = None,
+) -> dict[str, float]:
+    """Compare outputs and every layer's attention (and the pooling attention where the reference gives it) at each
+    input size; capture (with gradients when ``target`` is given) and check prefix count and grid. Returns the worst
+    relative errors seen, for messages."""
+    worst = {"out": 0.0, "attn": 0.0, "pool": 0.0}
+    for hw in sizes:
+        x = torch.randn(2, 3, *hw)
+        ref_out, ref_attn, ref_pool = reference(x)
+        with torch.no_grad():
+            out = ours(x)
+        e = rel_err(out, ref_out)
+        worst["out"] = max(worst["out"], e)
+        assert e <= RTOL, f"output at {hw}: relative error {e:.2e}"
+        cap = capture(ours, x, target=target)
+        grid = (hw[0] // ours.patch_size, hw[1] // ours.patch_size)
+        assert cap.grid == grid and cap.num_prefix_tokens == prefix
+        assert ours.config.num_reg_tokens == registers
+        assert cap.num_tokens == prefix + grid[0] * grid[1]
+        assert len(ref_attn) == cap.num_layers
+        for i, ra in enumerate(ref_attn):
+            e = rel_err(cap.attentions[i], ra)
+            worst["attn"] = max(worst["attn"], e)
+            assert e <= RTOL, f"layer {i} attention at {hw}: relative error {e:.2e}"
+        assert rel_err(cap.logits, ref_out) <= RTOL  # the capture pass computes the same output
+        if ref_pool is not None:
+            assert cap.pool_attention is not None
+            e = rel_err(cap.pool_attention, ref_pool)
+            worst["pool"] = max(worst["pool"], e)
+            assert e <= RTOL, f"pooling attention at {hw}: relative error {e:.2e}"
+        if target is not None:
+            assert cap.attention_grads is not None and cap.attention_grads.abs().sum() > 0
+            assert torch.isfinite(cap.attention_grads).all()
+            if cap.pool_attention is not None:
+                assert cap.pool_attention_grads is not None and cap.pool_attention_grads.abs().sum() > 0
+    return worst
