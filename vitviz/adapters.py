@@ -873,11 +873,15 @@ def _nominal_size(module: nn.Module, conv: nn.Conv2d | None, pos: torch.Tensor |
 
 
 def _find_pos_embed(module: nn.Module, dim: int | None) -> str | None:
-    """The name of a learned (or fixed) position embedding ``[1, n, D]``: a parameter or buffer whose name says
-    position."""
+    """The name of a learned (or fixed) position embedding ``[1, n, D]`` or ``[n, D]``: a parameter or buffer whose
+    name says position."""
     for n, t in list(module.named_parameters()) + list(module.named_buffers()):
         leaf = n.rsplit(".", 1)[-1].lower()
-        if "pos" in leaf and t.ndim == 3 and t.shape[0] == 1 and (dim is None or t.shape[2] == dim):
+        if "pos" not in leaf:
+            continue
+        if t.ndim == 3 and t.shape[0] == 1 and (dim is None or t.shape[2] == dim):
+            return n
+        if t.ndim == 2 and dim is not None and t.shape[1] == dim:  # [n, D]
             return n
     return None
 
@@ -974,7 +978,8 @@ class AdaptedModel(nn.Module):
         if self._pos_name is None:
             return None
         owner, _, leaf = self._pos_name.rpartition(".")
-        return getattr(self.module.get_submodule(owner) if owner else self.module, leaf)
+        t = getattr(self.module.get_submodule(owner) if owner else self.module, leaf)
+        return t[None] if t.ndim == 2 else t
 
     def pos_embed_for(self, grid: tuple[int, int]) -> torch.Tensor:
         """The position embedding when ``grid`` is the nominal one (the module's own resampling is unknown)."""

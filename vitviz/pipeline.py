@@ -221,7 +221,9 @@ class Pipeline:
     """A model on a device and precision, ready to turn images into :class:`InferenceResult` s.
 
     Args:
-        model: a :class:`vitviz.model.ViT` with ``spec`` set (moved to ``device`` / ``precision`` here).
+        model: a :class:`vitviz.model.ViT` with ``spec`` set, or any other ViT module (wrapped in a
+            :class:`vitviz.adapters.AdaptedModel`, which finds its attention, input size and patch grid); moved to
+            ``device`` / ``precision`` here.
         device: torch device string.
         precision: "fp32" | "bf16" | "fp16".
     """
@@ -229,6 +231,10 @@ class Pipeline:
     def __init__(self, model: torch.nn.Module, *, device: str = "cpu", precision: str = "fp32"):
         if precision not in DTYPES:
             raise ValueError(f"precision must be one of {sorted(DTYPES)}, got {precision!r}")
+        from vitviz.adapters import AdaptedModel, adapt, is_vitviz_model
+
+        if not isinstance(model, AdaptedModel) and not is_vitviz_model(model):
+            model = adapt(model)  # CaptureError naming what was looked for when nothing is recognisable
         self.model = model
         self.device = device
         self.precision = precision

@@ -1,0 +1,233 @@
+"""vitviz.adapters: capture from ViT modules that are not vitviz's (issue 17).
+
+Each style is trained for a few steps with a plain loop, then the capture is checked against the module's own
+attention (per head, every layer, relative error <= 1e-5), against autograd through an explicit re-implementation
+of the forward (gradients with respect to every attention tensor), and against the block outputs (tokens).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from textbook_models import (
+    CONFIG_D,
+    Custom,
+    ViTC,
+    ViTForClassfication,
+    VisionTransformer,
+    explicit_b,
+    explicit_c,
+    explicit_custom,
+    explicit_d,
+    own_attention_c,
+    rel_err,
+    train,
+)
+
+from vitviz.adapters import AdaptedModel, capture_module, find_layout, mha_forward
+from vitviz.capture import CaptureError, capture
+
+TOL = 1e-5
+
+
+def _check_against_explicit(model, explicit, x, target, *, grid, patch, prefix, **opts):
+    cap = capture(model, x, target=target, **opts)
+    logits, attns, toks = explicit(model, x)
+    sel = logits.gather(1, torch.as_tensor(target)[:, None]).sum()
+    sel.backward()
+    ref_attn = torch.stack([a.detach() for a in attns])
+    ref_grads = torch.stack([a.grad for a in attns])
+    assert cap.grid == grid and cap.patch_size == patch and cap.num_prefix_tokens == prefix
+    assert rel_err(cap.attentions, ref_attn) <= TOL
+    assert rel_err(cap.attention_grads, ref_grads) <= TOL
+    assert rel_err(cap.tokens, torch.stack([t.detach() for t in toks])) <= TOL
+    torch.testing.assert_close(cap.logits, logits.detach(), rtol=1e-5, atol=1e-6)
+    assert cap.attention_grads.abs().sum() > 0
+    return cap
+
+
+def test_style_b_hand_written_attention():
+    model = train(VisionTransformer(img_size=32, patch_size=8, in_channels=3, num_classes=10, d_model=32,
+                                    num_heads=4, num_layers=2, d_ff=64, dropout=0.1))
+    x = torch.randn(3, 3, 32, 32)
+    layout = find_layout(model)
+    assert layout.route == "attention_modules"
+    assert layout.attention == ("encoder.0.attn", "encoder.1.attn") and layout.blocks == ("encoder.0", "encoder.1")
+    cap = _check_against_explicit(model, explicit_b, x, [1, 2, 3], grid=(4, 4), patch=8, prefix=1)
+    with torch.no_grad():  # the module's own record of its attention (a plain forward)
+        model(x)
+    own = torch.stack([blk.attn.attn_weights for blk in model.encoder])
+    assert rel_err(cap.attentions, own) <= TOL
+
+
+def test_style_c_multihead_attention_post_norm():
+    model = train(ViTC(img_size=32, patch_size=8, num_classes=10, emb_size=32, depth=2, num_heads=4))
+    x = torch.randn(2, 3, 32, 32)
+    assert find_layout(model).route == "multihead_attention"
+    cap = _check_against_explicit(model, explicit_c, x, [4, 7], grid=(4, 4), patch=8, prefix=1)
+    with torch.no_grad():
+        own = own_attention_c(model, x)  # nn.MultiheadAttention's own per-head weights
+    assert rel_err(cap.attentions, own) <= TOL
+    # the module is left as it was: its own forward again, no hooks
+    assert all("forward" not in m.__dict__ for m in model.modules())
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_style_d_output_attentions():
+    model = train(ViTForClassfication(CONFIG_D))
+    x = torch.randn(2, 3, 32, 32)
+    layout = find_layout(model)
+    assert layout.route == "output_attentions" and len(layout.blocks) == 2
+    cap = _check_against_explicit(model, explicit_d, x, [0, 9], grid=(4, 4), patch=8, prefix=1)
+    with torch.no_grad():
+        own = torch.stack(model(x, output_attentions=True)[1])
+    assert rel_err(cap.attentions, own) <= TOL
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_custom_module_with_a_named_attention(fused):
+    model = train(Custom(fused=fused), size=16, num_classes=4)
+    x = torch.randn(2, 3, 16, 16)
+    with pytest.raises(CaptureError) as e:  # nothing recognisable: the message says what was looked for
+        capture(model, x)
+    msg = str(e.value)
+    for looked_for in ("MultiheadAttention", "output_attentions", "'Attention'", "scaled_dot_product_attention",
+                       "attention="):
+        assert looked_for in msg
+    cap = _check_against_explicit(model, explicit_custom, x, [0, 3], grid=(4, 4), patch=4, prefix=2,
+                                  attention="layers.*.mixer")
+    if not fused:  # its own softmax, through nn.Softmax
+        with torch.no_grad():
+            model(x)
+        assert rel_err(cap.attentions[-1], model.layers[-1].mixer.last) <= TOL
+    # what the user says is checked against the pass
+    with pytest.raises(CaptureError, match="num_prefix_tokens=1 was given.*leaves 2 prefix tokens"):
+        capture(model, x, attention="layers.*.mixer", num_prefix_tokens=1)
+    with pytest.raises(CaptureError, match=r"patch_size=8 was given, but the patch embedding stem has stride 4"):
+        capture(model, x, attention="layers.*.mixer", patch_size=8)
+    with pytest.raises(CaptureError, match="names no submodule"):
+        capture(model, x, attention="layers.*.nothing")
+
+
+def test_wrong_guesses_are_errors():
+    model = Custom().eval()
+    x = torch.randn(1, 3, 16, 16)
+    # a module that is not the attention: what it computes is not a softmax over the keys
+    with pytest.raises(CaptureError, match="expected each attention layer to compute one attention softmax"):
+        capture(model, x, attention="layers.*.ln1")
+    # blocks that cannot be told apart from the attention
+    with pytest.raises(CaptureError, match="cannot tell the transformer blocks apart"):
+        find_layout(torch.nn.Sequential(torch.nn.MultiheadAttention(8, 2)))
+    # a grid that does not fit the tokens
+    with pytest.raises(CaptureError, match=r"grid=\(3, 3\) was given, but the patch embedding stem produced a 4x4"):
+        capture(model, x, attention="layers.*.mixer", grid=(3, 3))
+
+
+def test_mha_forward_equals_torch_with_masks_and_layouts():
+    """The explicit MultiheadAttention equals torch's own outputs and weights, masks and layouts included."""
+    torch.manual_seed(1)
+    for batch_first in (True, False):
+        for kdim in (None, 12):
+            mha = torch.nn.MultiheadAttention(16, 4, batch_first=batch_first, kdim=kdim, vdim=kdim).eval()
+            q = torch.randn(2, 5, 16)
+            kv = torch.randn(2, 5, kdim or 16)
+            if not batch_first:
+                q, kv = q.transpose(0, 1), kv.transpose(0, 1)
+            kpm = torch.tensor([[False] * 4 + [True], [False] * 5])
+            am = torch.randn(5, 5)
+            for kwargs in ({}, {"key_padding_mask": kpm}, {"attn_mask": am}, {"attn_mask": am > 1.0},
+                           {"average_attn_weights": False}, {"need_weights": False}):
+                seen = []
+                out, w = mha_forward(mha, q, kv, kv, record=seen.append, **kwargs)
+                ref_out, ref_w = mha(q, kv, kv, **kwargs)
+                torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-6)
+                assert (w is None) == (ref_w is None)
+                if w is not None:
+                    torch.testing.assert_close(w, ref_w, rtol=1e-5, atol=1e-6)
+                assert seen[0].shape == (2, 4, 5, 5)
+    # unbatched input
+    mha = torch.nn.MultiheadAttention(16, 4).eval()
+    q = torch.randn(5, 16)
+    torch.testing.assert_close(mha_forward(mha, q, q, q)[0], mha(q, q, q)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_torch_transformer_encoder_sequence_first():
+    """nn.TransformerEncoder (sequence-first, its fused fast path in eval): the attention per head, tokens batch-first."""
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 16, 8, 8)
+            self.cls = torch.nn.Parameter(torch.randn(1, 1, 16))
+            layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0)
+            self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = torch.nn.Linear(16, 3)
+
+        def forward(self, x):
+            t = self.conv(x).flatten(2).transpose(1, 2)
+            t = torch.cat([self.cls.expand(len(t), -1, -1), t], 1)
+            return self.head(self.enc(t.transpose(0, 1))[0])
+
+    model = Model().eval()
+    x = torch.randn(2, 3, 16, 16)
+    cap = capture(model, x)
+    t = torch.cat([model.cls.expand(2, -1, -1), model.conv(x).flatten(2).transpose(1, 2)], 1).transpose(0, 1)
+    own, toks = [], [t.transpose(0, 1)]
+    with torch.no_grad():
+        for layer in model.enc.layers:
+            own.append(layer.self_attn(t, t, t, need_weights=True, average_attn_weights=False)[1])
+            t = layer(t)
+            toks.append(t.transpose(0, 1))
+    assert rel_err(cap.attentions, torch.stack(own)) <= TOL
+    assert rel_err(cap.tokens, torch.stack(toks)) <= TOL
+    assert cap.grid == (2, 2) and cap.num_prefix_tokens == 1
+
+
+def test_hugging_face_sdpa_and_eager_agree_with_its_own_attentions():
+    from transformers import ViTConfig, ViTForImageClassification
+
+    cfg = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
+                    patch_size=8, num_labels=5)
+    model = ViTForImageClassification(cfg).eval()
+    x = torch.randn(2, 3, 32, 32)
+    fused = capture(model, x, target=[1, 2])  # its default attention: scaled_dot_product_attention, recomputed
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        out = model(x, output_attentions=True, output_hidden_states=True)
+    assert rel_err(fused.attentions, torch.stack(out.attentions)) <= TOL
+    assert rel_err(fused.tokens, torch.stack(out.hidden_states)) <= TOL
+    eager = capture(model, x, target=[1, 2])  # its own softmax
+    assert rel_err(fused.attention_grads, eager.attention_grads) <= TOL
+    assert fused.grid == (4, 4) and fused.patch_size == 8 and fused.num_prefix_tokens == 1
+
+
+def test_adapted_model_answers_what_the_pipeline_asks(tmp_path):
+    from PIL import Image
+
+    from vitviz.pipeline import Pipeline
+
+    model = train(ViTC())
+    adapted = AdaptedModel(model, labels=[f"c{i}" for i in range(10)])
+    assert adapted.spec.input_size == (32, 32) and adapted.num_classes == 10 and adapted.patch_size == 8
+    assert adapted.config.depth == 2 and adapted.config.num_heads == 4
+    assert adapted.pos_embed.shape == (1, 17, 32)  # the [N, D] "positions" of style C
+    img = Image.fromarray((torch.rand(40, 60, 3) * 255).byte().numpy())
+    r = Pipeline(adapted).run(img, source="x.png")
+    assert r.grid == (4, 4) and r.num_prefix_tokens == 1 and r.attention_grads is not None
+    assert r.label(int(r.logits.argmax())).startswith("c")
+    assert r.model_data.pos_similarity().shape == (4, 4, 4, 4) and r.model_data.filters(4).shape[0] == 4
+    # a Pipeline takes the bare module too (adapted on the way in)
+    r2 = Pipeline(model).run(img)
+    torch.testing.assert_close(r2.attentions, r.attentions)
+    # capture of the wrapper equals capture of the module
+    x = torch.randn(1, 3, 32, 32)
+    torch.testing.assert_close(capture_module(adapted, x).attentions, capture(model, x).attentions)
+
+
+def test_adapted_model_errors():
+    with pytest.raises(ValueError, match="cannot tell its input size"):
+        AdaptedModel(Custom(), attention="layers.*.mixer")
+    a = AdaptedModel(Custom(), attention="layers.*.mixer", input_size=16, preprocess="inception")
+    assert a.spec.preprocess.mean == (0.5, 0.5, 0.5) and a.num_prefix_tokens == 2
+    with pytest.raises(ValueError, match="labels has 3 names but Custom has 4 classes"):
+        AdaptedModel(Custom(), attention="layers.*.mixer", input_size=16, labels=["a", "b", "c"])
