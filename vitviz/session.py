@@ -419,48 +419,24 @@ class Session(Appearance):
         mode = "bilinear" if self.options.interpolation == "bilinear" else "nearest"
         return _np(map_to_image(torch.as_tensor(m), r.geometry, mode=mode))
 
-    def render_export(self) -> np.ndarray | None:
-        """The current view at the image's own resolution (plus optional colour bar / caption): uint8 ``[H', W', 3]``,
-        in the colours of the screen (the same scale and colormap)."""
-        from vitviz import imaging
+    def render_export(self, scale: str | int = "native") -> np.ndarray | None:
+        """The current view as the figure an export writes (:func:`vitviz.figures.view_figure`: the map in the
+        colours of the screen, with the title, colour bar and caption the options ask for), drawn at ``scale``
+        (default ``"native"``: the image at its own pixels; ``"print"``: long side >= 2048 px): uint8 ``[H', W', 3]``.
+        With neither caption nor colour bar it is the overlay at exactly the image's size. None without a map.
+        :func:`vitviz.figures.save` writes it as PNG / SVG / PDF."""
+        from vitviz import figures
 
-        r = self.result
-        values = self.image_map()
-        if r is None or values is None:
-            return None
-        o = self.options
-        scale = self.levels()
-        lo, hi = scale.lo, scale.hi
-        if scale.log:  # the export's colour bar is linear: draw log10 of the values between log10 of the levels
-            with np.errstate(divide="ignore", invalid="ignore"):
-                values = np.where(values > 0, np.log10(np.where(values > 0, values, 1.0)), -np.inf)
-            lo, hi = math.log10(lo), math.log10(hi)
-        values = np.clip(values, lo, hi, where=np.isfinite(values), out=values.astype(np.float32, copy=True))
-        caption = None
-        if o.caption:
-            caption = self.caption() + (f" · colour: {self.quantity_text()}, {self.scale_text()}"
-                                        + (" (log10)" if scale.log else ""))
-        return imaging.render_export(r.rgb, values, cmap=scale.cmap, opacity=o.opacity, colorbar=o.colorbar,
-                                     caption=caption, vmin=lo, vmax=hi)
+        spec = figures.view_figure(self)
+        return None if spec is None else figures.render(spec, scale).pixels
 
-    def render_heads_grid(self, ncols: int | None = None) -> np.ndarray | None:
-        """Every head of the current layer overlaid on the image, tiled, on one shared colour scale: uint8
-        ``[H', W', 3]``."""
-        from vitviz import imaging
-        from vitviz.scales import scale_for
+    def render_heads_grid(self, scale: str | int = "native", *, all_layers: bool = False) -> np.ndarray | None:
+        """Every head of the current layer (``all_layers``: every layer x head) on one shared colour scale, with a
+        title, tile labels and the colour bar (:func:`vitviz.figures.heads_figure`): uint8 ``[H', W', 3]``."""
+        from vitviz import figures
 
-        r = self.result
-        maps = self.head_maps()
-        if r is None or maps is None:
-            return None
-        o = self.options
-        scale = scale_for(maps, mode="shared", shared=maps, percentile=o.percentile, cmap=o.cmap)
-        tiles = [imaging.overlay(r.rgb, self.image_map(m), cmap=scale.cmap, opacity=o.opacity, vmin=scale.lo,
-                                 vmax=scale.hi) for m in maps]
-        ncols = ncols or int(math.ceil(math.sqrt(len(tiles))))
-        layer = self.attention_layer()
-        labels = [f"layer {layer} head {h}" for h in range(len(tiles))]
-        return imaging.tile_grid(tiles, ncols, labels=labels)
+        spec = figures.heads_figure(self, all_layers=all_layers)
+        return None if spec is None else figures.render(spec, scale).pixels
 
 
 def _rows(r: InferenceResult, attn: torch.Tensor, query: int) -> np.ndarray:

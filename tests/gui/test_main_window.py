@@ -170,7 +170,7 @@ def test_export_writes_png_of_image_size_that_differs_where_the_map_is_high(qtbo
     window.dialogs = window.dialogs_recorder
     out = tmp_path / "out" / "view.png"
     out.parent.mkdir()
-    written = window.export_view(str(out))
+    written = window.export_view(str(out), scale="native")  # the default, "print", is tested in test_export_gui
     assert written == out and out.is_file()
     png = np.asarray(Image.open(out).convert("RGB"))
     plain = np.asarray(Image.open(image_path).convert("RGB"))
@@ -186,21 +186,21 @@ def test_export_writes_png_of_image_size_that_differs_where_the_map_is_high(qtbo
     before = out.read_bytes()
     window.set_layer(2)
     window.dialogs_recorder.confirm_answer = False
-    assert window.export_view(str(out)) is None
+    assert window.export_view(str(out), scale="native") is None
     assert window.dialogs_recorder.confirms == [str(out)]
     assert out.read_bytes() == before
     # accepted -> replaced
     window.dialogs_recorder.confirm_answer = True
-    assert window.export_view(str(out)) == out
+    assert window.export_view(str(out), scale="native") == out
     assert out.read_bytes() != before
     # with colour bar and caption the picture grows beyond the image
     window.controls.export_colorbar.setChecked(True)
     window.controls.export_caption.setChecked(True)
-    p2 = window.export_view(str(tmp_path / "out" / "captioned.png"))
+    p2 = window.export_view(str(tmp_path / "out" / "captioned.png"), scale="native")
     big = np.asarray(Image.open(p2))
     assert big.shape[0] > 70 and big.shape[1] > 110
     # all heads of this layer as one grid
-    grid = window.export_heads(str(tmp_path / "out" / "heads.png"))
+    grid = window.export_heads(str(tmp_path / "out" / "heads.png"), scale="native")
     g = np.asarray(Image.open(grid))
     assert g.shape[0] > 2 * 70 and g.shape[1] > 2 * 110
     assert window.dialogs_recorder.errors == []

@@ -59,6 +59,56 @@ class Dialogs:
         return f if f.lower().endswith(".png") else f + ".png"
 
 
+    def save_export(self, title: str, suggested: str, filters: dict[str, str],
+                    scales: tuple[tuple[str, str], ...], scale: str) -> tuple[str, str] | None:
+        """Ask where to export and at what size: a save dialog whose file types are ``filters`` (extension ->
+        filter text; the chosen type adds its extension when the name has none of them) with a "Size" choice among
+        ``scales`` ((value, text) pairs; ``scale`` preselected). Returns ``(path, scale value)`` or None."""
+        from PySide6.QtWidgets import QComboBox, QLabel
+
+        dlg = QFileDialog(self.parent, title, suggested)
+        dlg.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        dlg.setOption(QFileDialog.Option.DontUseNativeDialog, True)  # a native dialog takes no extra widget
+        dlg.setOption(QFileDialog.Option.DontConfirmOverwrite, True)  # the window asks, after the size is known
+        names = list(filters.values())
+        dlg.setNameFilters(names)
+        ext = os.path.splitext(suggested)[1].lower()
+        if ext in filters:
+            dlg.selectNameFilter(filters[ext])
+        combo = QComboBox(dlg)
+        for value, text in scales:
+            combo.addItem(text, value)
+        combo.setCurrentIndex(max(0, combo.findData(scale)))
+        combo.setToolTip("Pixels of a PNG, GIF, APNG or MP4 (SVG and PDF are vectors: text and colour bar stay "
+                         "sharp, the image is embedded at its own resolution)")
+        layout = dlg.layout()
+        if layout is not None and hasattr(layout, "rowCount"):
+            row = layout.rowCount()
+            layout.addWidget(QLabel("Size:", dlg), row, 0)
+            layout.addWidget(combo, row, 1)
+        if not dlg.exec():
+            return None
+        files = dlg.selectedFiles()
+        if not files:
+            return None
+        path = files[0]
+        if os.path.splitext(path)[1].lower() not in filters:
+            chosen = dlg.selectedNameFilter()
+            ext = next((e for e, f in filters.items() if f == chosen), next(iter(filters)))
+            path += ext
+        return path, str(combo.currentData())
+
+
+def write_asking(dialogs: Dialogs, path: str, write) -> object:
+    """``write(overwrite)``: an existing file is replaced only when the user says so (None when not)."""
+    try:
+        return write(False)
+    except FileExistsError:
+        if not dialogs.confirm_overwrite(str(path)):
+            return None
+        return write(True)
+
+
 def confirm_download(dialogs: Dialogs, ref: str) -> bool:
     """Ask before downloading named weights that are not cached (True for anything else)."""
     if not ref.startswith("pretrained:"):
@@ -71,18 +121,6 @@ def confirm_download(dialogs: Dialogs, ref: str) -> bool:
         return True
     return dialogs.confirm("Download weights?", f"{name}: {getattr(info, 'description', '')}\n\nDownload "
                                                 f"{getattr(info, 'size_mb', 0):.0f} MB from\n{info.url}?")
-
-
-def write_png_asking(dialogs: Dialogs, path: str, arr: np.ndarray):
-    """Write ``arr`` to ``path``; an existing file is replaced only when the user says so (None when not)."""
-    from vitviz import imaging
-
-    try:
-        return imaging.write_png(path, arr, overwrite=False)
-    except FileExistsError:
-        if not dialogs.confirm_overwrite(str(path)):
-            return None
-        return imaging.write_png(path, arr, overwrite=True)
 
 
 def mime_content(md, image: QImage | None = None) -> tuple[list[str], np.ndarray | None]:

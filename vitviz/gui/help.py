@@ -21,8 +21,9 @@ def shortcut_rows() -> list[tuple[str, str]]:
         ("PageUp / PageDown", "previous / next image"),
         ("Ctrl+O", "open images"),
         ("Ctrl+V", "paste an image"),
-        ("Ctrl+E", "export the view as PNG (image resolution)"),
-        ("Ctrl+Shift+E", "export all heads of this layer as one PNG"),
+        ("Ctrl+E", "export the view as a figure (PNG at print size, SVG, PDF)"),
+        ("Ctrl+Shift+E", "export all heads of this layer as one figure"),
+        ("Ctrl+Alt+E", "export the view over every layer (GIF, APNG, MP4)"),
         ("Ctrl+C", "copy the view to the clipboard"),
         ("F1", "this list"),
     ]

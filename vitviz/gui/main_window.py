@@ -14,15 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from PySide6.QtCore import QSettings, QTimer, Signal
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication, QMainWindow
 
 from vitviz import imaging
-from vitviz.gui import help
+from vitviz.gui import exporting, help
 from vitviz.gui.controller import Controller
-from vitviz.gui.dialogs import Dialogs, confirm_download, mime_content, qimage_from_rgb, write_png_asking
+from vitviz.gui.dialogs import Dialogs, confirm_download, mime_content, qimage_from_rgb
 from vitviz.gui.geometry import place_window
 from vitviz.gui.menus import build_actions, build_layout, build_menus, build_toolbar, fill_recent_menu
 from vitviz.gui.settings import Prefs, default_settings  # noqa: F401 - default_settings re-exported for callers
@@ -437,36 +436,27 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{Path(r.source).name}{pos} — {self.session.describe_view()} — vitviz")
 
     # ================================================================== export
-    def export_view(self, path: str) -> Path | None:
-        """Write the current view at the image's resolution to ``path`` (asks before replacing a file)."""
-        return self._write_png(path, self.session.render_export())
+    def export_view(self, path: str, scale: Any = None) -> Path | None:
+        """Write the current view as a figure to ``path`` (PNG / SVG / PDF by extension; PNG at ``scale``, default
+        the remembered one, "print"); asks before replacing a file (:mod:`vitviz.gui.exporting`)."""
+        return exporting.export_figure(self, path, scale=scale)
 
-    def export_heads(self, path: str) -> Path | None:
-        """Write every head of the current layer, tiled, to ``path``."""
-        return self._write_png(path, self.session.render_heads_grid())
+    def export_heads(self, path: str, scale: Any = None) -> Path | None:
+        """Write every head of the current layer (every layer x head when the heads panel shows all) to ``path``."""
+        return exporting.export_figure(self, path, heads=True, scale=scale)
 
-    def export_dialog(self, heads: bool = False) -> None:
-        if self.session.result is None:
-            self.show_error("Nothing to export", "Open an image first.")
-            return
-        name = self.session.export_name("_heads" if heads else "")
-        p = self.dialogs.save_png(str(imaging.next_free_path(Path(self.prefs.export_folder()) / name)))
-        if p:
-            (self.export_heads if heads else self.export_view)(p)
+    def export_animation(self, path: str, scale: Any = None) -> Path | None:
+        """Write the current view over every layer as GIF / APNG / MP4 (by extension) to ``path``."""
+        return exporting.export_animation(self, path, scale=scale)
 
-    def _write_png(self, path: str, arr: np.ndarray | None) -> Path | None:
-        if arr is None:
-            self.show_error("Nothing to export", "Open an image first.")
-            return None
-        try:
-            out = write_png_asking(self.dialogs, path, arr)
-        except Exception as e:  # noqa: BLE001 - ExportError, OSError, ValueError: all shown
-            self.show_error("Export failed", describe_error(e, str(path)))
-            return None
-        if out is not None:
-            self.prefs.set_export_folder(str(Path(out).parent))
-            self.statusBar().showMessage(f"Exported {out} ({arr.shape[1]}×{arr.shape[0]})", 8000)
-        return out
+    def export_dialog(self, heads: bool = False, animation: bool = False) -> None:
+        exporting.export_dialog(self, heads=heads, animation=animation)
+
+    def export_metadata(self) -> dict[str, str] | None:
+        """Text entries written into every exported figure and animation (PNG text chunks, SVG and PDF metadata;
+        see :func:`vitviz.figures.save`); None: only the figure's title and caption. The session's state goes
+        here, e.g. ``{"vitviz.session": json.dumps(state)}``; :func:`vitviz.figures.read_metadata` reads it back."""
+        return None
 
     def copy_view(self) -> None:
         arr = self.session.render_export()

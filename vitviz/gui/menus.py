@@ -36,9 +36,11 @@ def build_actions(win: Any) -> None:
     win.act_paste = _action(win, "&Paste image", win.paste_image, S.Paste)
     win.act_next_image = _action(win, "&Next image", lambda: win.step_image(1), K.Key_PageDown)
     win.act_prev_image = _action(win, "P&revious image", lambda: win.step_image(-1), K.Key_PageUp)
-    win.act_export = _action(win, "&Export view as PNG…", lambda: win.export_dialog(heads=False), "Ctrl+E")
+    win.act_export = _action(win, "&Export view (PNG, SVG, PDF)…", lambda: win.export_dialog(heads=False), "Ctrl+E")
     win.act_export_heads = _action(win, "Export all &heads of this layer…",
                                          lambda: win.export_dialog(heads=True), "Ctrl+Shift+E")
+    win.act_export_animation = _action(win, "Export layer &animation (GIF, APNG, MP4)…",
+                                       lambda: win.export_dialog(animation=True), "Ctrl+Alt+E")
     win.act_copy = _action(win, "&Copy view to clipboard", win.copy_view, S.Copy)
     win.act_quit = _action(win, "&Quit", win.close, S.Quit)
     win.act_prev_layer = _action(win, "Previous layer", lambda: win.step_layer(-1), K.Key_Left)
@@ -68,7 +70,8 @@ def build_menus(win: Any) -> None:
     f.addAction(win.act_open)
     win.recent_menu = f.addMenu("Open &recent")
     for group in ((win.act_paste,), (win.act_prev_image, win.act_next_image),
-                  (win.act_export, win.act_export_heads, win.act_copy), (win.act_quit,)):
+                  (win.act_export, win.act_export_heads, win.act_export_animation, win.act_copy),
+                  (win.act_quit,)):
         for a in group:
             f.addAction(a)
         f.addSeparator()
