@@ -10,6 +10,7 @@ that same forward (``capture(..., target="top")``).
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,16 @@ class ModelData:
         pe = getattr(model, "patch_embed", None)
         weight = pe.proj.weight.detach().float().cpu() if pe is not None and hasattr(pe, "proj") else None
         return cls(grid, pos_embed, weight)
+
+
+@dataclass
+class PreparedImage:
+    """One image ready for the model (:meth:`Pipeline.prepare`): the normalised input ``x [C, h, w]`` (float32),
+    where its crop lies in the image, and the image's pixels uint8 ``[H, W, 3]``."""
+
+    x: torch.Tensor
+    geometry: CropGeometry
+    rgb: np.ndarray
 
 
 @dataclass
@@ -225,12 +236,18 @@ class Pipeline:
             :class:`vitviz.adapters.AdaptedModel`, which finds its attention, input size and patch grid); moved to
             ``device`` / ``precision`` here.
         device: torch device string.
-        precision: "fp32" | "bf16" | "fp16".
+        precision: "fp32" | "bf16" | "fp16", or "auto": bf16 where the device multiplies bf16 natively, else fp32
+            (:func:`vitviz.devices.resolve_precision`). ``precision`` is then the one chosen, ``precision_choice``
+            what was asked for.
     """
 
     def __init__(self, model: torch.nn.Module, *, device: str = "cpu", precision: str = "fp32"):
-        if precision not in DTYPES:
-            raise ValueError(f"precision must be one of {sorted(DTYPES)}, got {precision!r}")
+        from vitviz.devices import PRECISION_CHOICES, resolve_precision
+
+        if precision not in PRECISION_CHOICES:
+            raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {precision!r}")
+        self.precision_choice = precision  # what was asked for ("auto" included)
+        precision = resolve_precision(precision, device)
         from vitviz.adapters import AdaptedModel, adapt, is_vitviz_model
 
         if not isinstance(model, AdaptedModel) and not is_vitviz_model(model):
@@ -258,6 +275,17 @@ class Pipeline:
                 self._model_data[grid] = data
             return self._model_data[grid]
 
+    def prepare(self, image: Any) -> PreparedImage:
+        """Preprocess one image with the model's spec (any thread: no model state is touched).
+
+        Args:
+            image: a PIL image (any mode; converted to RGB once) or a :class:`vitviz.imaging.LoadedImage`.
+        """
+        image = getattr(image, "image", image)  # LoadedImage -> PIL
+        rgb_image = image if image.mode == "RGB" else image.convert("RGB")
+        x, geometry = self.spec.preprocess.apply(rgb_image)
+        return PreparedImage(x=x, geometry=geometry, rgb=np.ascontiguousarray(np.asarray(rgb_image, dtype=np.uint8)))
+
     def run(self, image: Any, *, source: str = "image", target: int | None = None) -> InferenceResult:
         """Preprocess one image with the model's spec, capture attention and gradients, return the result.
 
@@ -269,35 +297,79 @@ class Pipeline:
         Returns:
             An :class:`InferenceResult` with tensors on the CPU in float32.
         """
+        return self.run_batch([image], sources=[source], target=target)[0]
+
+    def run_batch(self, images: Sequence[Any], *, sources: Sequence[str] | None = None,
+                  target: int | Sequence[int] | None = None, gradients: bool = True) -> list[InferenceResult]:
+        """Several images at once: one forward and (with ``gradients``) one backward for the whole batch, then each
+        image's analyses. :meth:`run` is this with one image, so a map is the same whichever way it was made (up to
+        the float round-off of a larger matrix product).
+
+        Args:
+            images: PIL images, :class:`vitviz.imaging.LoadedImage` s or :class:`PreparedImage` s (from
+                :meth:`prepare`, e.g. on a loader thread). Images whose inputs differ in size (a spec without a fixed
+                crop) are captured in one pass per size.
+            sources: a name per image (default ``"image"``).
+            target: a class index for every image, one per image, or None for each image's top class of the same
+                pass.
+            gradients: take the attention gradients (the gradient views need them); False runs the forward only
+                (``target`` is then ignored: the results have no target and no gradients).
+
+        Returns:
+            One :class:`InferenceResult` per image, in order; each image's tensors are slices of the batch's
+            (the batch's buffers live as long as any of its results).
+        """
         from vitviz.analysis import analyse_image
         from vitviz.capture import capture
 
-        image = getattr(image, "image", image)  # LoadedImage -> PIL
-        rgb_image = image if image.mode == "RGB" else image.convert("RGB")
-        x, geometry = self.spec.preprocess.apply(rgb_image)
-        x = x[None].to(device=self.device, dtype=DTYPES[self.precision])
+        prepared = [im if isinstance(im, PreparedImage) else self.prepare(im) for im in images]
+        n = len(prepared)
+        sources = ["image"] * n if sources is None else [str(s) for s in sources]
+        if len(sources) != n:
+            raise ValueError(f"{len(sources)} sources for {n} images")
         num_classes = int(getattr(self.model, "num_classes", 0) or 0)
-        # capture checks the target's range; a model without a classifier has no gradients to take
-        want: Any = "top" if target is None else (target if num_classes > 0 else None)
-        with torch.inference_mode(False):
-            cap = capture(self.model, x, target=want, store_dtype=torch.float32).image(0)
-        analyses = None
-        if cap.num_prefix_tokens >= 1:
-            analyses = analyse_image(cap.attentions, cap.attention_grads, grid=tuple(cap.grid),
-                                     patch_size=cap.patch_size, num_prefix_tokens=cap.num_prefix_tokens)
-        return InferenceResult(
-            source=source,
-            rgb=np.ascontiguousarray(np.asarray(rgb_image, dtype=np.uint8)),
-            geometry=geometry,
-            capture=cap,
-            model_data=self.model_data(cap.grid),
-            model_name=getattr(self.spec, "name", "model"),
-            device=self.device,
-            precision=self.precision,
-            labels=getattr(self.spec, "labels", None),
-            analyses=analyses,
-            num_registers=int(getattr(getattr(self.model, "config", None), "num_reg_tokens", 0) or 0),
-        )
+        targets: list[Any] = [target] * n if target is None or isinstance(target, (int, np.integer)) else list(target)
+        if len(targets) != n:
+            raise ValueError(f"{len(targets)} targets for {n} images")
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, p in enumerate(prepared):
+            groups.setdefault(tuple(p.x.shape), []).append(i)
+        caps: list[Any] = [None] * n
+        for idx in groups.values():
+            x = torch.stack([prepared[i].x for i in idx]).to(device=self.device, dtype=DTYPES[self.precision])
+            t = [targets[i] for i in idx]
+            # capture checks the targets' range; a model without a classifier has no gradients to take
+            want: Any = None
+            if gradients:
+                want = "top" if all(v is None for v in t) else (t if num_classes > 0 else None)
+                if want is not None and want != "top" and any(v is None for v in t):
+                    raise ValueError("give a target for every image of the batch, or for none")
+            with torch.inference_mode(False):
+                cap = capture(self.model, x, target=want, store_dtype=torch.float32)
+            for b, i in enumerate(idx):
+                caps[i] = cap.image(b)
+            del cap
+        results = []
+        registers = int(getattr(getattr(self.model, "config", None), "num_reg_tokens", 0) or 0)
+        for p, cap, source in zip(prepared, caps, sources):
+            analyses = None
+            if cap.num_prefix_tokens >= 1:
+                analyses = analyse_image(cap.attentions, cap.attention_grads, grid=tuple(cap.grid),
+                                         patch_size=cap.patch_size, num_prefix_tokens=cap.num_prefix_tokens)
+            results.append(InferenceResult(
+                source=source,
+                rgb=p.rgb,
+                geometry=p.geometry,
+                capture=cap,
+                model_data=self.model_data(cap.grid),
+                model_name=getattr(self.spec, "name", "model"),
+                device=self.device,
+                precision=self.precision,
+                labels=getattr(self.spec, "labels", None),
+                analyses=analyses,
+                num_registers=registers,
+            ))
+        return results
 
 
 def run_inference(model: torch.nn.Module, image: Any, *, source: str = "image", target: int | None = None,
