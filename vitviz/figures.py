@@ -66,6 +66,8 @@ TITLE_PT, TEXT_PT, TICK_PT = 9.0, 8.0, 7.5
 FIGURE_FORMATS = (".png", ".svg", ".pdf")
 ANIMATION_FORMATS = (".gif", ".apng", ".mp4")
 MARKER_COLOUR = (0 / 255, 230 / 255, 1.0)  # the window's query-patch outline
+ARTEFACT_COLOUR = (1.0, 150 / 255, 40 / 255)  # the window's artefact-token outline
+MAX_BAR_INCHES = 3.2  # a shared colour bar no longer than this (a tall grid keeps a readable bar)
 VEIL_ALPHA = 170 / 255  # the window's "dim" mask
 SVG_NS = "urn:vitviz:metadata"
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,78}$")
@@ -86,6 +88,8 @@ class Panel:
         mask: bool ``[gh, gw]`` over ``mask_rect`` (the model's crop ``(x0, y0, w, h)`` in image pixels): the
             top-mass mask, drawn as its outline (``mask_style="contour"``) or by darkening the rest (``"dim"``).
         badge: text in a box in the panel's top-left corner (the layer of an animation frame).
+        outlined: ``(x0, y0, w, h)`` rectangles in image pixels outlined dashed (the artefact tokens, as the window
+            outlines them).
     """
 
     photo: np.ndarray
@@ -98,6 +102,7 @@ class Panel:
     mask_rect: tuple[float, float, float, float] | None = None
     mask_style: str = "contour"
     badge: str | None = None
+    outlined: tuple[tuple[float, float, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         p = np.asarray(self.photo)
@@ -256,11 +261,9 @@ def wrap_text(text: str, size: float, width_pt: float) -> list[str]:
             if not line or _text_width_pt(trial, size) <= width_pt:
                 line = trial
                 continue
-            out.append(line)
+            out.extend(_split_long(line, size, width_pt))  # a piece wider than a line: broken at spaces
             line = piece
-        # a piece wider than the line on its own: break it at spaces
-        for ln in _split_long(line, size, width_pt):
-            out.append(ln)
+        out.extend(_split_long(line, size, width_pt))
     return out
 
 
@@ -298,7 +301,9 @@ class _Layout:
     px_per_pt: float
 
 
-def _layout(spec: FigureSpec, k: int) -> _Layout:
+def _layout(spec: FigureSpec, k: int, reserve: tuple[int, int] = (0, 0)) -> _Layout:
+    """Where everything goes at factor ``k``; ``reserve``: at least that many title and caption lines (frames of an
+    animation keep their panels in place)."""
     h, w = spec.cell
     nr, nc = spec.nrows, spec.ncols
     long_px = k * max(nc * w, nr * h)
@@ -335,8 +340,9 @@ def _layout(spec: FigureSpec, k: int) -> _Layout:
     avail_pt = (width - 2 * margin) / u
     title_lines = wrap_text(spec.title, TITLE_PT, avail_pt) if spec.title else []
     caption_lines = wrap_text(spec.caption, TEXT_PT, avail_pt) if spec.caption else []
-    title_h = px(TITLE_PT * 1.3) * len(title_lines) + (px(5) if title_lines else 0)
-    cap_h = px(TEXT_PT * 1.3) * len(caption_lines) + (px(5) if caption_lines else 0)
+    n_title, n_cap = max(len(title_lines), reserve[0]), max(len(caption_lines), reserve[1])
+    title_h = px(TITLE_PT * 1.3) * n_title + (px(5) if n_title else 0)
+    cap_h = px(TEXT_PT * 1.3) * n_cap + (px(5) if n_cap else 0)
     row_top = [0] * nr
     for r in range(1, nr):
         row_top[r] = row_top[r - 1] + label_h[r - 1] + ch + small_h + gap
@@ -361,7 +367,8 @@ def _layout(spec: FigureSpec, k: int) -> _Layout:
             smalls.append((x + cw // 8, y + ch + px(4), cw - cw // 4, px(6)))
     bar = None
     if shared_bar:
-        bar = (margin + grid_w + px(10), top + label_h[0], px(9), grid_h - label_h[0])
+        bar_h = min(grid_h - label_h[0], int(round(MAX_BAR_INCHES * dpi)))
+        bar = (margin + grid_w + px(10), top + label_h[0], px(9), bar_h)
     return _Layout(k=k, dpi=dpi, width=width, height=height, cells=cells, title_lines=title_lines,
                    caption_lines=caption_lines, title_top=margin, caption_top=top + grid_h + px(5),
                    label_h=label_h, row_label_w=row_w, bar=bar, small_bars=smalls, px_per_pt=u)
@@ -458,13 +465,15 @@ def _colorbar(fig, cax, scale: ColourScale, label: str, orientation: str, nticks
     return cb
 
 
-def build(spec: FigureSpec, *, k: int | None = None, image_k: int | None = None, vector: bool = False) -> "Figure":
+def build(spec: FigureSpec, *, k: int | None = None, image_k: int | None = None, vector: bool = False,
+          reserve: tuple[int, int] = (0, 0)) -> "Figure":
     """The matplotlib :class:`~matplotlib.figure.Figure` of ``spec`` (no pyplot, no global state).
 
     Args:
         k: the layout's factor (default: ``"print"``); ``image_k``: the factor the panels' pixels are drawn at
             (default ``k``; 1 for the vector formats: the image's own resolution, scaled by the format).
         vector: drawn for SVG / PDF (the images are embedded as they are, never resampled).
+        reserve: at least this many (title, caption) lines of space.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import LineCollection
@@ -473,7 +482,7 @@ def build(spec: FigureSpec, *, k: int | None = None, image_k: int | None = None,
 
     k = scale_factor(spec, "print") if k is None else k
     image_k = k if image_k is None else image_k
-    L = _layout(spec, k)
+    L = _layout(spec, k, reserve)
     W, H = L.width, L.height
     fig = Figure(figsize=(W / L.dpi, H / L.dpi), dpi=L.dpi, facecolor="white")
     FigureCanvasAgg(fig)
@@ -501,6 +510,9 @@ def build(spec: FigureSpec, *, k: int | None = None, image_k: int | None = None,
         if panel.marker is not None:
             mx, my, mw, mh = panel.marker
             ax.add_patch(Rectangle((mx, my), mw, mh, fill=False, edgecolor=MARKER_COLOUR, linewidth=1.2))
+        for ox, oy, ow, oh in panel.outlined:
+            ax.add_patch(Rectangle((ox, oy), ow, oh, fill=False, edgecolor=ARTEFACT_COLOUR, linewidth=0.9,
+                                   linestyle=(0, (2.5, 1.5))))
         if panel.mask is not None and panel.mask_style == "contour":
             ax.add_collection(LineCollection(_mask_segments(panel), colors="white", linewidths=1.0,
                                              capstyle="projecting"))
@@ -540,11 +552,11 @@ class Rendered:
     k: int
 
 
-def render(spec: FigureSpec, scale: ScaleOption = "print") -> Rendered:
+def render(spec: FigureSpec, scale: ScaleOption = "print", *, reserve: tuple[int, int] = (0, 0)) -> Rendered:
     """Draw ``spec`` at ``scale`` (see :func:`scale_factor`) to an RGB array."""
     k = scale_factor(spec, scale)
     with _rc():
-        fig = build(spec, k=k)
+        fig = build(spec, k=k, reserve=reserve)
         fig.canvas.draw()
         rgba = np.asarray(fig.canvas.buffer_rgba())
     return Rendered(pixels=np.ascontiguousarray(rgba[..., :3]), dpi=fig._vitviz_layout.dpi, k=k)
@@ -827,9 +839,12 @@ def render_frames(specs: Sequence[FigureSpec], scale: ScaleOption = "animation",
     if not specs:
         raise ValueError("an animation needs at least one frame")
     k = scale_factor(specs[0], scale)
+    with _rc():
+        layouts = [_layout(s, k) for s in specs]
+    reserve = (max(len(L.title_lines) for L in layouts), max(len(L.caption_lines) for L in layouts))
     frames = []
     for i, s in enumerate(specs):
-        frames.append(render(s, k).pixels)
+        frames.append(render(s, k, reserve=reserve).pixels)
         if progress is not None and progress(i + 1, len(specs)) is False:
             raise InterruptedError("cancelled")
     H = max(f.shape[0] for f in frames)
@@ -885,8 +900,7 @@ def save_animation(specs: Sequence[FigureSpec], path: str | os.PathLike, *, scal
         ims = [Image.fromarray(f, "RGB") for f in frames]
         buf = io.BytesIO()
         if fmt == ".gif":
-            ims = [im.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.FLOYDSTEINBERG)
-                   for im in ims]
+            ims = _gif_frames(ims)
             ims[0].save(buf, format="GIF", save_all=True, append_images=ims[1:], duration=duration, loop=0,
                         comment=json.dumps(info, ensure_ascii=False).encode("utf-8"), optimize=False, disposal=1)
         else:
@@ -898,6 +912,21 @@ def save_animation(specs: Sequence[FigureSpec], path: str | os.PathLike, *, scal
                         pnginfo=png, default_image=False, disposal=0, blend=0)
         data = buf.getvalue()
     return imaging.write_atomic(target, lambda fh: fh.write(data), overwrite=overwrite, suffix=fmt + ".tmp")
+
+
+def _gif_frames(ims: list) -> list:
+    """The frames in 256 colours of one palette (chosen from all frames) with Floyd-Steinberg dithering: smooth
+    colour bars and photos, and no palette flicker between frames."""
+    from PIL import Image
+
+    thumbs = [im.resize((max(1, im.width // 4), max(1, im.height // 4)), Image.Resampling.BOX) for im in ims]
+    sheet = Image.new("RGB", (max(t.width for t in thumbs), sum(t.height for t in thumbs)), "white")
+    y = 0
+    for t in thumbs:
+        sheet.paste(t, (0, y))
+        y += t.height
+    palette = sheet.quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    return [im.quantize(palette=palette, dither=Image.Dither.FLOYDSTEINBERG) for im in ims]
 
 
 def _mp4_bytes(frames: list[np.ndarray], fps: float, info: dict[str, str]) -> bytes:
@@ -930,10 +959,11 @@ def _view_panel(s: "Session", scale: ColourScale | None, badge: str | None = Non
     values = s.image_map()
     mask = s.mask()
     y0, x0, y1, x1 = s.crop_rect_yx()
+    gw = r.grid[1]
     return Panel(photo=r.rgb, values=values, scale=scale if values is not None else None, opacity=o.opacity,
                  marker=s.patch_rect(o.query) if s.shows_query() else None, mask=mask,
                  mask_rect=(x0, y0, x1 - x0, y1 - y0) if mask is not None else None, mask_style=o.mask_style,
-                 badge=badge)
+                 badge=badge, outlined=tuple(s.patch_rect(i * gw + j) for i, j in s.artefact_patches()))
 
 
 def _caption(s: "Session", extra: str = "") -> str:
@@ -953,7 +983,11 @@ def view_figure(session: "Session", *, badge: str | None = None) -> FigureSpec |
     if r is None or session.current_map() is None:
         return None
     scale = session.levels()
-    caption = _caption(session, f"colour: {session.scale_text()}")
+    words = session.scale_text()
+    if session.artefact_patches():  # outlined as in the window
+        words = words.replace("artefact tokens excluded", "artefact tokens (dashed) excluded") \
+            if "artefact tokens excluded" in words else words + ", artefact tokens dashed"
+    caption = _caption(session, f"colour: {words}")
     return FigureSpec(panels=(_view_panel(session, scale, badge),), ncols=1,
                       title=session.title() if o.caption else None, caption=caption if o.caption else None,
                       colorbar=o.colorbar, colorbar_label=session.quantity_text(), scale=scale)
