@@ -30,6 +30,7 @@ from vitviz.model.checkpoints.common import (
     want_size,
     want_str,
 )
+from vitviz.model.spec import family_preprocess
 from vitviz.model.vit import ViTConfig
 from vitviz.preprocess import INCEPTION_MEAN, INCEPTION_STD, Preprocess
 
@@ -74,22 +75,34 @@ def _rules(p: str) -> list[tuple[str, str]]:
     ]
 
 
-def convert(raw: RawCheckpoint) -> Converted:
-    """Rename to our keys, fuse query/key/value into ``qkv``, and read ``config.json`` (heads, eps, labels)."""
-    p = re.escape(key_prefix(list(raw.tensors)) or "")
-    qkv_pats = [re.compile(p + r"encoder\.layer\.(\d+)\.attention\.attention\.(query|key|value)\.(weight|bias)"),
-                re.compile(p + r"layers\.(\d+)\.attention\.(q|k|v)_proj\.(weight|bias)")]
-    ignore = [p + r"embeddings\.mask_token", p + r"pooler\.dense\.(weight|bias)"]
+QKV = re.compile(r"(?P<block>\d+)\.(?:attention\.attention\.|attention\.|self_attn\.)"
+                 r"(?P<which>query|key|value|q_proj|k_proj|v_proj)\.(?P<kind>weight|bias)")
+
+
+def fuse_qkv(raw: RawCheckpoint, block_prefix: str, rules: Sequence[tuple[str, str]], ignore: Sequence[str] = (),
+             *, zero_k_bias: bool = False) -> Converted:
+    """Rename with ``rules`` and fuse each block's separate query / key / value projections into ``qkv``.
+
+    Args:
+        raw: the checkpoint.
+        block_prefix: regex of what precedes the block index (``"vit\\.encoder\\.layer\\."``).
+        rules, ignore: as :func:`rename`.
+        zero_k_bias: BEiT: the key projection has no bias; ``qkv.bias`` gets zeros for its key part.
+    """
+    pat = re.compile(block_prefix + QKV.pattern)
     rest, parts = {}, {}
     for k, v in raw.tensors.items():
-        m = next((pat.fullmatch(k) for pat in qkv_pats if pat.fullmatch(k)), None)
+        m = pat.fullmatch(k)
         if m:
-            parts[(int(m.group(1)), m.group(3), m.group(2)[0])] = (k, v)  # (block, weight|bias, q|k|v)
+            parts[(int(m.group("block")), m.group("kind"), m.group("which")[0])] = (k, v)  # (block, kind, q|k|v)
         else:
             rest[k] = v
-    c = rename(rest, _rules(p), ignore)
+    c = rename(rest, rules, ignore)
     for i, kind in sorted({(i, kind) for (i, kind, _) in parts}):  # kind: "weight" / "bias"
         trio = [parts.get((i, kind, w)) for w in "qkv"]
+        if zero_k_bias and kind == "bias" and trio[1] is None and trio[0] is not None and trio[2] is not None:
+            trio[1] = (trio[0][0].replace("query", "key").replace("q_proj", "k_proj") + " (none: zeros)",
+                       torch.zeros_like(trio[0][1]))
         if any(t is None for t in trio):
             have = [t[0] for t in trio if t is not None]
             raise err(raw.origin, f"missing keys: block {i} has only {names(have)} of query/key/value {kind}")
@@ -101,6 +114,18 @@ def convert(raw: RawCheckpoint) -> Converted:
             raise err(raw.origin, f"shape mismatch: query/key/value {kind} of block {i} have shapes {shapes}") \
                 from None
         c.source_names[name] = trio[0][0].replace("query", "query/key/value").replace("q_proj", "q/k/v_proj")
+    return c
+
+
+def convert(raw: RawCheckpoint) -> Converted:
+    """Rename to our keys, fuse query/key/value into ``qkv``, and read ``config.json`` (heads, eps, labels).
+    The position embedding is resampled as transformers' ``ViTEmbeddings.interpolate_pos_encoding`` does (bicubic,
+    no antialiasing), for DINO's HF checkpoints too."""
+    prefix = key_prefix(list(raw.tensors)) or ""
+    p = re.escape(prefix)
+    ignore = [p + r"embeddings\.mask_token", p + r"pooler\.dense\.(weight|bias)"]
+    c = fuse_qkv(raw, p + r"(?:encoder\.layer|layers)\.", _rules(p), ignore)
+    c.config["options"] = {"pos_embed_interp": "bicubic"}
     if raw.hf_config:
         _read_config(raw.hf_config, os.path.join(raw.origin, "config.json"), c)
     else:
@@ -110,15 +135,39 @@ def convert(raw: RawCheckpoint) -> Converted:
     return c
 
 
-def _read_config(cfg: Mapping[str, Any], where: str, c: Converted) -> None:
-    cfg = {k: v for k, v in cfg.items() if v is not None}  # null: not set
+def hf_activation(where: str, cfg: Mapping[str, Any]) -> str:
+    """``hidden_act`` of a transformers config as a ViT ``act_layer``."""
     act = want_str(where, "hidden_act", cfg.get("hidden_act", "gelu"))
-    if act != "gelu":
-        raise err(where, f"unsupported activation hidden_act={act!r} in config.json (vitviz uses exact GELU)")
+    mapped = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
+              "gelu_fast": "gelu_tanh"}.get(act)
+    if mapped is None:
+        raise err(where, f"unsupported activation hidden_act={act!r} in config.json (supported: gelu, quick_gelu, "
+                         "gelu_pytorch_tanh)")
+    return mapped
+
+
+def read_common(cfg: Mapping[str, Any], where: str, c: Converted, default_eps: float) -> dict[str, Any]:
+    """The settings every transformers vision config shares: ``hidden_act``, ``num_attention_heads``,
+    ``layer_norm_eps``, ``image_size`` (checked); returns the config with nulls dropped."""
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    c.config.setdefault("options", {})["act_layer"] = hf_activation(where, cfg)
     if "num_attention_heads" in cfg:
         c.config["num_heads"] = want_int(where, "num_attention_heads", cfg["num_attention_heads"])
-    c.config["layer_norm_eps"] = want_number(where, "layer_norm_eps", cfg.get("layer_norm_eps", 1e-12), positive=True)
+    c.config["layer_norm_eps"] = want_number(where, "layer_norm_eps", cfg.get("layer_norm_eps", default_eps),
+                                             positive=True)
+    if "image_size" in cfg:
+        want_size(where, "image_size", cfg["image_size"])
+    return cfg
+
+
+def _read_config(cfg: Mapping[str, Any], where: str, c: Converted) -> None:
+    cfg = read_common(cfg, where, c, 1e-12)  # null: not set
     _check_sizes(cfg, where, c)
+    read_labels(cfg, where, c)
+
+
+def read_labels(cfg: Mapping[str, Any], where: str, c: Converted) -> None:
+    """Class names from ``id2label`` (ignoring transformers' placeholder ``LABEL_<i>`` names)."""
     id2label = cfg.get("id2label")
     if id2label is None:
         return
@@ -209,10 +258,13 @@ def preprocessor_settings(raw: RawCheckpoint) -> dict[str, Any]:
     return out
 
 
-def default_preprocess(cfg: ViTConfig, raw: RawCheckpoint) -> Preprocess:
-    """``preprocessor_config.json`` if present, else resize to the input size, bilinear, mean = std = 0.5."""
+def default_preprocess(cfg: ViTConfig, raw: RawCheckpoint, family: str | None = None) -> Preprocess:
+    """``preprocessor_config.json`` if present, else the ``family``'s documented default
+    (:data:`vitviz.model.spec.FAMILY_PREPROCESS`), else resize to the input size, bilinear, mean = std = 0.5."""
     size = cfg.img_size
     if not raw.hf_preprocessor:
+        if family is not None:
+            return family_preprocess(family, size)
         return Preprocess(resize=size, crop=size, interpolation="bilinear", mean=INCEPTION_MEAN, std=INCEPTION_STD)
     pp = preprocessor_settings(raw)
     rs = pp.get("size", size) if pp.get("do_resize", True) else size

@@ -11,15 +11,36 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Literal
 
-from vitviz.model.checkpoints import hf, native, npz, timm, torchvision
+from vitviz.model.checkpoints import (
+    beit,
+    dinov2,
+    hf,
+    hf_beit,
+    hf_clip,
+    hf_dinov2,
+    hf_siglip,
+    native,
+    npz,
+    open_clip,
+    timm,
+    torchvision,
+)
 from vitviz.model.checkpoints.common import RawCheckpoint, err, names
 
-Format = Literal["native", "timm", "torchvision", "hf", "npz"]
+Format = Literal["native", "timm-beit", "dinov2", "timm", "torchvision", "hf-dinov2", "hf-beit", "hf-clip",
+                 "hf-siglip", "open_clip", "hf", "npz"]
 
 FORMATS: tuple[ModuleType, ...] = (
     native,       # safetensors metadata "vitviz_spec": must come first (its keys are timm's)
+    beit,         # timm's BEiT (before timm: the same patch_embed / blocks names)
+    dinov2,       # DINOv2's own files (before timm: timm's names plus mask_token)
     timm,
     torchvision,
+    hf_dinov2,    # the Hugging Face families before the plain HF ViT (same patch embedding name)
+    hf_beit,
+    hf_clip,
+    hf_siglip,
+    open_clip,
     hf,
     npz,
 )

@@ -1,0 +1,89 @@
+"""Hugging Face CLIP image towers: ``CLIPVisionModel``, ``CLIPVisionModelWithProjection`` and the vision half of a
+full ``CLIPModel`` (``openai/clip-vit-*``, LAION's HF exports); the text tower's keys are ignored. No Qt.
+
+``class_embedding`` -> [CLS], ``pre_layrnorm`` -> ``norm_pre``, the patch projection has no bias, ``post_layernorm``
+-> ``norm``, ``visual_projection`` -> a bias-free head (the model then returns CLIP's image embedding; without it, the
+pooled [CLS] features). ``hidden_act`` (``quick_gelu`` for OpenAI's weights) and ``layer_norm_eps`` come from
+``config.json`` (a ``CLIPConfig``'s ``vision_config`` too); without a config: QuickGELU and eps 1e-5, as OpenAI's.
+Position embeddings at other sizes: bicubic without antialiasing (transformers' ``interpolate_pos_encoding``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from vitviz.model.checkpoints import hf
+from vitviz.model.checkpoints.common import Converted, RawCheckpoint, want_object
+from vitviz.model.vit import ViTConfig
+from vitviz.preprocess import Preprocess
+
+NAME = "hf-clip"
+DESCRIPTION = "Hugging Face CLIP ([vision_model.]embeddings.class_embedding)"
+
+PREFIXES = ("vision_model.", "")
+TEXT = [r"text_model\..*", r"text_projection\.weight", r"logit_scale", r"(?:vision_model\.)?embeddings\.position_ids"]
+
+
+def key_prefix(keys) -> str | None:
+    keys = set(keys)
+    for p in PREFIXES:
+        if f"{p}embeddings.class_embedding" in keys and f"{p}embeddings.patch_embedding.weight" in keys:
+            return p
+    return None
+
+
+def detect(raw: RawCheckpoint) -> bool:
+    """``[vision_model.]embeddings.class_embedding`` and ``embeddings.patch_embedding.weight``."""
+    return key_prefix(raw.tensors) is not None
+
+
+def encoder_rules(p: str) -> list[tuple[str, str]]:
+    """CLIP / SigLIP encoder layers (``encoder.layers.N.{layer_norm1,self_attn.out_proj,layer_norm2,mlp}``)."""
+    L = p + r"encoder\.layers\.(\d+)\."
+    return [
+        (L + r"layer_norm(1|2)\.(weight|bias)", r"blocks.\1.norm\2.\3"),
+        (L + r"self_attn\.(?:out_proj|o_proj)\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
+        (L + r"mlp\.fc(1|2)\.(weight|bias)", r"blocks.\1.mlp.fc\2.\3"),
+        (p + r"post_layernorm\.(weight|bias)", r"norm.\1"),
+    ]
+
+
+def vision_config(cfg: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """The vision part of a ``CLIPConfig`` / ``SiglipConfig`` (``vision_config``), or the config itself."""
+    if "vision_config" in cfg and cfg["vision_config"] is not None:
+        return want_object(where, "vision_config", cfg["vision_config"])
+    return cfg
+
+
+def convert(raw: RawCheckpoint) -> Converted:
+    p = re.escape(key_prefix(raw.tensors) or "")
+    rules = [
+        (p + r"embeddings\.class_embedding", "cls_token"),
+        (p + r"embeddings\.patch_embedding\.weight", "patch_embed.proj.weight"),
+        (p + r"embeddings\.position_embedding\.weight", "pos_embed"),
+        (p + r"pre_layrnorm\.(weight|bias)", r"norm_pre.\1"),
+        *encoder_rules(p),
+        (r"visual_projection\.weight", "head.weight"),
+    ]
+    c = hf.fuse_qkv(raw, p + r"encoder\.layers\.", rules, TEXT)
+    c.state["cls_token"] = c.state["cls_token"].reshape(1, 1, -1) if "cls_token" in c.state else None
+    if c.state["cls_token"] is None:
+        del c.state["cls_token"]
+    if "pos_embed" in c.state and c.state["pos_embed"].ndim == 2:
+        c.state["pos_embed"] = c.state["pos_embed"][None]
+    c.config["options"] = {"pos_embed_interp": "bicubic", "act_layer": "quick_gelu"}
+    c.config["layer_norm_eps"] = 1e-5
+    if raw.hf_config:
+        where = os.path.join(raw.origin, "config.json")
+        hf.read_common(vision_config(raw.hf_config, where), where, c, 1e-5)
+    if raw.hf_preprocessor:
+        hf.preprocessor_settings(raw)
+    return c
+
+
+def default_preprocess(cfg: ViTConfig, raw: RawCheckpoint) -> Preprocess:
+    """``preprocessor_config.json`` if present, else CLIP's: OpenAI mean/std, bicubic, crop 1.0."""
+    return hf.default_preprocess(cfg, raw, "clip")
