@@ -318,7 +318,7 @@ def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) 
             raise err(origin, f"shape mismatch: position embedding {conv.source_names.get('pos_embed')!r} has shape "
                               f"{tuple(pe.shape)}, expected [1, tokens, {embed_dim}]")
         n_pos = int(pe.shape[1])
-        side = square_side(n_pos - prefix) if n_pos > prefix else None
+        side = square_side(n_pos - prefix) if n_pos > prefix and not options.get("no_embed_class") else None
         if side is None and prefix and square_side(n_pos):
             side, no_embed_class = square_side(n_pos), True
         if side is None:

@@ -37,7 +37,7 @@ def convert(raw: RawCheckpoint) -> Converted:
     if registers and "pos_embed" in c.state and "cls_token" in c.state:
         c.state["cls_token"] = c.state["cls_token"] + c.state["pos_embed"][:, :1]
         c.state["pos_embed"] = c.state["pos_embed"][:, 1:]
-    c.config["options"] = {"pos_embed_interp": "timm" if registers else "dino"}
+    c.config["options"] = {"pos_embed_interp": "timm" if registers else "dino", "no_embed_class": registers}
     return c
 
 

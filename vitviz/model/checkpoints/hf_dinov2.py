@@ -77,7 +77,8 @@ def convert(raw: RawCheckpoint) -> Converted:
         pe = c.state["pos_embed"]
         c.state["cls_token"] = c.state["cls_token"] + pe[:, :1]
         c.state["pos_embed"] = pe[:, 1:]
-    c.config["options"] = {"pos_embed_interp": "timm" if registers else "bicubic", "act_layer": "gelu"}
+    c.config["options"] = {"pos_embed_interp": "timm" if registers else "bicubic", "act_layer": "gelu",
+                           "no_embed_class": registers}
     c.config["layer_norm_eps"] = 1e-6
     if raw.hf_config:
         where = os.path.join(raw.origin, "config.json")
