@@ -8,6 +8,11 @@ Usage::
     vitviz models                                                   named pretrained weights and their cache state
     vitviz evaluate CHECKPOINT IMAGE|FOLDER|GLOB ... [--views V ...] [--steps N] [--baseline mean|blur|noise]
                     [--csv FILE [--overwrite]]                      faithfulness: deletion / insertion AUC per view
+    vitviz export --model M INPUT ... --out DIR [--views V,V] [--layers L,L] [--heads H,H]
+                  [--target top|INDEX|NAME] [--format png|npy|both] [--batch-size N] [--precision auto|fp32|bf16]
+                  [--shard K/N] [--overwrite] [--quiet]     the maps of many images, resumable (vitviz.export)
+    vitviz stats --model M INPUT ... --out DIR       attention distance / entropy per layer and head and artefact
+                                                    frequency over the images: CSV + figure (vitviz.stats)
     vitviz --version
     any of these with --debug                                       tracebacks of errors, for bug reports
 
@@ -27,7 +32,7 @@ from pathlib import Path
 
 from vitviz import __version__
 
-SUBCOMMANDS = ("info", "predict", "models", "evaluate")
+SUBCOMMANDS = ("info", "predict", "models", "evaluate", "export", "stats")
 # vitviz.evaluate.DEFAULT_VIEWS, written out so that building the parser does not import torch
 EVALUATE_VIEWS = ("cls_last", "rollout", "grad_rollout", "relevance")
 
@@ -111,6 +116,25 @@ def _sub_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="cpu")
     _add_load_options(ev)
     _add_debug(ev)
+    from vitviz import export, stats  # their flags live with them (no torch import)
+
+    exp = sub.add_parser(
+        "export", help="the window's maps (PNG and/or npy) for many images, with a manifest; resumable, sharded",
+        description="For every image: the requested views' maps, as the window exports them (PNG) and/or raw at "
+                    "patch resolution (npy), and one line of manifest.jsonl (predictions, target, files, timings, "
+                    "errors). A rerun skips the images already done; --shard K/N splits the work for a job array. "
+                    "Exit status: 0, 2 (could not run), 64 + n (n images failed), 130 (interrupted).")
+    export.add_arguments(exp)
+    _add_load_options(exp)
+    _add_debug(exp)
+    st = sub.add_parser(
+        "stats", help="attention statistics over images: distance and entropy per layer and head, artefact tokens",
+        description="Mean attention distance and entropy per layer and head (mean and standard deviation over the "
+                    "images; the ViT paper's Fig. 7 right) and how often each patch position holds a high-norm "
+                    "token; writes CSV files and a figure (PNG, SVG).")
+    stats.add_arguments(st)
+    _add_load_options(st)
+    _add_debug(st)
     return p
 
 
@@ -241,40 +265,24 @@ def _cmd_models(args: argparse.Namespace, report: _Reporter) -> int:
 
 
 def _expand_images(items: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
-    """Image paths from files, folders (recursively: files with an image suffix, hidden ones skipped) and glob
-    patterns, in order, each once; and ``(item, problem)`` for a folder without images or a pattern that matches
-    nothing. A name that is neither is kept: reading it reports the problem."""
-    import glob
-    import os
+    """Image paths from files, folders (recursively), glob patterns and lists of paths, in order, each once; and
+    ``(item, problem)`` for what holds no image (:func:`vitviz.batch.expand_inputs`)."""
+    from vitviz.batch import expand_inputs
 
-    from vitviz.imaging import IMAGE_SUFFIXES
+    images, problems = expand_inputs(items)
+    return [im.path for im in images], problems
 
-    def folder_images(d: Path) -> list[str]:
-        found = []
-        for root, dirs, files in os.walk(d, followlinks=False):
-            dirs[:] = sorted(x for x in dirs if not x.startswith("."))
-            found += [str(Path(root) / f) for f in sorted(files)
-                      if not f.startswith(".") and Path(f).suffix.lower() in IMAGE_SUFFIXES]
-        return found
 
-    out: list[str] = []
-    problems: list[tuple[str, str]] = []
-    for item in items:
-        p = Path(item).expanduser()
-        if p.is_dir():
-            found = folder_images(p)
-            if not found:
-                problems.append((item, f"folder {item} holds no image files ({', '.join(IMAGE_SUFFIXES)})"))
-        elif p.exists() or p.is_symlink() or not any(c in item for c in "*?["):
-            found = [item]
-        else:
-            found = []
-            for m in sorted(glob.glob(str(p), recursive=True)):
-                found += folder_images(Path(m)) if Path(m).is_dir() else [m]
-            if not found:
-                problems.append((item, f"no files match {item}"))
-        out += [f for f in found if f not in out]
-    return out, problems
+def _cmd_export(args: argparse.Namespace, report: _Reporter) -> int:
+    from vitviz import export
+
+    return export.run_cli(args, report, _load)
+
+
+def _cmd_stats(args: argparse.Namespace, report: _Reporter) -> int:
+    from vitviz import stats
+
+    return stats.run_cli(args, report, _load)
 
 
 def _cmd_evaluate(args: argparse.Namespace, report: _Reporter) -> int:
@@ -363,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         args = _sub_parser().parse_args(argv)
         handler = {"info": _cmd_info, "predict": _cmd_predict, "models": _cmd_models,
-                   "evaluate": _cmd_evaluate}[args.command]
+                   "evaluate": _cmd_evaluate, "export": _cmd_export, "stats": _cmd_stats}[args.command]
         report = _Reporter(args.command, debug)
         try:
             return handler(args, report)
