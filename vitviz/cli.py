@@ -5,7 +5,8 @@ Usage::
     vitviz [IMAGE ...] [--model PATH_OR_NAME] [--device DEVICE]   open the GUI
     vitviz info CHECKPOINT [CHECKPOINT ...] [--num-heads N] [--preprocess imagenet|inception]
     vitviz predict CHECKPOINT IMAGE [IMAGE ...] [--top K] [--preprocess ...]
-    vitviz models                                                   named pretrained weights and their cache state
+    vitviz models                                                   named models (curated Hub list, torchvision)
+                                                                    and whether they are cached
     vitviz evaluate CHECKPOINT IMAGE|FOLDER|GLOB ... [--views V ...] [--steps N] [--baseline mean|blur|noise]
                     [--csv FILE [--overwrite]]                      faithfulness: deletion / insertion AUC per view
     vitviz export --model M INPUT ... --out DIR [--views V,V] [--layers L,L] [--heads H,H]
@@ -55,7 +56,9 @@ def _gui_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"vitviz {__version__}")
     p.add_argument("images", nargs="*", metavar="IMAGE", help="image files to open")
     p.add_argument("--model", "-m", metavar="PATH_OR_NAME",
-                   help="checkpoint file/directory, or a pretrained name such as vit_b_16")
+                   help="checkpoint file/directory, or a model name: a curated one such as dino-s8 ('vitviz "
+                        "models'), a timm name (timm/vit_small_patch14_reg4_dinov2.lvd142m, hf-hub:...), a Hugging "
+                        "Face id (facebook/dinov2-small) or a torchvision name (vit_b_16); downloaded once")
     p.add_argument("--device", metavar="DEVICE", help="torch device, e.g. cpu or cuda")
     _add_debug(p)
     return p
@@ -89,7 +92,8 @@ def _sub_parser() -> argparse.ArgumentParser:
     pred.add_argument("--device", default="cpu")
     _add_load_options(pred)
     _add_debug(pred)
-    models = sub.add_parser("models", help="list named pretrained weights and whether they are cached")
+    models = sub.add_parser("models", help="list the named models (curated Hugging Face Hub models, torchvision's "
+                                           "weights), their download size and whether they are cached")
     _add_debug(models)
     ev = sub.add_parser(
         "evaluate", help="faithfulness of the maps: deletion and insertion AUC per view against random rankings",
@@ -191,6 +195,14 @@ def _describe(args: argparse.Namespace, name: str) -> str:
             f"classes:       {len(labels) if labels else 'unknown'}",
             f"parameters:    {info.num_params:,} ({info.num_params / 1e6:.1f} M)",
         ])
+    hub = _hub_listing_row(name) if not Path(name).exists() else None
+    if hub is not None and not hub[3]:  # a curated Hub model not downloaded yet: described without downloading
+        key, m, folder, _ = hub
+        return "\n".join([
+            f"name:          {key} ({m.title}), not downloaded yet",
+            f"description:   {m.what}",
+            f"download:      https://huggingface.co/{m.repo} ({m.size_mb:.1f} MB) -> {folder}",
+        ])
     model = _load(args, name)
     n = model.num_params()
     return f"{model.spec.describe()}\nparameters:    {n:,} ({n / 1e6:.1f} M)"
@@ -254,13 +266,40 @@ def _pretrained_listing() -> list[tuple[str, float, str, Path]]:
     return [(n, row[3], catalog.description(n), catalog.cache_file(n)) for n, row in catalog.TORCHVISION_VITS.items()]
 
 
+def _hub_listing_row(name: str):
+    """``(key, HubModel, cache folder, cached)`` when ``name`` is a curated Hub model (key or repository), else None
+    (no torch or huggingface_hub import)."""
+    from vitviz import catalog
+
+    repo = name[len("hf-hub:"):] if name.startswith("hf-hub:") else name
+    m = catalog.HUB_BY_KEY.get(name) or catalog.HUB_BY_REPO.get(repo)
+    if m is None:
+        return None
+    return m.key, m, catalog.hub_repo_folder(m.repo), catalog.hub_is_cached(m.repo)
+
+
 def _cmd_models(args: argparse.Namespace, report: _Reporter) -> int:
+    """The curated Hugging Face Hub models by group, then torchvision's weights: size, cache state, description."""
+    from vitviz import catalog
+
+    offline = " (offline mode: HF_HUB_OFFLINE is set)" if catalog.hf_offline() else ""
+    print(f"Hugging Face Hub models, downloaded once into {catalog.hf_cache_dir()}{offline}:")
+    width = max(len(m.key) for m in catalog.HUB_MODELS)
+    for group, heading in catalog.HUB_GROUPS.items():
+        print(f"  {heading}")
+        for m in (m for m in catalog.HUB_MODELS if m.group == group):
+            state = "cached" if catalog.hub_is_cached(m.repo) else "not cached"
+            print(f"    {m.key:<{width}s} {m.size_mb:7.1f} MB  {state:<10s}  {m.title}: {m.what}")
+            print(f"    {'':<{width}s} {m.repo}")
+    print("  Any other timm or Hugging Face id opens too: 'vitviz --model timm/MODEL.TAG', 'vitviz --model "
+          "facebook/dinov2-small'.")
     rows = _pretrained_listing()
+    print("\ntorchvision ImageNet weights:")
     width = max(len(n) for n, *_ in rows)
     for name, size_mb, description, path in rows:
         state = "cached" if path.is_file() else "not cached"
-        print(f"{name:<{width}s} {size_mb:8.1f} MB  {state:<10s}  {description}")
-        print(f"{'':<{width}s} {path}")
+        print(f"    {name:<{width}s} {size_mb:7.1f} MB  {state:<10s}  {description}")
+        print(f"    {'':<{width}s} {path}")
     return 0
 
 

@@ -4,10 +4,13 @@ No Qt here. A *model reference* is a string, stored as such in the window's sett
 
 - ``"demo"``: the bundled shapes model;
 - ``"file:PATH"``: a checkpoint file or folder (:func:`vitviz.model.load_checkpoint`);
-- ``"pretrained:NAME"``: named weights downloaded once (:data:`vitviz.model.pretrained.PRETRAINED`);
+- ``"pretrained:NAME"``: torchvision's weights, downloaded once (:data:`vitviz.model.pretrained.PRETRAINED`);
+- ``"hub:OWNER/NAME"``: a Hugging Face Hub repository (timm or Transformers), downloaded once into the Hub's cache
+  (:mod:`vitviz.model.hub`; curated keys such as ``dino-s8``, ``timm/...``, ``hf-hub:...`` and ids such as
+  ``facebook/dinov2-small`` all become this);
 - ``"random:NAME"``: a registered architecture with random weights (:func:`vitviz.model.list_models`).
 
-:func:`parse_model_ref` turns free text into a reference (an existing path wins over a name);
+:func:`parse_model_ref` turns free text into a reference (an existing path wins over a name; no network);
 :func:`open_model` builds the model it names.
 """
 
@@ -18,14 +21,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-PREFIXES = ("file:", "pretrained:", "random:")
+PREFIXES = ("file:", "pretrained:", "hub:", "random:")
 
 
 def parse_model_ref(text: str | os.PathLike[str]) -> str:
-    """``"demo"``, ``"file:/abs/path"``, ``"pretrained:NAME"`` or ``"random:NAME"`` for what the user typed.
+    """``"demo"``, ``"file:/abs/path"``, ``"pretrained:NAME"``, ``"hub:OWNER/NAME"`` or ``"random:NAME"`` for what
+    the user typed. In order: a reference as such, ``demo``, an existing path, a torchvision name, a curated Hub key,
+    an architecture name (random weights), a Hub id (``timm/...``, ``hf-hub:...``, ``owner/name``).
 
     Raises:
-        CheckpointError: neither an existing path nor a known name (the message lists the names).
+        CheckpointError: none of these (the message lists the names and the forms).
     """
     from vitviz.model.checkpoints import CheckpointError
     from vitviz.model.pretrained import PRETRAINED
@@ -40,6 +45,13 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
             raise CheckpointError(f"{text}: unknown {'pretrained weights' if kind == 'pretrained' else 'architecture'}"
                                   f" {name!r}; known: {', '.join(known)}")
         return text
+    if text.startswith("hub:"):  # the repository id must at least be one
+        from vitviz.model.hub import hub_repo
+
+        repo = hub_repo(text[4:])
+        if repo is None or repo != text[4:]:
+            raise CheckpointError(f"{text}: not a Hugging Face Hub repository id (expected hub:OWNER/NAME)")
+        return text
     if text == "demo" or text.startswith(PREFIXES):
         return text
     path = Path(text).expanduser()
@@ -49,17 +61,31 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
         return f"pretrained:{text}"
     from vitviz.model.variants import list_models
 
+    from vitviz import catalog
+    from vitviz.model.hub import hub_repo
+
+    if text in catalog.HUB_BY_KEY:
+        return catalog.HUB_BY_KEY[text].ref
     if text in list_models():
         return f"random:{text}"
-    raise CheckpointError(f"{text}: no such file or directory, and not a pretrained name ({', '.join(PRETRAINED)}), "
-                          f"'demo' (the bundled model) or an architecture for random weights "
-                          f"({', '.join(list_models())})")
+    repo = hub_repo(text)
+    if repo is not None:
+        return f"hub:{repo}"
+    raise CheckpointError(f"{text}: no such file or directory, and not a model name: 'demo' (the bundled model), "
+                          f"a curated model ({', '.join(catalog.HUB_BY_KEY)}), a torchvision name "
+                          f"({', '.join(PRETRAINED)}), a Hugging Face Hub id (timm/MODEL.TAG, hf-hub:OWNER/NAME or "
+                          f"OWNER/NAME, e.g. facebook/dinov2-small) or an architecture for random weights "
+                          f"({', '.join(list_models())}); 'vitviz models' lists the named ones")
 
 
 def describe_ref(ref: str) -> str:
     """A short name of a reference for status text and error titles."""
     if ref == "demo":
         return "bundled demo model"
+    if ref.startswith("hub:"):
+        from vitviz.catalog import hub_title
+
+        return hub_title(ref[4:])
     return ref.split(":", 1)[1] if ":" in ref else ref
 
 
@@ -93,7 +119,11 @@ def open_model(ref: str, *, progress: Any = None, show_bar: bool = True, **load_
     if kind == "pretrained":
         hub = importlib.import_module("vitviz.model.pretrained")  # (vitviz.model.pretrained is also a function)
         return hub.pretrained(value, progress=progress, show_bar=show_bar), None
+    if kind == "hub":
+        from vitviz.model.hub import load_hub
+        return load_hub(value, progress=progress, show_bar=show_bar), None
     if kind == "random":
         from vitviz.model.variants import create_model
         return create_model(value), "Randomly initialised weights: the maps show no learned structure."
-    raise ValueError(f"unknown model reference {ref!r}: expected demo, file:PATH, pretrained:NAME or random:NAME")
+    raise ValueError(f"unknown model reference {ref!r}: expected demo, file:PATH, pretrained:NAME, hub:OWNER/NAME or "
+                     "random:NAME")
