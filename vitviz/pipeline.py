@@ -149,6 +149,16 @@ class InferenceResult:
         return self.capture.attention_grads
 
     @property
+    def pool_attention(self) -> torch.Tensor | None:
+        """``[H, N]``: the attention-pooling head's row over the tokens (SigLIP), the "[CLS] row" of a model
+        without a class token; None for other models."""
+        return getattr(self.capture, "pool_attention", None)
+
+    @property
+    def pool_attention_grad(self) -> torch.Tensor | None:
+        return getattr(self.capture, "pool_attention_grad", None)
+
+    @property
     def logits(self) -> torch.Tensor:
         return self.capture.logits
 

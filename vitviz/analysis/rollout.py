@@ -176,6 +176,32 @@ def _cls_row_of_product(T: torch.Tensor, last_row: torch.Tensor, *, residual: bo
     return v[:, 0]
 
 
+def _pool_row_of_product(T: torch.Tensor, row: torch.Tensor, *, residual: bool) -> torch.Tensor:
+    """``row T_{L-1} ... T_s`` (``residual=False``) or ``row (I + T_{L-1}) ... (I + T_s)``, float64 ``[B, N]``.
+
+    ``row [B, N]``: the (fused) attention of a pooling head's query over the last layer's output tokens (SigLIP's
+    "MAP" head). The query is not one of the tokens, so no identity is added for it: the pooled output reads the
+    tokens only through this row, which takes the place of the [CLS] row of the last layer.
+    """
+    v = row.to(torch.float64, copy=True)[:, None]
+    for l in range(T.shape[1] - 1, -1, -1):
+        step = torch.bmm(v, T[:, l].double())
+        v = v + step if residual else step
+    return v[:, 0]
+
+
+def check_query_row(a: torch.Tensor, query_row: Any, batched: bool, what: str = "query_row") -> torch.Tensor:
+    """``query_row`` ``[H, N]`` (or ``[B, H, N]``) as float ``[B, H, N]`` matching ``a [B, L, H, N, N]``."""
+    r = as_float(query_row, what)
+    if not batched and r.ndim == 2:
+        r = r[None]
+    B, L, H, N, _ = a.shape
+    if tuple(r.shape) != (B, H, N):
+        raise ValueError(f"{what} must have shape {(H, N) if not batched else (B, H, N)} (heads x tokens of the "
+                         f"attention), got {tuple(r.shape)}")
+    return r.to(a.dtype)
+
+
 def _cls_row(A: torch.Tensor, last: torch.Tensor, num_prefix_tokens: int, discard_ratio: float, *,
              residual: bool = False) -> torch.Tensor:
     """Row 0 of the rollout (``residual=False``) or relevance (``residual=True``) product from fused layers.
@@ -199,6 +225,7 @@ def attention_rollout(
     head_fusion: HeadFusion = "mean",
     discard_ratio: float = 0.0,
     start_layer: int = 0,
+    query_row: Any = None,
 ) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers").
 
@@ -213,17 +240,28 @@ def attention_rollout(
         head_fusion: ``"mean" | "max" | "min"``.
         discard_ratio: fraction of each row's patch keys zeroed, in [0, 1].
         start_layer: first layer in the product.
+        query_row: ``[H, N]`` (or ``[B, H, N]``) the attention of a pooling head over the last layer's tokens
+            (``Capture.pool_attention``) for a model that pools with one (SigLIP): the product then runs over every
+            layer from ``start_layer`` and starts from this row (heads fused, no identity: the pooling query is not
+            a token) instead of the [CLS] row; no [CLS] token is needed.
 
     Returns:
         ``[gh, gw]`` (or ``[B, gh, gw]``) float32 (float64 for float64 input).
     """
-    if num_prefix_tokens < 1:
-        raise ValueError("attention_rollout needs a [CLS] token (num_prefix_tokens >= 1)")
     a, batched = check_attn(as_float(attn, "attn"))
     B, L, H, N, _ = a.shape
+    if query_row is None and num_prefix_tokens < 1:
+        raise ValueError("attention_rollout needs a [CLS] token (num_prefix_tokens >= 1) or a pooling head's "
+                         "query_row")
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     s = check_layer(start_layer, L, "start_layer")
     check_choice(head_fusion, FUSIONS, "head_fusion")
+    if query_row is not None:
+        r = _fused(check_query_row(a, query_row, batched)[:, None, :, None].contiguous(), head_fusion)[:, 0, 0]
+        row = _pool_row_of_product(_transitions_from_fused(_fused(a[:, s:], head_fusion), num_prefix_tokens,
+                                                           discard_ratio), r, residual=False)
+        out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
+        return out if batched else out[0]
     A = _fused(a[:, s:-1], head_fusion)
     # only the [CLS] row of the last layer (made contiguous: the same GEMV over heads as the other layers)
     last = _fused(a[:, -1:, :, :1].contiguous(), head_fusion)[:, 0, 0]
@@ -274,6 +312,8 @@ def gradient_rollout(
     discard_ratio: float = 0.0,
     clamp: GradClamp = "after_mean",
     start_layer: int = 0,
+    query_row: Any = None,
+    query_grads: Any = None,
 ) -> torch.Tensor:
     """Gradient-weighted attention rollout (the class-specific rollout of Gildenblat's vit-explain, with Chefer et
     al. 2021's head averaging available).
@@ -288,18 +328,32 @@ def gradient_rollout(
         grads: same shape as ``attn`` (``Capture.attention_grads``).
         grid, num_prefix_tokens, discard_ratio, start_layer: as in :func:`attention_rollout`.
         clamp: ``"after_mean" | "before_mean"``.
+        query_row, query_grads: a pooling head's attention ``[H, N]`` and its gradient (``Capture.pool_attention``
+            and ``pool_attention_grads``): the product starts from their weighted row instead of the [CLS] row (see
+            :func:`attention_rollout`).
 
     Returns:
         ``[gh, gw]`` (or ``[B, gh, gw]``) float32 (float64 for float64 input).
     """
-    if num_prefix_tokens < 1:
-        raise ValueError("gradient_rollout needs a [CLS] token (num_prefix_tokens >= 1)")
     a, batched = check_attn(as_float(attn, "attn"))
+    if query_row is None and num_prefix_tokens < 1:
+        raise ValueError("gradient_rollout needs a [CLS] token (num_prefix_tokens >= 1) or a pooling head's "
+                         "query_row")
     g = check_grads(a, grads, batched)
     B, L, H, N, _ = a.shape
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     s = check_layer(start_layer, L, "start_layer")
     check_choice(clamp, CLAMPS, "clamp")
+    if query_row is not None:
+        if query_grads is None:
+            raise ValueError("gradient_rollout with a query_row needs its query_grads")
+        r = check_query_row(a, query_row, batched)[:, None, :, None]
+        rg = check_query_row(a, query_grads, batched, "query_grads")[:, None, :, None]
+        v = _grad_weighted(r.contiguous(), rg.contiguous(), clamp)[:, 0, 0]
+        T = _transitions_from_fused(_grad_weighted(a[:, s:], g[:, s:], clamp), num_prefix_tokens, discard_ratio)
+        row = _pool_row_of_product(T, v, residual=False)
+        out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
+        return out if batched else out[0]
     A = _grad_weighted(a[:, s:-1], g[:, s:-1], clamp)
     last = _grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], clamp)[:, 0, 0]  # only its [CLS] row is needed
     row = _cls_row(A, last, num_prefix_tokens, discard_ratio)

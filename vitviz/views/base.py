@@ -34,6 +34,28 @@ def patch_text(result: "InferenceResult", query: int) -> str:
     return f"patch ({row}, {col})"
 
 
+POOL_NOTE = "pooling head's query as the [CLS] row (no [CLS] token)"
+
+
+def pool_row(result: "InferenceResult") -> Any:
+    """The attention-pooling head's row ``[H, N]`` of a model without a [CLS] token (SigLIP's "MAP" head), which the
+    [CLS]-based views read in place of the [CLS] row; None for models with a [CLS] token or without such a head."""
+    if result.num_prefix_tokens > 0:
+        return None
+    return getattr(result, "pool_attention", None)
+
+
+def pool_kwargs(result: "InferenceResult", grads: bool = False) -> dict[str, Any]:
+    """``query_row`` (and ``query_grads``) for the analyses when the model pools with an attention head."""
+    row = pool_row(result)
+    if row is None:
+        return {}
+    kw = {"query_row": row}
+    if grads:
+        kw["query_grads"] = getattr(result, "pool_attention_grad", None)
+    return kw
+
+
 class View:
     """One thing the canvas can show. Subclasses set the class attributes and implement :meth:`compute`.
 
@@ -95,10 +117,11 @@ class View:
 
     def unavailable(self, result: "InferenceResult") -> str | None:
         """Why this view cannot be shown for ``result`` (None when it can)."""
-        if self.needs_cls and result.num_prefix_tokens == 0:
+        if self.needs_cls and result.num_prefix_tokens == 0 and pool_row(result) is None:
             return "the model has no [CLS] token"
         if self.needs_grads and result.attention_grads is None:
-            return "the model has no classifier, so there are no gradients"
+            return ("the model has no classifier, so there are no gradients (a feature model such as DINO, DINOv2 "
+                    "or a CLIP / SigLIP image tower has no class to explain; the attention views work)")
         return None
 
     def ignores_artefacts(self, options: "ViewOptions") -> bool:
@@ -122,6 +145,8 @@ class View:
             parts.append(f"start layer {options.start_layer}")
         elif self.needs_cls and self.uses_attention:
             parts.append("all layers")
+        if self.needs_cls and self.uses_attention and result is not None and pool_row(result) is not None:
+            parts.append(POOL_NOTE)
         if "head" in self.reads:
             parts.append(head_text(options.head))
         elif "head_fusion" in self.reads:

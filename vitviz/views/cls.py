@@ -1,9 +1,11 @@
-"""Attention from [CLS] (or, for a model without one, from the selected patch) at one layer and head."""
+"""Attention from [CLS] at one layer and head; for a model without one: the attention-pooling head's query (SigLIP's
+"MAP" head, which reads the last layer's output) where the model has one, else the selected patch."""
 
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import View, as_grid
+from vitviz.analysis._common import fuse_heads
+from vitviz.views.base import View, as_grid, pool_row
 
 
 class ClsAttention(View):
@@ -14,7 +16,10 @@ class ClsAttention(View):
 
     def compute(self, result, options):
         p, grid = result.num_prefix_tokens, result.grid
-        if p > 0:
+        row = pool_row(result)
+        if row is not None:  # the pooling head's attention [H, N] over the last layer's output (every layer alike)
+            m = fuse_heads(row[:, p:].float(), options.head, dim=0).reshape(grid)
+        elif p > 0:
             m = A.cls_attention(result.attentions, options.layer, options.head, grid=grid, num_prefix_tokens=p)
         else:  # no [CLS] token: fall back to the selected patch
             m = A.query_attention(result.attentions, options.layer, options.head, p + options.query, grid=grid,
@@ -23,6 +28,15 @@ class ClsAttention(View):
 
     def cache_key(self, options):
         return super().cache_key(options) + (options.query,)  # the fallback row of models without [CLS]
+
+    def caption_parts(self, result, options):
+        parts = super().caption_parts(result, options)
+        if result is not None and pool_row(result) is not None:
+            parts[parts.index(self.layer_text(options.layer))] = "pooling head (after the last layer)"
+            parts.append("no [CLS] token: the attention-pooling query's row")
+        elif result is not None and result.num_prefix_tokens == 0:
+            parts.append("no [CLS] token: from the selected patch")
+        return parts
 
 
 VIEW = ClsAttention()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import SweepView
+from vitviz.views.base import SweepView, pool_kwargs
 
 
 class GradientRollout(SweepView):
@@ -19,7 +19,8 @@ class GradientRollout(SweepView):
 
     def analysis(self, result, options):
         return A.gradient_rollout(result.attentions, result.attention_grads, grid=result.grid,
-                                  num_prefix_tokens=result.num_prefix_tokens, discard_ratio=options.discard_ratio)
+                                  num_prefix_tokens=result.num_prefix_tokens, discard_ratio=options.discard_ratio,
+                                  **pool_kwargs(result, grads=True))
 
 
 VIEW = GradientRollout()

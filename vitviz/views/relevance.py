@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import SweepView
+from vitviz.views.base import SweepView, pool_kwargs
 
 
 class Relevance(SweepView):
@@ -19,7 +19,8 @@ class Relevance(SweepView):
 
     def analysis(self, result, options):
         return A.relevance(result.attentions, result.attention_grads, grid=result.grid,
-                           num_prefix_tokens=result.num_prefix_tokens, start_layer=options.start_layer)
+                           num_prefix_tokens=result.num_prefix_tokens, start_layer=options.start_layer,
+                           **pool_kwargs(result, grads=True))
 
 
 VIEW = Relevance()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import SweepView
+from vitviz.views.base import SweepView, pool_kwargs
 
 
 class Rollout(SweepView):
@@ -17,7 +17,7 @@ class Rollout(SweepView):
     def analysis(self, result, options):
         return A.attention_rollout(result.attentions, grid=result.grid, num_prefix_tokens=result.num_prefix_tokens,
                                    head_fusion=options.head_fusion, discard_ratio=options.discard_ratio,
-                                   start_layer=options.start_layer)
+                                   start_layer=options.start_layer, **pool_kwargs(result))
 
 
 VIEW = Rollout()
