@@ -5,12 +5,14 @@ DINOv2's own ``.pth`` files (with and without registers)."""
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
 import torch
 
 from family_helpers import check_against_reference, randomise_, rel_err, timm_attentions
+from vitviz.capture import capture
 from vitviz.model import load_checkpoint
 from vitviz.preprocess import INCEPTION_MEAN
 
@@ -103,6 +105,20 @@ def test_open_clip_tower(tmp_path, quick_gelu):
     out, attn = timm_attentions(t, x)
     with torch.no_grad():
         assert rel_err(ours(x), out) <= 1e-4
+    cap = capture(ours, x)
+    for i, ra in enumerate(attn):
+        assert rel_err(cap.attentions[i], ra) <= 1e-4
+    # an open_clip hub folder: the activation and preprocessing from open_clip_config.json, whatever the name
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(folder / "open_clip_model.safetensors"))
+    (folder / "open_clip_config.json").write_text(json.dumps({
+        "model_cfg": {"quick_gelu": quick_gelu}, "preprocess_cfg": {"mean": [0.5, 0.4, 0.3], "std": [0.2] * 3}}))
+    hub = load_checkpoint(folder, num_heads=2)
+    assert hub.config.act_layer == ("quick_gelu" if quick_gelu else "gelu")
+    assert hub.spec.preprocess.mean == (0.5, 0.4, 0.3) and hub.spec.preprocess.crop == (32, 32)
 
 
 # ------------------------------------------------------------------------------------------------ DINOv2 .pth
@@ -139,3 +155,28 @@ def test_dinov2_original_pth(tmp_path, registers):
         assert rel_err(got, want.permute(0, 2, 3, 1).reshape(1, 20, 32)) <= 1e-6
         bic = resample_pos_embed(pe, (5, 4), (3, 3), 1, "bicubic")[:, 1:]
         assert rel_err(bic, got) > 1e-3  # the offset is not a detail
+
+
+# ------------------------------------------------------------------------------------------------ refused
+def test_swin_is_refused_with_what_is_supported(tmp_path):
+    from safetensors.torch import save_file
+
+    from vitviz.model import CheckpointError
+
+    swin = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, embed_dim=16, depths=(1, 1, 1, 1),
+                             num_heads=(1, 1, 1, 1), num_classes=3)
+    path = tmp_path / "swin.safetensors"
+    save_file({k: v.contiguous() for k, v in swin.state_dict().items()}, str(path))
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(path)
+    msg = str(e.value)
+    assert msg.startswith(str(path)) and "windowed-attention model (Swin" in msg
+    assert "DINOv2" in msg and "SigLIP" in msg and "CLIP" in msg and "BEiT" in msg
+    T = pytest.importorskip("transformers")
+    hf = T.SwinModel(T.SwinConfig(embed_dim=16, depths=[1, 1], num_heads=[1, 1], image_size=32, patch_size=4,
+                                  window_size=2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf.save_pretrained(tmp_path / "hfswin")
+    with pytest.raises(CheckpointError, match="windowed-attention model .*config.json says 'swin'"):
+        load_checkpoint(tmp_path / "hfswin")

@@ -373,9 +373,11 @@ def _not_a_file(p: Path, what: str) -> None:
 
 
 def read_dir(path: Path) -> RawCheckpoint:
-    """A Hugging Face folder: ``model.safetensors`` or ``pytorch_model.bin``, ``config.json`` and
-    ``preprocessor_config.json`` when present."""
-    candidates = ["model.safetensors", "pytorch_model.bin"]
+    """A Hugging Face or timm folder: ``model.safetensors`` or ``pytorch_model.bin``, ``config.json`` and
+    ``preprocessor_config.json`` when present; an open_clip folder: ``open_clip_model.safetensors`` or
+    ``open_clip_pytorch_model.bin`` with ``open_clip_config.json``."""
+    candidates = ["model.safetensors", "pytorch_model.bin",
+                  "open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
     weights = next((path / c for c in candidates if (path / c).is_file()), None)
     odd = next((path / c for c in candidates if (path / c).exists() and not (path / c).is_file()), None)
     if weights is None and odd is not None:
@@ -395,6 +397,8 @@ def read_dir(path: Path) -> RawCheckpoint:
             _not_a_file(path / name, "settings")
     if (path / "config.json").is_file():
         raw.hf_config = _read_json_object(path / "config.json")
+    elif (path / "open_clip_config.json").is_file():  # an open_clip hub folder: model_cfg, preprocess_cfg
+        raw.hf_config = _read_json_object(path / "open_clip_config.json")
     if (path / "preprocessor_config.json").is_file():
         raw.hf_preprocessor = _read_json_object(path / "preprocessor_config.json")
     return raw

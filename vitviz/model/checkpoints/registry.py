@@ -8,6 +8,7 @@ BEiT ...) is one new module and one line in :data:`FORMATS`; the first format wh
 
 from __future__ import annotations
 
+import re
 from types import ModuleType
 from typing import Literal
 
@@ -55,8 +56,34 @@ def format_module(name: str) -> ModuleType:
     raise KeyError(f"unknown checkpoint format {name!r}; registered: {', '.join(FORMAT_NAMES)}")
 
 
+SUPPORTED = ("ViT / DeiT / DeiT III, DINO, DINOv2 (with or without registers), BEiT / BEiT v2 / data2vec-vision, "
+             "CLIP / OpenCLIP and SigLIP image towers (timm, Hugging Face, open_clip and original layouts), "
+             "torchvision ViT, Google .npz")
+
+_WINDOWED = re.compile(r"(^|\.)(layers|stages)\.\d+\.blocks\.\d+\.attn\.relative_position_bias_table$|"
+                       r"(^|\.)encoder\.layers\.\d+\.blocks\.\d+\.|(^|\.)stages\.\d+\.blocks\.\d+\.attn\.|"
+                       r"(^|\.)layers\.\d+\.downsample\.|window_size|attn_mask$")
+_WINDOWED_TYPES = ("swin", "swinv2", "swin2sr", "maxvit", "nat", "dinat", "hiera", "mvitv2", "focalnet")
+
+
+def windowed_attention(raw: RawCheckpoint) -> str | None:
+    """What marks ``raw`` as a windowed-/hierarchical-attention model (Swin, MaxViT ...), or None."""
+    cfg = raw.hf_config if isinstance(raw.hf_config, dict) else {}
+    kind = str(cfg.get("model_type") or cfg.get("architecture") or "").lower()
+    if any(kind.startswith(t) for t in _WINDOWED_TYPES):
+        return f"config.json says {kind!r}"
+    hit = next((k for k in raw.tensors if _WINDOWED.search(k)), None)
+    return f"key {hit!r}" if hit is not None else None
+
+
 def detect_format(raw: RawCheckpoint) -> Format:
-    """The checkpoint format, from metadata and keys; raises :class:`CheckpointError` listing the formats tried."""
+    """The checkpoint format, from metadata and keys; raises :class:`CheckpointError` listing the formats tried
+    (and naming a Swin / windowed-attention model as such)."""
+    why = windowed_attention(raw)  # first: Swin's keys resemble timm's (patch_embed.proj, relative tables)
+    if why is not None:
+        raise err(raw.origin, f"a windowed-attention model (Swin, MaxViT or similar: {why}) is not supported: "
+                              "vitviz shows the global self-attention of plain Vision Transformers; supported: "
+                              f"{SUPPORTED}")
     for f in FORMATS:
         if f.detect(raw):
             return f.NAME
