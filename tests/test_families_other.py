@@ -180,3 +180,29 @@ def test_swin_is_refused_with_what_is_supported(tmp_path):
         hf.save_pretrained(tmp_path / "hfswin")
     with pytest.raises(CheckpointError, match="windowed-attention model .*config.json says 'swin'"):
         load_checkpoint(tmp_path / "hfswin")
+
+
+# ------------------------------------------------------------------------------------------------ DINO .pth
+def test_dino_original_pth(tmp_path):
+    """DINO's own files: timm's names, no head, told by their name; ImageNet preprocessing and DINO's position-
+    embedding interpolation (scale_factor with the 0.1 offset), checked against a timm model given that embedding."""
+    t = randomise_(timm.create_model("vit_small_patch16_224", pretrained=False, img_size=32, patch_size=8,
+                                     embed_dim=32, depth=2, num_heads=2, num_classes=0))
+    sd = t.state_dict()
+    ours = load_checkpoint(_save_pth(tmp_path, sd, "dino_deitsmall8_pretrain.pth"), num_heads=2)
+    assert ours.config.pos_embed_interp == "dino" and ours.spec.preprocess.mean == (0.485, 0.456, 0.406)
+    other = load_checkpoint(_save_pth(tmp_path, sd, "my_vit.pth"), num_heads=2)
+    assert other.config.pos_embed_interp == "timm"
+    x = torch.randn(1, 3, 48, 40)
+    pe = sd["pos_embed"]  # DINO's vision_transformer.py interpolate_pos_encoding, transcribed
+    patch = torch.nn.functional.interpolate(pe[:, 1:].reshape(1, 4, 4, 32).permute(0, 3, 1, 2),
+                                            scale_factor=((6 + 0.1) / 4, (5 + 0.1) / 4), mode="bicubic")
+    ref = timm.create_model("vit_small_patch16_224", pretrained=False, img_size=(48, 40), patch_size=8, embed_dim=32,
+                            depth=2, num_heads=2, num_classes=0).eval()
+    ref.load_state_dict({**sd, "pos_embed": torch.cat([pe[:, :1], patch.permute(0, 2, 3, 1).reshape(1, 30, 32)], 1)})
+    out, attn = timm_attentions(ref, x)
+    cap = capture(ours, x)
+    assert rel_err(cap.logits, out) <= 1e-4
+    assert all(rel_err(cap.attentions[i], a) <= 1e-4 for i, a in enumerate(attn))
+    with torch.no_grad():
+        assert rel_err(other(x), out) > 5e-4  # timm's resampling differs: the family's own matters

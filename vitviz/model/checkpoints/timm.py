@@ -4,7 +4,8 @@ towers, and timm training checkpoints): our names already. No Qt.
 A timm hub folder (``config.json`` with ``architecture`` and ``pretrained_cfg`` next to ``model.safetensors``) says
 what the shapes cannot: the activation (``*_quickgelu_*`` architectures: QuickGELU; ``model_args.act_layer``), and the
 preprocessing (``pretrained_cfg``: input size, crop_pct, crop_mode, interpolation, mean, std). Without it the family
-is guessed from the shapes (:func:`vitviz.model.spec.guess_family`) and gets its documented default; CLIP towers
+is guessed from the shapes (:func:`vitviz.model.spec.guess_family`) and gets its documented default (DINO's own
+release files, ``dino_*.pth``, by their name: ImageNet mean/std and DINO's position-embedding interpolation); CLIP towers
 (``norm_pre``) use LayerNorm eps 1e-5 as timm's CLIP models do. The position embedding is resampled as timm does
 (bicubic with antialiasing) for every family in this layout.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,8 +90,18 @@ def convert(raw: RawCheckpoint) -> Converted:
         pcfg = cfg.get("pretrained_cfg")
         if pcfg is not None:
             pretrained_preprocess(want_object(where, "pretrained_cfg", pcfg), where)  # checked now, used after
+    if cfg is None and is_dino_v1_file(raw):
+        options["pos_embed_interp"] = "dino"  # DINO's own interpolate_pos_encoding (0.1 offset, no antialiasing)
     c.config["options"] = options
     return c
+
+
+def is_dino_v1_file(raw: RawCheckpoint) -> bool:
+    """DINO's own release files (``dino_deitsmall16_pretrain.pth``, ``dino_vitbase8_pretrain.pth`` ...) have timm's
+    names and no head; only their name tells them from another headless timm ViT."""
+    base = os.path.basename(str(raw.origin)).lower()
+    return bool(re.match(r"dino(?!v2)[_-]", base)) and not any(k.startswith("head.") for k in raw.tensors) and \
+        "blocks.0.ls1.gamma" not in raw.tensors
 
 
 def pretrained_preprocess(pcfg: Mapping[str, Any], where: str, size: tuple[int, int] | None = None) -> Preprocess:
@@ -129,7 +141,7 @@ def default_preprocess(cfg: ViTConfig, raw: RawCheckpoint) -> Preprocess:
         inp = pcfg.get("input_size")
         native = isinstance(inp, (list, tuple)) and len(inp) == 3 and tuple(inp[1:]) == tuple(cfg.img_size)
         return pretrained_preprocess(pcfg, where, None if native else cfg.img_size)
-    family = guess_family(cfg)
+    family = "dino" if is_dino_v1_file(raw) else guess_family(cfg)
     if family in ("vit", "deit"):  # crop_pct 0.875 at 224 px, 1.0 above (timm's augreg / DeiT fine-tunes)
         return resolve_preprocess("imagenet" if family == "deit" else "inception", cfg.img_size)  # type: ignore
     return family_preprocess(family, cfg.img_size)
