@@ -184,15 +184,17 @@ def _options(o: ViewOptions) -> dict[str, Any]:
 
 
 def _cell_session(result: "InferenceResult", options: ViewOptions, pool: dict | None) -> Session:
-    """A document showing ``result`` with ``options`` (one per result, reused from ``pool``: its maps are cached)."""
-    key = id(result)
-    s = pool.get(key) if pool is not None else None
-    if s is None or s.result is not result:
-        s = Session()
-        s.images = [result.source]
-        s.set_result(result)
-        if pool is not None:
-            pool[key] = s
+    """A document showing ``result`` with ``options``. The documents of one result share one map cache (its keys
+    name the view and the options), kept in ``pool`` across builds."""
+    s = Session()
+    s.images = [result.source]
+    s.result = result
+    if pool is not None:
+        entry = pool.get(id(result))
+        if entry is None or entry[0] is not result:
+            pool[id(result)] = (result, s._cache)
+        else:
+            s._cache = entry[1]
     s.options = s._clamped(options)
     return s
 
@@ -204,7 +206,8 @@ def build_comparison(spec: CompareSpec, base: Session,
 
     Args:
         results: the runs of :func:`needed_runs`, keyed ``(image, target)``.
-        pool: documents of earlier builds, reused (their map caches) when the same results come back.
+        pool: the map caches of earlier builds (``{id(result): (result, cache)}``), reused when the same results
+            come back; seeded with ``base``'s own cache for its result.
 
     Raises:
         ValueError: nothing to compare (no result, no view or class chosen, a view that does not change with the
@@ -215,6 +218,8 @@ def build_comparison(spec: CompareSpec, base: Session,
     if r is None:
         raise ValueError("nothing to compare: open an image first")
     results = dict(results or {})
+    if pool is not None and pool.get(id(r), (None,))[0] is not r:
+        pool[id(r)] = (r, base._cache)  # the window's own maps of its result
 
     def get(src: str, target: int | None) -> "InferenceResult":
         if src == r.source and (target is None or target == r.target):

@@ -38,6 +38,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import stat
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -68,7 +69,7 @@ MAX_TEXT = 4096  # characters of a path or name
 MAX_DEPTH = 16  # JSON nesting (the schema needs 3)
 MAX_INDEX = 1_000_000  # layers, patches, classes
 IN_MEMORY_MODEL = "memory"  # the reference of a model handed to the window by a script (vitviz.show, tests)
-_MODEL_PREFIXES = ("file:", "pretrained:", "random:")
+_MODEL_REF = re.compile(r"[a-z][a-z0-9_-]*:.+", re.S)  # KIND:VALUE (vitviz.model.sources: file, pretrained, hub ...)
 _KEY_OPTIONS = ("view", "layer", "head", "query", "start_layer")
 
 
@@ -526,10 +527,9 @@ def _fixed_range(v: Any, where: str) -> tuple[float, float] | None:
 
 def _model_ref(v: Any, where: str) -> str:
     s = _str(v, where, empty=False)
-    if s not in ("demo", IN_MEMORY_MODEL) and not s.startswith(_MODEL_PREFIXES):
-        raise _Bad(f"{where} is {s!r}; a model reference is demo, file:PATH, pretrained:NAME or random:NAME")
-    if s.startswith(_MODEL_PREFIXES) and not s.split(":", 1)[1]:
-        raise _Bad(f"{where} is {s!r}: the name after the colon is missing")
+    if s not in ("demo", IN_MEMORY_MODEL) and not _MODEL_REF.fullmatch(s):
+        raise _Bad(f"{where} is {s!r}; a model reference is demo or KIND:NAME (file:PATH, pretrained:NAME, "
+                   f"hub:OWNER/NAME, random:NAME)")
     return s
 
 
@@ -676,7 +676,7 @@ def locate(state: SessionState, *, current_model: str | None = None, check_model
             else:
                 extra = f" (nor {alt})" if alt is not None else ""
                 problems.append(f"the model checkpoint {ckpt} does not exist{extra}")
-    elif model.startswith(("pretrained:", "random:")):
+    elif model != "demo":  # a name: known here? (no network; the download is asked for when it is opened)
         try:
             from vitviz.model.sources import parse_model_ref
 

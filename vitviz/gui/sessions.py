@@ -1,0 +1,235 @@
+"""File > Save session and File > Open session: the window's side of :mod:`vitviz.state`.
+
+Saving captures the window's state (model reference, images, target, every option, the heads grid toggle, the open
+comparison) and writes it atomically. Opening reads a ``.vitviz.json`` or a figure vitviz exported, checks
+everything before anything changes (the file, every image, the model: :func:`vitviz.state.locate`), then on the
+worker opens the model when it is another one and checks the shown image and the target; only when all of that
+succeeded does the window adopt the model and run the image the usual way (so the result is the window's own, as
+for any image), and the state's options are applied as that result arrives. Any failure is one error dialog naming
+the file and every problem, and the window stays as it was.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, QTimer
+
+from vitviz import state as st
+from vitviz.gui.dialogs import write_asking
+from vitviz.gui.worker import Job, describe_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vitviz.gui.main_window import MainWindow
+
+SESSION_FILTER = "vitviz sessions (*.vitviz.json);;All files (*)"
+OPEN_FILTER = ("vitviz sessions and figures (*.vitviz.json *.json *.png *.svg *.pdf);;vitviz sessions "
+               "(*.vitviz.json);;Figures exported by vitviz (*.png *.svg *.pdf);;All files (*)")
+KIND = "session"  # the worker's job kind
+
+
+def is_session_file(path: str) -> bool:
+    """A name that opens as a session rather than as an image."""
+    return str(path).lower().endswith(st.SUFFIX)
+
+
+class Sessions(QObject):
+    """Saving and opening sessions for one window (``win.sessions``)."""
+
+    def __init__(self, win: "MainWindow"):
+        super().__init__(win)
+        self.win = win
+        self.pending: st.SessionState | None = None  # opened: waiting for its image's result
+        self._opening: st.SessionState | None = None  # being checked on the worker
+        self._notes: list[str] = []
+        win.controller.runner.done.connect(self._on_done)
+        win.controller.runner.failed.connect(self._on_failed)
+        win.controller.failed.connect(self._on_run_failed)
+
+    # ------------------------------------------------------------------ saving
+    def current_state(self, *, compare: Any = None, hashes: bool = True) -> st.SessionState:
+        """The window's state now (StateError when no image has been analysed)."""
+        w = self.win
+        if compare is None:
+            cw = getattr(w, "compare_window", None)
+            compare = cw.spec if cw is not None and cw.isVisible() else None
+        return st.capture_state(w.session, w.model_key, model_name=w.controller.title(), device=w.device,
+                                precision=w.precision, heads_all_layers=w.heads.all_layers, compare=compare,
+                                hashes=hashes)
+
+    def why_not_reopenable(self) -> str | None:
+        """Why a session saved now could not be opened again (None when it could)."""
+        w, r = self.win, self.win.session.result
+        if r is None:
+            return "Open an image first."
+        if not Path(r.source).is_file():
+            return (f"The shown image ({r.source}) was pasted or dropped as pixels and has no file, so a session "
+                    f"could not open it again. Save it as an image file and open that first.")
+        if w.model_key == st.IN_MEMORY_MODEL:
+            return ("The model was handed to vitviz by a script, not opened from a file or by name, so a session "
+                    "could not open it again. Open the model from a file (Model menu) first.")
+        return None
+
+    def save(self, path: str) -> Path | None:
+        """Write the session to ``path`` (``.vitviz.json`` added when the name has no ``.json``); asks before
+        replacing a file; errors are shown. Returns the file written, or None."""
+        w = self.win
+        why = self.why_not_reopenable()
+        if why:
+            w.show_error("Cannot save the session", why)
+            return None
+        if not str(path).lower().endswith(".json"):
+            path = str(path) + st.SUFFIX
+        try:
+            state = self.current_state()
+            out = write_asking(w.dialogs, path, lambda ow: st.save_state(state, path, overwrite=ow))
+        except Exception as e:  # noqa: BLE001 - ExportError, OSError, StateError: shown, the app goes on
+            w.show_error("Could not save the session", describe_error(e, str(path)))
+            return None
+        if out is not None:
+            w.prefs.set_export_folder(str(Path(out).parent))
+            w.statusBar().showMessage(f"Saved the session to {out}", 8000)
+        return out  # type: ignore[return-value]
+
+    def save_dialog(self) -> Path | None:
+        w = self.win
+        why = self.why_not_reopenable()
+        if why:
+            w.show_error("Cannot save the session", why)
+            return None
+        r = w.session.result
+        from vitviz import imaging
+
+        suggested = imaging.next_free_path(Path(w.prefs.export_folder()) / (Path(r.source).stem + st.SUFFIX))
+        p = w.dialogs.save_session(str(suggested))
+        return self.save(p) if p else None
+
+    def metadata(self, figure_path: str | None = None, *, compare: Any = None) -> dict[str, str] | None:
+        """The state for an exported figure's metadata (None when no image has been analysed)."""
+        try:
+            state = self.current_state(compare=compare)
+        except st.StateError:
+            return None
+        return st.figure_metadata(state, figure_path)
+
+    # ------------------------------------------------------------------ opening
+    def open_dialog(self) -> None:
+        p = self.win.dialogs.open_session(self.win.prefs.last_folder())
+        if p:
+            self.open(p)
+
+    def open(self, path: str) -> bool:
+        """Open a session file or an exported figure; False (and an error dialog) when it cannot be, with the
+        window unchanged. The model and image are opened in the background."""
+        w = self.win
+        title = "Could not open the session"
+        try:
+            state = st.read_state(path)
+            state = st.locate(state, current_model=w.model_key if w.model is not None else None)
+        except st.StateError as e:
+            w.show_error(title, str(e))
+            return False
+        from vitviz.gui.dialogs import confirm_download
+
+        c = w.controller
+        ref = state.model
+        new_model = ref != w.model_key or c.pipeline is None
+        if new_model and not confirm_download(w.dialogs, ref):
+            w.statusBar().showMessage("Session not opened: its model was not downloaded", 8000)
+            return False
+        current = c.pipeline
+        device, precision = c.device, c.precision
+
+        def work(job: Job):
+            from vitviz.devices import available_devices, available_precisions
+            from vitviz.imaging import load_image
+
+            note = None
+            pipeline = current
+            if new_model:
+                from vitviz.model.sources import open_model
+                from vitviz.pipeline import Pipeline
+
+                model, note = open_model(ref, progress=job.report, show_bar=False)
+                dev, prec = device, precision
+                if dev not in available_devices():
+                    note = "; ".join(filter(None, [note, f"device {dev} is not available here: using the CPU"]))
+                    dev = "cpu"
+                    prec = prec if prec in available_precisions(dev) else "fp32"
+                pipeline = Pipeline(model, device=dev, precision=prec)
+            load_image(state.image.path)  # readable (the window reads it again to run it)
+            n = int(getattr(pipeline.model, "num_classes", 0) or 0)
+            if state.target is not None and not 0 <= state.target < n:
+                raise ValueError(f"its target class {state.target} ({state.target_label or 'unnamed'}) does not "
+                                 f"exist in {getattr(pipeline.spec, 'name', 'the model')}, which has "
+                                 + (f"{n} classes" if n else "no classifier"))
+            return pipeline if new_model else None, note, st.changed_images(state, [state.current])
+
+        self._notes = []
+        c.busy.emit(f"Opening the session {Path(path).name}…", False)
+        c.runner.submit(KIND, work, subject=str(path), title=title)
+        self._opening = state
+        return True
+
+    def _on_done(self, kind: str, payload: Any, job: Job) -> None:
+        if kind != KIND or self.win._closing:
+            return
+        state = self._opening
+        pipeline, note, changed = payload
+        c = self.win.controller
+        notes = [note] if note else []
+        if changed:
+            notes.append(f"{Path(changed[0]).name} has changed since the session was saved: the maps may differ")
+        if state.model.startswith("random:"):
+            notes.append("its model has random weights, drawn anew: the maps differ from the saved ones")
+        if state.precision != c.precision or state.device != c.device:
+            notes.append(f"saved on {state.device} ({state.precision}), shown on {c.device} ({c.precision})")
+        self._notes = notes
+        self.pending = state
+        source = state.image.path
+        if pipeline is not None:
+            c.requested = source  # the window must not re-run its old image with the new model meanwhile
+            c.adopt(pipeline, state.model, note)
+        c.run(source, None, target=state.target, remember=False)
+
+    def _on_failed(self, kind: str, title: str, message: str, job: Job) -> None:
+        if kind != KIND or self.win._closing:
+            return
+        from vitviz.gui.worker import split_detail
+
+        text, detail = split_detail(message)
+        self.win.show_error(title, text, detail)
+
+    def _on_run_failed(self, kind: str, title: str, message: str, detail: str, subject: str) -> None:
+        if kind == "infer" and self.pending is not None and subject == self.pending.image.path:
+            self.pending = None
+
+    def before_result(self, result: Any) -> None:
+        """Called by the window as a result arrives: the opened session's image takes the session's image list and
+        options (clamped to the model by :meth:`Session.set_result`)."""
+        state = self.pending
+        if state is None:
+            return
+        if result.source != state.image.path:  # another image was asked for meanwhile: the session gave way
+            self.pending = None
+            return
+        self.pending = None
+        w = self.win
+        w.session.images = list(state.paths)
+        w.session.options = state.options
+        w.heads.grid_toggle.blockSignals(True)
+        w.heads.grid_toggle.setChecked(state.heads_all_layers)
+        w.heads.grid_toggle.blockSignals(False)
+        w.act_grid.setChecked(state.heads_all_layers)
+        name = Path(state.origin).name if state.origin else "session"
+        notes = "; ".join(self._notes)
+        QTimer.singleShot(0, lambda: self._after(state, f"Opened {name}" + (f" ({notes})" if notes else "")))
+
+    def _after(self, state: st.SessionState, message: str) -> None:
+        w = self.win
+        if w._closing:
+            return
+        w.statusBar().showMessage(message, 15000)
+        if state.compare is not None:
+            w.show_compare(state.compare)
