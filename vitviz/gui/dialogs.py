@@ -51,6 +51,21 @@ class Dialogs:
         d = QFileDialog.getExistingDirectory(self.parent, "Open checkpoint folder", folder)
         return d or None
 
+    def save_session(self, suggested: str) -> str | None:
+        """Where to save a session (``.vitviz.json``), or None."""
+        from vitviz.gui.sessions import SESSION_FILTER
+
+        f, _ = QFileDialog.getSaveFileName(self.parent, "Save session", suggested, SESSION_FILTER,
+                                           options=QFileDialog.Option.DontConfirmOverwrite)
+        return f or None
+
+    def open_session(self, folder: str) -> str | None:
+        """A session file or an exported figure to open, or None."""
+        from vitviz.gui.sessions import OPEN_FILTER
+
+        f, _ = QFileDialog.getOpenFileName(self.parent, "Open session", folder, OPEN_FILTER)
+        return f or None
+
     def save_png(self, suggested: str) -> str | None:
         f, _ = QFileDialog.getSaveFileName(self.parent, "Export PNG", suggested, "PNG image (*.png)",
                                            options=QFileDialog.Option.DontConfirmOverwrite)

@@ -24,6 +24,7 @@ from vitviz.gui.controller import Controller
 from vitviz.gui.dialogs import Dialogs, confirm_download, mime_content, qimage_from_rgb
 from vitviz.gui.geometry import place_window
 from vitviz.gui.menus import build_actions, build_layout, build_menus, build_toolbar, fill_recent_menu
+from vitviz.gui.sessions import Sessions, is_session_file
 from vitviz.gui.settings import Prefs, default_settings  # noqa: F401 - default_settings re-exported for callers
 from vitviz.gui.statusbar import StatusParts
 from vitviz.gui.worker import describe_error
@@ -45,11 +46,13 @@ class MainWindow(QMainWindow):
         resultShown(): a new inference result is on screen.
         errorShown(title, message): an error dialog was shown.
         modelChanged(): a newly loaded model is in use.
+        viewRefreshed(): the view was redrawn from the session (the Compare window follows it).
     """
 
     resultShown = Signal()
     errorShown = Signal(str, str)
     modelChanged = Signal()
+    viewRefreshed = Signal()
 
     def __init__(self, *, settings: QSettings | None = None, model: Any = None, model_key: str | None = None,
                  device: str | None = None, dialogs: Dialogs | None = None, load_samples: bool = False):
@@ -76,6 +79,8 @@ class MainWindow(QMainWindow):
         build_menus(self)
         build_toolbar(self)
         self._connect()
+        self.sessions = Sessions(self)  # File > Save / Open session (vitviz.gui.sessions)
+        self.compare_window = None  # File > Compare (vitviz.gui.compare), made when first asked for
         self._restore_settings()
 
         if model is not None:
@@ -239,8 +244,12 @@ class MainWindow(QMainWindow):
             self.open_images(files)
 
     def open_images(self, paths: list[str], *, remember: bool = True) -> None:
-        """Add images to the set and show the first of them."""
+        """Add images to the set and show the first of them (a ``.vitviz.json`` among them opens as a session)."""
         paths = [str(p) for p in paths if str(p)]
+        sessions = [p for p in paths if is_session_file(p)]
+        if sessions:
+            self.open_session(sessions[0])
+            paths = [p for p in paths if not is_session_file(p)]
         if not paths:
             return
         self.session.add_images(paths)
@@ -286,6 +295,7 @@ class MainWindow(QMainWindow):
         if self._closing:
             return
         try:
+            self.sessions.before_result(result)  # an opened session's options, as its image arrives
             self.session.set_result(result)
             if remember and result.source in self.session.images:
                 self.prefs.add_recent_file(result.source)
@@ -415,6 +425,7 @@ class MainWindow(QMainWindow):
             self.heads.refresh(s)
             self.plots.refresh(s)
         self._update_title()
+        self.viewRefreshed.emit()
 
     def _refresh_all(self, new_result: bool = False) -> None:
         r = self.session.result
@@ -456,7 +467,30 @@ class MainWindow(QMainWindow):
         """Text entries written into every exported figure and animation (PNG text chunks, SVG and PDF metadata;
         see :func:`vitviz.figures.save`); None: only the figure's title and caption. The session's state goes
         here, e.g. ``{"vitviz.session": json.dumps(state)}``; :func:`vitviz.figures.read_metadata` reads it back."""
-        return None
+        return self.sessions.metadata()
+
+    # ================================================================== sessions and comparisons
+    def save_session(self, path: str) -> Path | None:
+        """Write the window's state to ``path`` (:mod:`vitviz.state`); asks before replacing a file."""
+        return self.sessions.save(path)
+
+    def open_session(self, path: str) -> bool:
+        """Open a ``.vitviz.json`` or a figure vitviz exported: its model, images, target and options (in the
+        background); False, with an error dialog and the window unchanged, when it cannot be."""
+        return self.sessions.open(path)
+
+    def show_compare(self, spec: Any = None) -> Any:
+        """Show the Compare window (:mod:`vitviz.gui.compare`), with ``spec`` (a
+        :class:`vitviz.compare.CompareSpec`) when given."""
+        from vitviz.gui.compare import CompareWindow
+
+        if self.compare_window is None:
+            self.compare_window = CompareWindow(self, spec)
+        elif spec is not None:
+            self.compare_window.set_spec(spec)
+        self.compare_window.show()
+        self.compare_window.raise_()
+        return self.compare_window
 
     def copy_view(self) -> None:
         arr = self.session.render_export()

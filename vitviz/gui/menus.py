@@ -43,6 +43,10 @@ def build_actions(win: Any) -> None:
                                        lambda: win.export_dialog(animation=True), "Ctrl+Alt+E")
     win.act_copy = _action(win, "&Copy view to clipboard", win.copy_view, S.Copy)
     win.act_quit = _action(win, "&Quit", win.close, S.Quit)
+    win.act_open_session = _action(win, "Open &session or exported figure…", lambda: win.sessions.open_dialog(),
+                               "Ctrl+Shift+O")
+    win.act_save_session = _action(win, "&Save session…", lambda: win.sessions.save_dialog(), "Ctrl+Shift+S")
+    win.act_compare = _action(win, "Co&mpare…", lambda: win.show_compare(), "Ctrl+K")
     win.act_prev_layer = _action(win, "Previous layer", lambda: win.step_layer(-1), K.Key_Left)
     win.act_next_layer = _action(win, "Next layer", lambda: win.step_layer(1), K.Key_Right)
     win.act_first_layer = _action(win, "First layer", lambda: win.set_layer(-10 ** 6), K.Key_Home)
@@ -69,9 +73,12 @@ def build_menus(win: Any) -> None:
     f = mb.addMenu("&File")
     f.addAction(win.act_open)
     win.recent_menu = f.addMenu("Open &recent")
+    f.addAction(win.act_open_session)
+    f.addAction(win.act_save_session)
+    f.addSeparator()
     for group in ((win.act_paste,), (win.act_prev_image, win.act_next_image),
                   (win.act_export, win.act_export_heads, win.act_export_animation, win.act_copy),
-                  (win.act_quit,)):
+                  (win.act_compare,), (win.act_quit,)):
         for a in group:
             f.addAction(a)
         f.addSeparator()
