@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -242,8 +242,23 @@ def needs_gradients(view_keys: Sequence[str]) -> bool:
     return any(registry.get(k).needs_grads or "target" in registry.get(k).reads for k in view_keys)
 
 
-def check_against_model(options: ExportOptions, depth: int | None, heads: int | None) -> None:
-    """Layer and head indices against the model (ValueError naming the flag and the valid range)."""
+def _grid_of(spec: Any, cfg: Any) -> tuple[int, int] | None:
+    """The patch grid of the model's input (crop / patch size), or None when the spec does not say."""
+    try:
+        h, w = spec.input_size
+        p = int(cfg.patch_size)
+        return (int(h) // p, int(w) // p) if p > 0 else None
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def check_against_model(options: ExportOptions, depth: int | None, heads: int | None,
+                        grid: tuple[int, int] | None = None) -> None:
+    """Layer and head indices and the query patch against the model (ValueError naming the flag and the valid
+    range)."""
+    if grid and options.query is not None and not (options.query[0] < grid[0] and options.query[1] < grid[1]):
+        raise ValueError(f"--query {options.query[0]},{options.query[1]}: outside the model's {grid[0]}x{grid[1]} "
+                         f"patch grid (rows 0..{grid[0] - 1}, columns 0..{grid[1] - 1})")
     if depth:
         for w in options.layers:
             if _is_int(w) and not -depth <= int(w) < depth:
@@ -416,7 +431,8 @@ class Exporter:
         self.labels = getattr(spec, "labels", None)
         self.target = resolve_target(options.target, self.labels, self.num_classes)
         cfg = getattr(pipeline.model, "config", None)
-        check_against_model(options, getattr(cfg, "depth", None), getattr(cfg, "num_heads", None))
+        check_against_model(options, getattr(cfg, "depth", None), getattr(cfg, "num_heads", None),
+                            _grid_of(spec, cfg))
         self.gradients = needs_gradients(options.views) and self.num_classes > 0
         self.request = options.request(model_ref, pipeline.precision)
         self.request_id = request_id(self.request)
@@ -447,6 +463,7 @@ class Exporter:
         s.total = len(todo)
         self._prepare_folder()
         records, self._ours = read_manifests(self.out)
+        self._remove_stale_temporaries()
         if not o.overwrite:
             before = len(todo)
             todo = [im for im in todo if not is_complete(records.get(_key(im.path)), self.request_id, self.out)]
@@ -531,6 +548,31 @@ class Exporter:
             raise ExportError(self.out, f"the output folder is not writable ({describe_os_error(e)})") from None
         os.close(fd)
         os.unlink(tmp)
+
+    def _remove_stale_temporaries(self) -> None:
+        """A run killed while writing leaves the hidden temporary file of :func:`vitviz.imaging.write_atomic`
+        (``.<stem>.<random>.png.tmp``) beside a file it was writing: remove those of files this tool writes."""
+        if not list(self.out.glob(".manifest*.jsonl.pending")):
+            return  # the last run ended cleanly
+        stems: dict[Path, set[str]] = {}
+        for rel in self._ours:
+            p = self.out / rel
+            stems.setdefault(p.parent, set()).add(p.stem)
+        for folder, names in stems.items():
+            try:
+                entries = list(folder.iterdir())
+            except OSError:
+                continue
+            for f in entries:
+                n = f.name
+                if not (n.startswith(".") and n.endswith((".png.tmp", ".npy.tmp"))):
+                    continue
+                dots = [i for i, c in enumerate(n) if c == "." and i > 0]
+                if any(n[1:i] in names for i in dots):
+                    try:
+                        f.unlink()
+                    except OSError:
+                        pass
 
     def _compute(self, batch: list[Loaded]) -> list[_Job]:
         """One forward (and backward) for the batch's readable images; an image that fails alone gets its error."""
@@ -777,9 +819,7 @@ def run_cli(args: argparse.Namespace, report: Callable[[BaseException, str | Non
     return summary.exit_status or status
 
 
-def _iter_records(path: str | os.PathLike) -> Iterator[dict]:
-    """The records of a manifest (for tests and tools)."""
+def read_manifest(path: str | os.PathLike) -> list[dict]:
+    """The records of one manifest, in order."""
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+        return [json.loads(line) for line in f if line.strip()]

@@ -312,10 +312,18 @@ def stats_figure(stats: DatasetStats):
     if has_art:
         ax = axes[2]
         f = stats.artefact_frequency
-        im = ax.imshow(f, cmap="magma", vmin=0.0, vmax=max(float(f.max()), 1e-9), interpolation="nearest")
+        from matplotlib.ticker import MaxNLocator
+
+        top = float(f.max())
+        im = ax.imshow(f, cmap="magma", vmin=0.0, vmax=top if top > 0 else 1.0, interpolation="nearest")
         ax.set_xlabel("patch column")
         ax.set_ylabel("patch row")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"High-norm (artefact) tokens · {stats.artefact_images} images", fontsize=10)
+        if top <= 0:
+            ax.text(0.5, 0.5, "no patch flagged\nin any image", transform=ax.transAxes, ha="center", va="center",
+                    color="white", fontsize=9)
         cb = fig.colorbar(im, ax=ax, shrink=0.85)
         cb.set_label("fraction of images flagged")
     fig.suptitle(f"{stats.model}: attention statistics over {stats.images} image{'s' * (stats.images != 1)}",
