@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -28,6 +29,7 @@ class FakeHub:
         self.repos: dict[str, dict[str, bytes]] = {}
         self.requests: list[tuple[str, str, str]] = []
         self.chunk = 1 << 16  # GET bodies are written in chunks of this size
+        self.delay = 0.0  # seconds between chunks (a slow connection, for the window's progress dialog)
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -64,6 +66,8 @@ class FakeHub:
                         for i in range(0, len(data), hub.chunk):
                             self.wfile.write(data[i:i + hub.chunk])
                             self.wfile.flush()
+                            if hub.delay:
+                                time.sleep(hub.delay)
                     except (BrokenPipeError, ConnectionResetError):  # the client cancelled
                         pass
 

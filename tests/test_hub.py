@@ -356,3 +356,51 @@ def test_cli_offline_error_is_one_line_naming_model_and_cache(fake_hub, capsys, 
     assert main(["predict", "facebook/dinov2-small", "x.png"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "facebook/dinov2-small" in err[0] and str(tmp_path / "hf-cache") in err[0]
+
+
+def test_hugging_face_dinov2_with_registers_by_id(fake_hub, tmp_path):
+    """An HF id of a family with registers: the folder the Hub cache holds opens with its own config."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Dinov2WithRegistersConfig(image_size=28, patch_size=14, hidden_size=32, num_hidden_layers=2,
+                                                 num_attention_heads=2, intermediate_size=64, num_register_tokens=4)
+    torch.manual_seed(0)
+    ref = transformers.Dinov2WithRegistersModel(cfg).eval()
+    ref.save_pretrained(tmp_path / "hf")
+    fake_hub.add("facebook/dinov2-with-registers-tiny", {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir()})
+    model = load_model_ref("facebook/dinov2-with-registers-tiny")
+    assert model.config.num_reg_tokens == 4
+    x = torch.randn(1, 3, 28, 28)
+    with torch.no_grad():
+        assert torch.allclose(model(x), ref(pixel_values=x).pooler_output, atol=1e-5, rtol=1e-4)
+
+
+def load_model_ref(text: str):
+    return open_model(parse_model_ref(text), show_bar=False)[0]
+
+
+def test_open_clip_repositories_fetch_their_own_files(fake_hub):
+    """open_clip's spelling (hf-hub:...): open_clip_config.json, then open_clip_model.safetensors; a ResNet tower is
+    refused from its config."""
+    cfg = {"model_cfg": {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 2, "width": 32,
+                                                         "patch_size": 8}}}
+    fake_hub.add("someone/clip-tiny", {"open_clip_config.json": json.dumps(cfg).encode(),
+                                       "open_clip_model.safetensors": b"weights", "open_clip_pytorch_model.bin": b"x"})
+    files = hub.fetch(hub.hub_repo("hf-hub:someone/clip-tiny"), show_bar=False)
+    assert files.config.name == "open_clip_config.json" and files.source == files.weights
+    assert files.weights.read_bytes() == b"weights"
+    assert fake_hub.gets("open_clip_pytorch_model.bin") == []
+    resnet = {"model_cfg": {"vision_cfg": {"image_size": 224, "layers": [3, 4, 6, 3], "width": 64}}}
+    fake_hub.add("someone/rn50", {"open_clip_config.json": json.dumps(resnet).encode(),
+                                  "open_clip_model.safetensors": b"w"})
+    with pytest.raises(PretrainedError, match="ResNet image tower"):
+        hub.fetch("someone/rn50", show_bar=False)
+    assert fake_hub.gets("open_clip_model.safetensors") == [("someone/clip-tiny", "open_clip_model.safetensors")]
+
+
+@pytest.mark.parametrize("body, needle", [(b"{not json", "cannot read its config.json"),
+                                          (b"[1, 2]", "not a JSON object")])
+def test_a_broken_config_is_named(fake_hub, body, needle):
+    fake_hub.add("someone/broken", {"config.json": body, "model.safetensors": b"w"})
+    with pytest.raises(PretrainedError, match=needle) as e:
+        hub.fetch("someone/broken", show_bar=False)
+    assert "someone/broken" in str(e.value) and fake_hub.gets("model.safetensors") == []

@@ -34,7 +34,6 @@ progress callback, so it could not be cancelled; the Hub serves every file over 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import re
@@ -126,15 +125,20 @@ def check_supported(repo: str, config_path: Path) -> None:
     Raises:
         PretrainedError: unreadable config, or an unsupported architecture.
     """
-    try:
-        config = json.loads(Path(config_path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise PretrainedError(f"{repo}: cannot read its {Path(config_path).name} ({e}); file: {config_path}") from None
-    if not isinstance(config, dict):
-        raise PretrainedError(f"{repo}: {Path(config_path).name} is not a JSON object of settings ({config_path})")
-    what = _unsupported(config, Path(config_path).name)
+    what = _unsupported(_read_config(repo, config_path), Path(config_path).name)
     if what is not None:
         raise PretrainedError(f"{repo}: {what}; not supported. {SUPPORTED_TEXT}")
+
+
+def _read_config(repo: str, path: Path) -> dict[str, Any]:
+    """A config file's JSON object (:class:`PretrainedError` naming the model and the file when it is not one)."""
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise PretrainedError(f"{repo}: cannot read its {Path(path).name} ({e}); file: {path}") from None
+    if not isinstance(config, dict):
+        raise PretrainedError(f"{repo}: {Path(path).name} is not a JSON object of settings ({path})")
+    return config
 
 
 def _unsupported(config: dict[str, Any], file_name: str) -> str | None:
@@ -338,40 +342,26 @@ def fetch(repo: str, *, progress: ProgressFn | None = None, show_bar: bool = Tru
         return HubFiles(repo, *cached)
     if catalog.hf_offline():
         raise PretrainedError(_offline_message(repo, "offline mode is on (HF_HUB_OFFLINE=1)"))
-    get = functools.partial(_download, repo, progress=progress, show_bar=show_bar)
+    def first(names: tuple[str, ...]) -> Path | None:  # the first of ``names`` the repository has
+        return next((p for n in names if (p := _download(repo, n, progress=progress, show_bar=show_bar))), None)
+
     _probe(repo)
     with _plain_http(), _no_partial_files(repo):
-        config = None
-        for name in catalog.HUB_CONFIG_FILES:
-            config = get(name)
-            if config is not None:
-                break
+        config = first(catalog.HUB_CONFIG_FILES)
         if config is None:
             raise PretrainedError(f"{repo}: the repository has no config.json, so it is not a timm or Hugging Face "
                                   "Transformers model (vitviz needs config.json and model.safetensors). "
                                   + SUPPORTED_TEXT)
         check_supported(repo, config)
-        if config.name == "config.json" and "model_type" in _json(config):  # Transformers: its preprocessing
-            get("preprocessor_config.json")
+        if config.name == "config.json" and "model_type" in _read_config(repo, config):  # Transformers: its
+            first(("preprocessor_config.json",))  # preprocessing, when it has one
         candidates = catalog.HUB_WEIGHT_FILES[config.name]
-        weights = None
-        for name in candidates:
-            weights = get(name)
-            if weights is not None:
-                break
+        weights = first(candidates)
         if weights is None:
             raise PretrainedError(f"{repo}: the repository has none of {', '.join(candidates)} (vitviz reads "
                                   "safetensors, or PyTorch files with weights_only=True; sharded weights are not "
                                   "supported)")
     return HubFiles(repo, config, weights)
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return {}
-    return obj if isinstance(obj, dict) else {}
 
 
 def load_hub(repo: str, *, progress: ProgressFn | None = None, show_bar: bool = True):
