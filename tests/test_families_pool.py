@@ -99,6 +99,7 @@ def test_siglip_views_read_the_pooling_row():
                                                   .astype(np.uint8))))
     r = s.result
     assert r.num_prefix_tokens == 0 and r.pool_attention is not None and r.attention_grads is None
+    assert r.num_classes == 0 and r.top_k(5) == []  # features are not class scores: no predictions
     s.set_options(view="cls", head="mean")
     want = r.pool_attention.mean(0).reshape(4, 4).numpy()
     np.testing.assert_allclose(s.current_map(), want, rtol=1e-6)

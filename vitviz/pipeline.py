@@ -118,6 +118,8 @@ class InferenceResult:
         model_name, device, precision: for captions and the status bar.
         labels: class names (None when the model has none).
         num_registers: register tokens among the prefix tokens (Darcet et al. 2023), 0 for most models.
+        num_classes: classes of the model's head (0: a feature model, whose output is not class scores; None:
+            unknown).
         analyses: rollout, gradient rollout, relevance, mean attention distance and entropy at the default view
             options, computed in one sweep (:func:`vitviz.analysis.analyse_image`) off the GUI thread; None without
             a [CLS] token.
@@ -134,6 +136,7 @@ class InferenceResult:
     labels: tuple[str, ...] | None = None
     analyses: Any = field(default=None, repr=False)  # vitviz.analysis.ImageAnalyses
     num_registers: int = 0  # register tokens (the last of the prefix tokens)
+    num_classes: int | None = None  # classes of the model's head; 0: a feature model (logits are its features)
 
     # ------------------------------------------------------------------ the capture's fields
     @property
@@ -231,7 +234,10 @@ class InferenceResult:
         return replace(self, capture=replace(self.capture, attentions=attn, attention_grads=grads), analyses=None)
 
     def top_k(self, k: int = 5) -> list[tuple[int, str, float]]:
-        """``[(class index, label, probability)]`` for the k most probable classes."""
+        """``[(class index, label, probability)]`` for the k most probable classes; empty for a model without a
+        classifier (DINO, DINOv2, CLIP / SigLIP towers: its output is features, not class scores)."""
+        if self.num_classes == 0:
+            return []
         p = self.probabilities
         k = min(k, p.numel())
         vals, idx = p.topk(k)
@@ -378,6 +384,8 @@ class Pipeline:
                 labels=getattr(self.spec, "labels", None),
                 analyses=analyses,
                 num_registers=registers,
+                num_classes=int(getattr(self.model, "num_classes", 0) or 0) if hasattr(self.model, "num_classes")
+                else None,
             ))
         return results
 

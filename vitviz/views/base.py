@@ -120,8 +120,7 @@ class View:
         if self.needs_cls and result.num_prefix_tokens == 0 and pool_row(result) is None:
             return "the model has no [CLS] token"
         if self.needs_grads and result.attention_grads is None:
-            return ("the model has no classifier, so there are no gradients (a feature model such as DINO, DINOv2 "
-                    "or a CLIP / SigLIP image tower has no class to explain; the attention views work)")
+            return "the model has no classifier (a feature model: DINO, DINOv2, CLIP, SigLIP), so no gradients"
         return None
 
     def ignores_artefacts(self, options: "ViewOptions") -> bool:
