@@ -47,6 +47,7 @@ class Controller(QObject):
         self.device = device if device in known or (not torch_loaded() and _plausible(device)) else "cpu"
         self.precision = precision if precision in available_precisions(self.device) else "fp32"
         self.requested: str | None = None  # the image most recently asked for (PageDown counts from it)
+        self.memory_images: dict[str, Any] = {}  # name -> PIL image, for images given in memory (vitviz.show)
         self._waiting: tuple[str, Any, int | None, bool] | None = None  # an image waiting for a model
         self._closing = False
         self.runner.done.connect(self._on_done)
@@ -69,8 +70,11 @@ class Controller(QObject):
     # ------------------------------------------------------------------ models
     def adopt(self, model: Any, ref: str, note: str | None = None) -> None:
         """Use ``model`` (already built) now; re-runs the waiting or current image."""
-        from vitviz.pipeline import Pipeline
+        from vitviz.pipeline import DTYPES, Pipeline
 
+        if not isinstance(model, Pipeline) and ref == "memory":  # the caller's own model keeps its precision
+            dt = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+            self.precision = next((k for k, v in DTYPES.items() if v == dt), self.precision)
         self.pipeline = model if isinstance(model, Pipeline) else Pipeline(model, device=self.device,
                                                                            precision=self.precision)
         self.ref = ref
@@ -150,6 +154,7 @@ class Controller(QObject):
             self._waiting = (source, pil, target, remember)
             return
         pipeline = self.pipeline
+        pil = self.memory_images.get(source) if pil is None else pil
 
         def work(job: Job):
             from vitviz import imaging

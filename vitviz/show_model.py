@@ -1,0 +1,171 @@
+"""``vitviz.show(model, images)``: the window on a model that lives in memory (a script, IPython or a notebook).
+
+The model may be a :class:`vitviz.model.ViT` or any other ViT module (:class:`vitviz.adapters.AdaptedModel` finds its
+attention). Qt is imported only when the window opens.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["show"]
+
+_OPEN: list[Any] = []  # windows opened without blocking: kept alive until they are closed
+
+
+def _as_images(images: Any) -> list[tuple[str, Any]]:
+    """``[(name, PIL image or None for a file)]`` from paths, PIL images, uint8 arrays ``[H, W(, C)]`` or tensors
+    ``[C, H, W]`` (floats in 0..1 or uint8)."""
+    import numpy as np
+    from PIL import Image
+
+    from vitviz import imaging
+
+    if images is None:
+        return []
+    if isinstance(images, (str, os.PathLike, Image.Image, np.ndarray)) or hasattr(images, "detach"):
+        images = [images]
+    out: list[tuple[str, Any]] = []
+    for i, item in enumerate(images, start=1):
+        if isinstance(item, (str, os.PathLike)):
+            p = Path(item).expanduser()
+            if not p.is_file():
+                raise ValueError(f"{p}: no such image file")
+            out.append((str(p), None))
+            continue
+        name = f"image {i}"
+        if isinstance(item, Image.Image):
+            fn = getattr(item, "filename", "")
+            name = f"{Path(fn).name} ({i})" if fn else name
+            out.append((name, imaging.to_rgb(item)))
+            continue
+        if hasattr(item, "detach"):  # a torch tensor [C, H, W] (or [H, W])
+            t = item.detach().cpu()
+            if t.ndim == 3 and t.shape[0] in (1, 3, 4):
+                t = t.permute(1, 2, 0)
+            arr = t.numpy()
+            if arr.dtype != np.uint8:
+                arr = np.clip(np.round(arr.astype(np.float64) * 255.0), 0, 255).astype(np.uint8)
+            item = arr.squeeze(-1) if arr.ndim == 3 and arr.shape[-1] == 1 else arr
+        if isinstance(item, np.ndarray):
+            if item.dtype != np.uint8:
+                raise ValueError(f"{name}: an image array must be uint8 [H, W] or [H, W, 3], got dtype {item.dtype}")
+            out.append((name, imaging.image_from_array(item, name).image))
+            continue
+        raise ValueError(f"{name}: expected an image file path, a PIL image, a uint8 array or a tensor, got "
+                         f"{type(item).__name__}")
+    return out
+
+
+def _qt_loop_running() -> bool:
+    """True when a Qt event loop already runs: IPython / Jupyter with ``%gui qt``, or inside a running Qt app."""
+    try:
+        from IPython import get_ipython  # type: ignore[import-not-found]
+    except ImportError:
+        ip = None
+    else:
+        ip = get_ipython()
+    if ip is not None:
+        loop = getattr(ip, "active_eventloop", None)  # terminal IPython
+        if isinstance(loop, str) and loop.startswith("qt"):
+            return True
+        kloop = getattr(getattr(ip, "kernel", None), "eventloop", None)  # ipykernel
+        if kloop is not None and "qt" in getattr(kloop, "__name__", "").lower():
+            return True
+    from PySide6.QtCore import QThread
+
+    return QThread.currentThread().loopLevel() > 0
+
+
+def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None, preprocess: Any = None,
+         block: bool | None = None, settings: Any = None, **adapter_options: Any) -> Any:
+    """Open the vitviz window on an in-memory model.
+
+    Args:
+        model: a :class:`vitviz.model.ViT`, or any ViT ``nn.Module`` (timm, Hugging Face, ``nn.MultiheadAttention``
+            based, hand-written; see :mod:`vitviz.adapters`). Used on its own device and precision.
+        images: image files, PIL images, uint8 arrays ``[H, W, 3]`` or tensors ``[3, H, W]`` in 0..1 (one or a list;
+            PageDown / PageUp step through them); none: the bundled samples.
+        labels: class names in output order.
+        preprocess: a :class:`vitviz.Preprocess`, ``"imagenet"`` or ``"inception"`` (default: the model's spec, or for
+            other modules resize + centre crop to the input size with ImageNet mean and std).
+        block: wait until the window is closed (default: yes, unless a Qt event loop already runs, as in IPython or
+            Jupyter after ``%gui qt``).
+        settings: a ``QSettings`` (default: the user's vitviz settings).
+        adapter_options: for modules that are not vitviz ViTs: ``attention``, ``blocks``, ``patch_size``, ``grid``,
+            ``num_prefix_tokens``, ``input_size``, ``name`` (:class:`vitviz.adapters.AdaptedModel`).
+
+    Returns:
+        The window when not blocking (it stays open; keep using the notebook), else None once it is closed.
+
+    Raises:
+        CaptureError, ValueError: the model's attention cannot be captured, or bad images / labels / preprocess;
+            raised before any window opens.
+    """
+    from vitviz.adapters import adapt
+
+    m = adapt(model, labels=labels, preprocess=preprocess, **adapter_options)
+    items = _as_images(images)
+
+    from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
+
+    from vitviz.gui.app import install_excepthook, make_app
+    from vitviz.gui.main_window import MainWindow
+
+    app = make_app()
+    if block is None:
+        block = not _qt_loop_running()
+    device = str(next((p.device for p in m.parameters()), "cpu"))
+    win = MainWindow(settings=settings, model=m, model_key="memory", device=device, load_samples=not items)
+    for name, pil in items:
+        if pil is not None:
+            win.controller.memory_images[name] = pil
+    win.show()
+    if items:
+        win.open_images([name for name, _ in items], remember=False)
+    if not block:
+        _OPEN.append(win)
+
+        class _Forget(QObject):
+            def eventFilter(self, obj, event):  # noqa: N802 - Qt's name
+                if event.type() == QEvent.Type.Close and obj in _OPEN:
+                    _OPEN.remove(obj)
+                return False
+
+        win._vitviz_forget = _Forget(win)  # parented to the window: lives as long as it
+        win.installEventFilter(win._vitviz_forget)
+        return win
+
+    import signal
+
+    install_excepthook()
+    loop = QEventLoop()
+
+    class _QuitOnClose(QObject):
+        def eventFilter(self, obj, event):  # noqa: N802 - Qt's name
+            if event.type() == QEvent.Type.Close:
+                QTimer.singleShot(0, loop.quit)
+            return False
+
+    watcher = _QuitOnClose(win)
+    win.installEventFilter(watcher)
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: win.close())  # Ctrl+C closes the window
+    except ValueError:  # not the main thread: no signal handling
+        previous = None
+    ticker = QTimer()  # Python sees signals only while it runs: wake it up
+    ticker.timeout.connect(lambda: None)
+    ticker.start(250)
+    try:
+        loop.exec()
+    finally:
+        ticker.stop()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        if win.isVisible():
+            win.close()
+    del app
+    return None
