@@ -7,6 +7,7 @@ The public API here is Qt-free and imported lazily (``import vitviz`` stays chea
     from vitviz.capture import capture
     cap = capture(model, batch, target=285)                 # attentions [L,B,H,N,N], tokens, grads
     r = vitviz.analysis.attention_rollout(cap.attentions[:, 0], grid=cap.grid, num_prefix_tokens=cap.num_prefix_tokens)
+    vitviz.show(my_own_vit, ["cat.png"])                   # the window on any ViT module (timm, HF, hand-written)
 
 The GUI lives in ``vitviz.gui`` (the only package that imports Qt).
 """
@@ -27,8 +28,10 @@ _LAZY = {
     "Capture": "vitviz.capture", "CaptureError": "vitviz.capture",
     "load_image": "vitviz.imaging", "ImageError": "vitviz.imaging", "Preprocess": "vitviz.preprocess",
     "Pipeline": "vitviz.pipeline", "InferenceResult": "vitviz.pipeline",
+    "show": "vitviz.show_model", "AdaptedModel": "vitviz.adapters",
 }
-_SUBMODULES = ("analysis", "capture", "model", "imaging", "preprocess", "demo", "session", "pipeline", "views")
+_SUBMODULES = ("analysis", "capture", "model", "imaging", "preprocess", "demo", "session", "pipeline", "views",
+               "adapters")
 
 __all__ = ["__version__", *_LAZY, *_SUBMODULES]
 
