@@ -133,6 +133,34 @@ def test_a_moved_project_folder_is_found_through_relative_paths(setup, tmp_path)
     np.testing.assert_array_equal(s2.current_map(), s.current_map())
 
 
+def test_a_model_prepared_differently_in_memory_reopens_with_that_preprocessing(setup, tiny_model):
+    """A checkpoint that does not say how images were prepared (or a default that changed) must not change the
+    maps: the session records the preprocessing and the reopened model uses it."""
+    from vitviz.pipeline import Pipeline
+    from vitviz.preprocess import Preprocess
+
+    a = setup["images"][0]
+    own = Preprocess(resize=40, crop=(32, 32), interpolation="bilinear", mean=(0.2, 0.3, 0.4), std=(0.5, 0.4, 0.3))
+    assert tiny_model.spec.preprocess != own  # the checkpoint file keeps the one it was saved with
+    tiny_model.spec = tiny_model.spec.replace(preprocess=own)
+    pipe = Pipeline(tiny_model)
+    s = Session()
+    s.add_images([a])
+    s.set_result(pipe.run(load_image(a), source=a))
+    s.set_options(view="rollout")
+    state = st.capture_state(s, setup["ref"], preprocess=pipe.spec.preprocess)
+    path = st.save_state(state, setup["folder"] / "p.vitviz.json")
+    assert json.loads(path.read_text())["model"]["preprocess"]["mean"] == [0.2, 0.3, 0.4]
+    back = st.read_state(path)
+    assert back.preprocess == own
+    s2, pipe2 = st.reproduce(back)
+    assert pipe2.spec.preprocess == own
+    np.testing.assert_array_equal(s2.current_map(), s.current_map())
+    # without it, the file's own preprocessing gives other maps: the check above can fail
+    s3, _ = st.reproduce(replace(back, preprocess=None))
+    assert not np.array_equal(s3.current_map(), s.current_map())
+
+
 def test_a_changed_image_is_reported(setup):
     state = st.capture_state(setup["session"], setup["ref"])
     assert st.changed_images(state) == []
@@ -206,6 +234,12 @@ BAD_FIELDS = [
     (("compare",), {"layout": "diagonal"}, "compare.layout is 'diagonal'"),
     (("compare",), {"layout": "views", "images": [7]}, "compare.images[0] is 7"),
     (("window", "heads_all_layers"), "yes", "window.heads_all_layers must be true or false"),
+    (("model", "preprocess"), {"resize": 0, "crop": [2, 2], "mean": [0.5], "std": [0.5]},
+     "model.preprocess.resize is 0"),
+    (("model", "preprocess"), {"resize": 8, "crop": [2, 2], "mean": [0.5, 0.5], "std": [0.5]},
+     "mean and std must have the same number of channels"),
+    (("model", "preprocess"), {"resize": 8, "crop": [2, 2], "mean": [0.5], "std": [0]},
+     "model.preprocess.std[0] is 0"),
 ]
 
 

@@ -48,11 +48,12 @@ from vitviz.session import SCALE_MODES, ViewOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.compare import CompareSpec
+    from vitviz.preprocess import Preprocess
     from vitviz.pipeline import InferenceResult, Pipeline
     from vitviz.session import Session
 
 __all__ = ["FORMAT", "METADATA_KEY", "SUFFIX", "VERSION", "ImageRef", "SessionState", "StateError", "apply_state",
-           "capture_state", "changed_images", "figure_metadata", "file_sha256", "from_dict", "locate", "parse_state",
+           "capture_state", "changed_images", "with_preprocess", "figure_metadata", "file_sha256", "from_dict", "locate", "parse_state",
            "read_state", "reproduce", "save_state", "state_json", "to_dict"]
 
 FORMAT = "vitviz-session"
@@ -112,6 +113,9 @@ class SessionState:
         model_name, device, precision: for messages (a session opens on the window's own device and precision).
         model_relative: the checkpoint relative to the file's folder (``file:`` models), a fallback for
             :func:`locate`.
+        preprocess: how the model prepared its images (resize, crop, mean, std); a reopened model whose own
+            preprocessing differs (a checkpoint that does not say, a default that changed) is given this one, so
+            the maps are the same.
         heads_all_layers: the heads panel shows every layer x every head.
         compare: the comparison open in the Compare window, or None.
         written_by: the vitviz that wrote it.
@@ -128,6 +132,7 @@ class SessionState:
     device: str = "cpu"
     precision: str = "fp32"
     model_relative: str | None = None
+    preprocess: "Preprocess | None" = None
     heads_all_layers: bool = False
     compare: "CompareSpec | None" = None
     written_by: str = ""
@@ -145,11 +150,13 @@ class SessionState:
 
 # ----------------------------------------------------------------------------------------------- from the window
 def capture_state(session: "Session", model_ref: str, *, model_name: str = "", device: str = "cpu",
-                  precision: str = "fp32", heads_all_layers: bool = False, compare: "CompareSpec | None" = None,
-                  hashes: bool = True) -> SessionState:
+                  precision: str = "fp32", preprocess: "Preprocess | None" = None, heads_all_layers: bool = False,
+                  compare: "CompareSpec | None" = None, hashes: bool = True) -> SessionState:
     """The state of ``session`` (its shown result, images and options) with the model ``model_ref``.
 
     Args:
+        preprocess: the model's preprocessing (``pipeline.spec.preprocess``), recorded so that a reopened model
+            prepares the images the same way.
         hashes: record each image file's SHA-256 (a changed image is reported when the state is opened).
 
     Raises:
@@ -179,7 +186,8 @@ def capture_state(session: "Session", model_ref: str, *, model_name: str = "", d
     return SessionState(model=model_ref, images=tuple(refs), current=current, options=session.options,
                         target=r.target, target_label=r.label(r.target) if r.target is not None else "",
                         model_name=model_name or r.model_name, device=device, precision=precision,
-                        heads_all_layers=bool(heads_all_layers), compare=compare, written_by=_software())
+                        preprocess=preprocess, heads_all_layers=bool(heads_all_layers), compare=compare,
+                        written_by=_software())
 
 
 def file_sha256(path: str | os.PathLike) -> str | None:
@@ -223,6 +231,8 @@ def to_dict(state: SessionState, base: str | os.PathLike | None = None) -> dict[
         if rel is not None:
             model["relative"] = rel
     model.update(name=state.model_name, device=state.device, precision=state.precision)
+    if state.preprocess is not None:
+        model["preprocess"] = state.preprocess.to_dict()
     images = []
     for ref in state.images:
         entry: dict[str, Any] = {"path": ref.path}
@@ -559,13 +569,14 @@ def _from_dict(d: Any, origin: str) -> SessionState:
            "window", "compare")
     _obj(d, "the session", top, ("model", "images", "current", "options"))
     written_by = _str(d.get("written_by", ""), "written_by")
-    m = _obj(d["model"], "model", ("ref", "relative", "name", "device", "precision"), ("ref",))
+    m = _obj(d["model"], "model", ("ref", "relative", "name", "device", "precision", "preprocess"), ("ref",))
     ref = _model_ref(m["ref"], "model.ref")
     rel = m.get("relative")
     model_relative = None if rel is None else _str(rel, "model.relative", empty=False)
     model_name = _str(m.get("name", ""), "model.name")
     device = _str(m.get("device", "cpu"), "model.device")
     precision = _str(m.get("precision", "fp32"), "model.precision")
+    preprocess = None if m.get("preprocess") is None else _preprocess(m["preprocess"], "model.preprocess")
     images = []
     for i, e in enumerate(_list(d["images"], "images", MAX_IMAGES)):
         where = f"images[{i}]"
@@ -590,8 +601,43 @@ def _from_dict(d: Any, origin: str) -> SessionState:
     compare = _compare(d.get("compare"), [i.path for i in images])
     return SessionState(model=ref, images=tuple(images), current=current, options=options, target=target,
                         target_label=target_label, model_name=model_name, device=device, precision=precision,
-                        model_relative=model_relative, heads_all_layers=heads_all, compare=compare,
+                        model_relative=model_relative, preprocess=preprocess, heads_all_layers=heads_all, compare=compare,
                         written_by=written_by, origin=origin)
+
+
+def _preprocess(v: Any, where: str) -> "Preprocess":
+    from vitviz.preprocess import Preprocess
+
+    d = _obj(v, where, ("resize", "crop", "interpolation", "mean", "std"), ("resize", "crop", "mean", "std"))
+    side = lambda x, n: _int(x, n, 1, 16384)  # noqa: E731
+    r = d["resize"]
+    resize: Any = side(r, where + ".resize") if not isinstance(r, list) else \
+        tuple(side(x, f"{where}.resize[{i}]") for i, x in enumerate(_pair(r, where + ".resize")))
+    crop = tuple(side(x, f"{where}.crop[{i}]") for i, x in enumerate(_pair(d["crop"], where + ".crop")))
+    interp = _choice(d.get("interpolation", "bicubic"), where + ".interpolation",
+                     ("nearest", "bilinear", "bicubic", "lanczos"))
+    mean = tuple(_float(x, f"{where}.mean[{i}]", -1e6, 1e6) for i, x in enumerate(_list(d["mean"], where + ".mean", 4)))
+    std = tuple(_float(x, f"{where}.std[{i}]", 1e-12, 1e6) for i, x in enumerate(_list(d["std"], where + ".std", 4)))
+    if not mean or len(mean) != len(std):
+        raise _Bad(f"{where}: mean and std must have the same number of channels (1 to 4)")
+    return Preprocess(resize=resize, crop=crop, interpolation=interp, mean=mean, std=std)
+
+
+def _pair(v: Any, where: str) -> list[Any]:
+    lst = _list(v, where, 2)
+    if len(lst) != 2:
+        raise _Bad(f"{where} must be [height, width]")
+    return lst
+
+
+def with_preprocess(model: Any, state: SessionState) -> str | None:
+    """Give a reopened ``model`` the state's preprocessing when its own differs; returns a note saying so."""
+    spec = getattr(model, "spec", None)
+    p = state.preprocess
+    if p is None or spec is None or spec.preprocess == p:
+        return None
+    model.spec = spec.replace(preprocess=p)
+    return "the model prepares images as when the session was saved (its file says otherwise)"
 
 
 def _compare(v: Any, paths: list[str]) -> "CompareSpec | None":
@@ -737,6 +783,7 @@ def reproduce(state: SessionState, *, pipeline: "Pipeline | None" = None, device
     state = locate(state, check_model=pipeline is None)
     if pipeline is None:
         model, _ = open_model(state.model, show_bar=False)
+        with_preprocess(model, state)
         prec = precision or (state.precision if state.precision in available_precisions(device) else "fp32")
         pipeline = Pipeline(model, device=device, precision=prec)
     result = pipeline.run(load_image(state.image.path), source=state.image.path, target=state.target)

@@ -54,9 +54,10 @@ class Sessions(QObject):
         if compare is None:
             cw = getattr(w, "compare_window", None)
             compare = cw.spec if cw is not None and cw.isVisible() else None
+        spec = getattr(w.controller.pipeline, "spec", None) if w.controller.pipeline is not None else None
         return st.capture_state(w.session, w.model_key, model_name=w.controller.title(), device=w.device,
-                                precision=w.precision, heads_all_layers=w.heads.all_layers, compare=compare,
-                                hashes=hashes)
+                                precision=w.precision, preprocess=getattr(spec, "preprocess", None),
+                                heads_all_layers=w.heads.all_layers, compare=compare, hashes=hashes)
 
     def why_not_reopenable(self) -> str | None:
         """Why a session saved now could not be opened again (None when it could)."""
@@ -152,6 +153,7 @@ class Sessions(QObject):
                 from vitviz.pipeline import Pipeline
 
                 model, note = open_model(ref, progress=job.report, show_bar=False)
+                note = "; ".join(filter(None, [note, st.with_preprocess(model, state)]))
                 dev, prec = device, precision
                 if dev not in available_devices():
                     note = "; ".join(filter(None, [note, f"device {dev} is not available here: using the CPU"]))
