@@ -87,3 +87,23 @@ def test_rel_pos_table_resize_equals_timm():
             want = pos.resize_rel_pos_bias_table(table, new_window_size=new, new_bias_shape=(n, 3),
                                                  old_window_size=(4, 4))
         assert rel_err(resize_rel_pos_table(table, (4, 4), new, "timm"), want) <= 1e-5
+
+
+@pytest.mark.parametrize("kw", [
+    dict(class_token=False, global_pool="map", act_layer="gelu_tanh"),
+    dict(pos_embed="none", rel_pos_bias="shared", init_values=0.1, global_pool="avg", rel_pos_interp="bilinear"),
+    dict(pre_norm=True, patch_bias=False, head_bias=False, act_layer="quick_gelu", layer_norm_eps=1e-5),
+    dict(mlp_layer="swiglu", mlp_ratio=5.0, init_values=1e-5, num_reg_tokens=4, no_embed_class=True,
+         pos_embed_interp="dino", post_norm=True),
+])
+def test_native_round_trip_keeps_every_option(tmp_path, kw):
+    from vitviz.model import load_checkpoint, save_checkpoint
+    from vitviz.model.spec import ModelSpec
+
+    m = ViT(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=3, **kw).eval()
+    m.spec = ModelSpec(config=m.config, name="parts")
+    back = load_checkpoint(save_checkpoint(m, tmp_path / "m.safetensors"))
+    assert back.config == m.config
+    x = torch.randn(1, 3, 40, 48)  # another size: the resampling options matter
+    with torch.no_grad():
+        assert rel_err(back(x), m(x)) <= 1e-6

@@ -80,6 +80,10 @@ class ModelSpec:
     def from_json(cls, s: str) -> "ModelSpec":
         return cls.from_dict(json.loads(s))
 
+    def parts_text(self) -> str:
+        """The architecture's options in words (activation, MLP, LayerScale, norms, position bias, pooling ...)."""
+        return _parts(self.config)
+
     def describe(self) -> str:
         """Multi-line human-readable summary (used by ``vitviz info``)."""
         c, p = self.config, self.preprocess
@@ -96,12 +100,32 @@ class ModelSpec:
             f"format:        {self.source_format}" + (f" ({self.source_path})" if self.source_path else ""),
             f"architecture:  ViT patch {c.patch_size}, width {c.embed_dim}, depth {c.depth}, {heads}, "
             f"MLP x{c.mlp_ratio:g}, pool {c.global_pool}, prefix tokens: {', '.join(prefix) or 'none'}",
+            f"parts:         {self.parts_text()}",
             f"input size:    {c.img_size[0]}x{c.img_size[1]} (grid {c.grid_size[0]}x{c.grid_size[1]})",
             f"preprocessing: resize {p.resize} ({p.interpolation}), centre crop {p.crop[0]}x{p.crop[1]}, "
             f"mean {tuple(round(x, 4) for x in p.mean)}, std {tuple(round(x, 4) for x in p.std)}",
             f"classes:       {c.num_classes}" + (" (labelled)" if self.labels else " (no labels)"),
         ]
         return "\n".join(lines)
+
+
+def _parts(c: ViTConfig) -> str:
+    parts = [c.act_layer.replace("_", " ").replace("gelu tanh", "GELU (tanh)").replace("quick gelu", "QuickGELU")
+             .replace("gelu", "GELU"), "SwiGLU MLP" if c.mlp_layer == "swiglu" else "MLP"]
+    if c.init_values is not None:
+        parts.append("LayerScale")
+    if c.pre_norm:
+        parts.append("pre-norm (ln_pre)")
+    if c.post_norm:
+        parts.append("post-norm blocks")
+    if c.rel_pos_bias != "none":
+        parts.append(f"relative position bias ({'per layer' if c.rel_pos_bias == 'layer' else 'shared'})")
+    if c.global_pool == "map":
+        parts.append("attention-pool head")
+    parts.append({"learned": "learned", "sincos": "sin-cos", "none": "no"}[c.pos_embed] + " position embedding"
+                 + (f" (resampled: {c.pos_embed_interp})" if c.pos_embed == "learned" else ""))
+    parts.append(f"LayerNorm eps {c.layer_norm_eps:g}")
+    return ", ".join(parts)
 
 
 def imagenet_preprocess(size: int = 224, *, crop_pct: float = 0.875, interpolation: str = "bicubic") -> Preprocess:
