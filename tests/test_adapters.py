@@ -231,3 +231,92 @@ def test_adapted_model_errors():
     assert a.spec.preprocess.mean == (0.5, 0.5, 0.5) and a.num_prefix_tokens == 2
     with pytest.raises(ValueError, match="labels has 3 names but Custom has 4 classes"):
         AdaptedModel(Custom(), attention="layers.*.mixer", input_size=16, labels=["a", "b", "c"])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# vitviz --model path/to/file.py:ClassName --weights ckpt.pth --init JSON
+# ---------------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def user_file(tmp_path_factory):
+    """The user's own file (a copy of textbook_models.py) and a trained style-C state dict saved with torch.save."""
+    import shutil
+
+    import textbook_models
+
+    tmp_path = tmp_path_factory.mktemp("user")
+    path = tmp_path / "my_vit.py"
+    shutil.copy(textbook_models.__file__, path)
+    model = train(ViTC(emb_size=48, depth=2, num_heads=4))
+    weights = tmp_path / "ckpt.pth"
+    torch.save(model.state_dict(), weights)
+    return path, weights, model
+
+
+def _fake_gui(monkeypatch):
+    import sys
+    import types
+
+    calls = {}
+
+    def run_gui(images, model=None, device=None, settings=None, *, module=None, note=None):
+        calls.update(images=images, model=model, device=device, module=module, note=note)
+        return 0
+
+    fake = types.ModuleType("vitviz.gui.app")
+    fake.run_gui = run_gui
+    monkeypatch.setitem(sys.modules, "vitviz.gui.app", fake)
+    return calls
+
+
+def test_cli_model_from_the_users_file(user_file, monkeypatch):
+    from vitviz.cli import main
+
+    path, weights, model = user_file
+    calls = _fake_gui(monkeypatch)
+    assert main(["x.png", "--model", f"{path}:ViTC", "--weights", str(weights), "--init", '{"emb_size": 48}']) == 0
+    m = calls["module"]
+    assert isinstance(m, AdaptedModel) and calls["note"] is None and calls["images"] == ["x.png"]
+    assert m.spec.name == "ViTC (ckpt.pth)" and m.spec.source_path == str(path)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), model(x))  # the weights were loaded
+    # an --init file, no weights: random weights, said in a note
+    init = path.parent / "init.json"
+    init.write_text('{"emb_size": 48, "num_classes": 3}')
+    assert main(["--model", f"{path}:ViTC", "--init", str(init)]) == 0
+    assert calls["module"].num_classes == 3 and "Randomly initialised" in calls["note"]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--model", "{dir}/missing.py:ViTC"], "missing.py: no such file"),
+    (["--model", "{path}:Nope"], "defines no 'Nope'; its nn.Module classes: .*ViTC"),
+    (["--model", "{path}:ViTC", "--init", "{{emb_size: 48}}"], "--init .*not valid JSON"),
+    (["--model", "{path}:ViTC", "--init", '{{"width": 48}}'], r"ViTC\(width=48\) failed: TypeError"),
+    (["--model", "{path}:ViTC", "--weights", "{weights}"], r"ckpt.pth: the weights do not match ViTC: shape mismatch"),
+    (["--model", "{path}:ViTC", "--weights", "{weights}", "--init", '{{"emb_size": 48, "depth": 1}}'],
+     r"ckpt.pth: the weights do not match ViTC: unexpected keys 'encoder.1"),
+    (["--model", "{path}:Custom", "--init", '{{"dim": 24}}'], "Custom: found no attention to capture"),
+    (["--model", "vit_b_16", "--weights", "{weights}"], "--weights and --init go with --model"),
+])
+def test_cli_model_errors_are_one_line_before_any_window(user_file, monkeypatch, capsys, args, expected):
+    import re
+
+    from vitviz.cli import main
+
+    path, weights, _ = user_file
+    calls = _fake_gui(monkeypatch)
+    argv = [a.format(dir=path.parent, path=path, weights=weights) for a in args]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert re.search(expected, err), err
+    assert not calls  # no window
+
+
+def test_cli_help_says_the_file_is_run(capsys):
+    from vitviz.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "file.py:ClassName" in out and "imports and runs that file" in out and "weights_only=True" in out

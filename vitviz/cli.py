@@ -3,6 +3,8 @@
 Usage::
 
     vitviz [IMAGE ...] [--model PATH_OR_NAME] [--device DEVICE]   open the GUI
+    vitviz [IMAGE ...] --model FILE.py:CLASS [--weights CKPT] [--init JSON]
+                                                                    the GUI on your own model class (runs FILE.py)
     vitviz info CHECKPOINT [CHECKPOINT ...] [--num-heads N] [--preprocess imagenet|inception]
     vitviz predict CHECKPOINT IMAGE [IMAGE ...] [--top K] [--preprocess ...]
     vitviz models                                                   named models (curated Hub list, torchvision)
@@ -58,10 +60,30 @@ def _gui_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", "-m", metavar="PATH_OR_NAME",
                    help="checkpoint file/directory, or a model name: a curated one such as dino-s8 ('vitviz "
                         "models'), a timm name (timm/vit_small_patch14_reg4_dinov2.lvd142m, hf-hub:...), a Hugging "
-                        "Face id (facebook/dinov2-small) or a torchvision name (vit_b_16); downloaded once")
+                        "Face id (facebook/dinov2-small) or a torchvision name (vit_b_16); downloaded once; or "
+                        "your own model class as path/to/file.py:ClassName: vitviz imports and runs that file (your "
+                        "code, run because you asked) and builds ClassName(**--init)")
+    p.add_argument("--weights", metavar="CKPT",
+                   help="with --model FILE.py:CLASS: its state dict (.pth/.pt read with torch.load(weights_only=True), "
+                        "or .safetensors); without it the weights are random")
+    p.add_argument("--init", metavar="JSON",
+                   help="with --model FILE.py:CLASS: the constructor's arguments as a JSON object (or list), or a "
+                        ".json file, e.g. '{\"img_size\": 32, \"num_classes\": 10}'")
     p.add_argument("--device", metavar="DEVICE", help="torch device, e.g. cpu or cuda")
     _add_debug(p)
     return p
+
+
+def _user_model(args: argparse.Namespace):
+    """``(model, note)`` for ``--model FILE.py:CLASS`` (vitviz.adapters.load_user_model), else None; ``--weights`` and
+    ``--init`` without it are an error."""
+    if not (args.model and ".py:" in args.model):
+        if args.weights is not None or args.init is not None:
+            raise ValueError("--weights and --init go with --model path/to/file.py:ClassName (your own model class)")
+        return None
+    from vitviz.adapters import load_user_model
+
+    return load_user_model(args.model, weights=args.weights, init=args.init)
 
 
 def _add_debug(p: argparse.ArgumentParser) -> None:
@@ -427,6 +449,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"'vitviz info CHECKPOINT', 'vitviz predict CHECKPOINT IMAGE'.", file=sys.stderr)
         return 1
     try:
+        user = _user_model(args)  # your own class: imported, built and checked before any window opens
+        if user is not None:
+            return int(run_gui(list(args.images), device=args.device, module=user[0], note=user[1]) or 0)
         return int(run_gui(list(args.images), model=args.model, device=args.device) or 0)
     except KeyboardInterrupt:
         print("vitviz: interrupted", file=sys.stderr)

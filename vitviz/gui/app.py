@@ -73,7 +73,7 @@ def install_excepthook() -> None:
 
 
 def run_gui(images: list[str], model: str | None = None, device: str | None = None,
-            settings: QSettings | None = None) -> int:
+            settings: QSettings | None = None, *, module=None, note: str | None = None) -> int:
     """Open the main window with ``images`` (the bundled samples when empty) and run the event loop.
 
     Args:
@@ -81,6 +81,8 @@ def run_gui(images: list[str], model: str | None = None, device: str | None = No
         model: checkpoint path or model name (:func:`vitviz.model.sources.parse_model_ref`; default: the remembered
             model, else the bundled demo).
         device: torch device (default: the remembered one, else CPU).
+        module: an already-built model to show instead (``vitviz --model file.py:Class``; see
+            :func:`vitviz.adapters.load_user_model`); ``note`` is shown in the status bar.
 
     Returns:
         The exit code of the event loop.
@@ -90,8 +92,13 @@ def run_gui(images: list[str], model: str | None = None, device: str | None = No
     ref = parse_model_ref(model) if model is not None else None  # raises before any window opens
     app = make_app()
     install_excepthook()
-    win = MainWindow(settings=settings, model_key=ref, device=device, load_samples=not images)
+    if module is not None:
+        win = MainWindow(settings=settings, model=module, model_key="memory", device=device, load_samples=not images)
+    else:
+        win = MainWindow(settings=settings, model_key=ref, device=device, load_samples=not images)
     win.show()
+    if note:
+        win.statusBar().showMessage(note, 15000)
     if images:
         win.open_images([str(Path(p)) for p in images])
     # Ctrl+C in the terminal closes the window cleanly (Python only sees signals while it runs: wake it up)
