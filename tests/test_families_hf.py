@@ -129,7 +129,8 @@ def test_beit_hf_classifier(tmp_path):
 
 
 def test_data2vec_vision_hf_shared_bias(tmp_path):
-    ref = _build(T.Data2VecVisionModel, T.Data2VecVisionConfig, {"add_pooling_layer": True}, intermediate_size=64, image_size=32, patch_size=8,
+    ref = _build(T.Data2VecVisionModel, T.Data2VecVisionConfig, {"add_pooling_layer": True}, intermediate_size=64,
+                 image_size=32, patch_size=8,
                  use_shared_relative_position_bias=True, use_relative_position_bias=False,
                  layer_scale_init_value=0.5, **SMALL)
     ours = load_checkpoint(_save(ref, tmp_path / "d2v"))

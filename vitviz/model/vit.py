@@ -202,7 +202,7 @@ def _geometric_positions(src: int, dst: int) -> list[float]:
     return [-d for d in reversed(dis)] + [0.0] + dis
 
 
-def _interp_linear(points: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _interp_linear(points: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Left/right indices and distances of ``x`` among the sorted ``points`` (clamped at the ends; a point on a
     node gets equal weights), for linear interpolation on an uneven grid."""
     right = torch.bucketize(x.contiguous(), points).clamp(max=points.shape[0] - 1)
@@ -219,8 +219,8 @@ def resize_rel_pos_table(table: torch.Tensor, old_window: tuple[int, int], new_w
     """Resize a BEiT relative-position table ``[(2gh-1)(2gw-1)+3, H]`` to another patch grid.
 
     ``"timm"``: timm's ``resize_rel_pos_bias_table`` (the offsets placed on BEiT's geometric progression, linear
-    interpolation on that uneven grid); ``"bilinear"``: Hugging Face BEiT / data2vec-vision (``interpolate_pos_encoding``:
-    the offset grid resized bilinearly). The three [CLS] rows are kept.
+    interpolation on that uneven grid); ``"bilinear"``: Hugging Face BEiT / data2vec-vision
+    (``interpolate_pos_encoding``: the offset grid resized bilinearly). The three [CLS] rows are kept.
     """
     if tuple(new_window) == tuple(old_window):
         return table

@@ -135,6 +135,28 @@ def convert(raw: RawCheckpoint) -> Converted:
     return c
 
 
+def finish(raw: RawCheckpoint, c: Converted, options: dict[str, Any], eps: float, *, vision: bool = False,
+           labels: bool = False) -> Converted:
+    """The last step every Hugging Face family shares: the layout's options and LayerNorm eps, then what
+    ``config.json`` says over them (the ``vision_config`` of a two-tower config with ``vision``; class names with
+    ``labels``), and ``preprocessor_config.json`` checked now (used after loading)."""
+    if "pos_embed" in c.state and c.state["pos_embed"].ndim == 2:  # an nn.Embedding's weight [N, D]
+        c.state["pos_embed"] = c.state["pos_embed"][None]
+    c.config["options"] = dict(options)
+    c.config["layer_norm_eps"] = eps
+    if raw.hf_config:
+        where = os.path.join(raw.origin, "config.json")
+        cfg: Mapping[str, Any] = raw.hf_config
+        if vision and cfg.get("vision_config") is not None:
+            cfg = want_object(where, "vision_config", cfg["vision_config"])
+        cfg = read_common(cfg, where, c, eps)
+        if labels:
+            read_labels(cfg, where, c)
+    if raw.hf_preprocessor:
+        preprocessor_settings(raw)
+    return c
+
+
 def hf_activation(where: str, cfg: Mapping[str, Any]) -> str:
     """``hidden_act`` of a transformers config as a ViT ``act_layer``."""
     act = want_str(where, "hidden_act", cfg.get("hidden_act", "gelu"))

@@ -10,7 +10,6 @@ embedding (where used) bicubically, as transformers does.
 
 from __future__ import annotations
 
-import os
 import re
 
 from vitviz.model.checkpoints import hf
@@ -67,15 +66,8 @@ def convert(raw: RawCheckpoint) -> Converted:
     p = re.escape(prefix)
     ignore = [p + r"embeddings\.mask_token", r".*relative_position_index"]
     c = hf.fuse_qkv(raw, p + r"(?:encoder\.layer|layers)\.", _rules(p), ignore, zero_k_bias=True)
-    c.config["options"] = {"pos_embed_interp": "bicubic", "rel_pos_interp": "bilinear", "act_layer": "gelu"}
-    c.config["layer_norm_eps"] = 1e-12
-    if raw.hf_config:
-        where = os.path.join(raw.origin, "config.json")
-        cfg = hf.read_common(raw.hf_config, where, c, 1e-12)
-        hf.read_labels(cfg, where, c)
-    if raw.hf_preprocessor:
-        hf.preprocessor_settings(raw)
-    return c
+    options = {"pos_embed_interp": "bicubic", "rel_pos_interp": "bilinear", "act_layer": "gelu"}
+    return hf.finish(raw, c, options, 1e-12, labels=True)
 
 
 def default_preprocess(cfg: ViTConfig, raw: RawCheckpoint) -> Preprocess:

@@ -10,13 +10,10 @@ Position embeddings at other sizes: bicubic without antialiasing (transformers' 
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
-from typing import Any
 
 from vitviz.model.checkpoints import hf
-from vitviz.model.checkpoints.common import Converted, RawCheckpoint, want_object
+from vitviz.model.checkpoints.common import Converted, RawCheckpoint
 from vitviz.model.vit import ViTConfig
 from vitviz.preprocess import Preprocess
 
@@ -51,13 +48,6 @@ def encoder_rules(p: str) -> list[tuple[str, str]]:
     ]
 
 
-def vision_config(cfg: Mapping[str, Any], where: str) -> Mapping[str, Any]:
-    """The vision part of a ``CLIPConfig`` / ``SiglipConfig`` (``vision_config``), or the config itself."""
-    if "vision_config" in cfg and cfg["vision_config"] is not None:
-        return want_object(where, "vision_config", cfg["vision_config"])
-    return cfg
-
-
 def convert(raw: RawCheckpoint) -> Converted:
     p = re.escape(key_prefix(raw.tensors) or "")
     rules = [
@@ -69,19 +59,9 @@ def convert(raw: RawCheckpoint) -> Converted:
         (r"visual_projection\.weight", "head.weight"),
     ]
     c = hf.fuse_qkv(raw, p + r"encoder\.layers\.", rules, TEXT)
-    c.state["cls_token"] = c.state["cls_token"].reshape(1, 1, -1) if "cls_token" in c.state else None
-    if c.state["cls_token"] is None:
-        del c.state["cls_token"]
-    if "pos_embed" in c.state and c.state["pos_embed"].ndim == 2:
-        c.state["pos_embed"] = c.state["pos_embed"][None]
-    c.config["options"] = {"pos_embed_interp": "bicubic", "act_layer": "quick_gelu"}
-    c.config["layer_norm_eps"] = 1e-5
-    if raw.hf_config:
-        where = os.path.join(raw.origin, "config.json")
-        hf.read_common(vision_config(raw.hf_config, where), where, c, 1e-5)
-    if raw.hf_preprocessor:
-        hf.preprocessor_settings(raw)
-    return c
+    if "cls_token" in c.state:
+        c.state["cls_token"] = c.state["cls_token"].reshape(1, 1, -1)
+    return hf.finish(raw, c, {"pos_embed_interp": "bicubic", "act_layer": "quick_gelu"}, 1e-5, vision=True)
 
 
 def default_preprocess(cfg: ViTConfig, raw: RawCheckpoint) -> Preprocess:

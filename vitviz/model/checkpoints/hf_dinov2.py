@@ -1,6 +1,7 @@
 """Hugging Face ``Dinov2Model`` and ``Dinov2WithRegistersModel`` (``facebook/dinov2-*``,
 ``facebook/dinov2-with-registers-*``): LayerScale (``layer_scale{1,2}.lambda1``), registers, and the giant's SwiGLU
-(``mlp.weights_in`` / ``weights_out``, or ``gate_proj`` / ``up_proj`` / ``down_proj``) packed into timm's ``fc1``. No Qt.
+(``mlp.weights_in`` / ``weights_out``, or ``gate_proj`` / ``up_proj`` / ``down_proj``) packed into timm's ``fc1``.
+No Qt.
 
 The registers are inserted after the position embedding is added to ``[CLS] + patches``: the [CLS] slot is folded
 into the [CLS] token and the model gets ``no_embed_class`` (timm's conversion, exact). Position embeddings at other
@@ -77,18 +78,11 @@ def convert(raw: RawCheckpoint) -> Converted:
         pe = c.state["pos_embed"]
         c.state["cls_token"] = c.state["cls_token"] + pe[:, :1]
         c.state["pos_embed"] = pe[:, 1:]
-    c.config["options"] = {"pos_embed_interp": "timm" if registers else "bicubic", "act_layer": "gelu",
-                           "no_embed_class": registers}
-    c.config["layer_norm_eps"] = 1e-6
-    if raw.hf_config:
-        where = os.path.join(raw.origin, "config.json")
-        cfg = hf.read_common(raw.hf_config, where, c, 1e-6)
-        if cfg.get("use_swiglu_ffn") is not None:
-            want_bool(where, "use_swiglu_ffn", cfg["use_swiglu_ffn"])
-        hf.read_labels(cfg, where, c)
-    if raw.hf_preprocessor:
-        hf.preprocessor_settings(raw)
-    return c
+    if isinstance(raw.hf_config, dict) and raw.hf_config.get("use_swiglu_ffn") is not None:
+        want_bool(os.path.join(raw.origin, "config.json"), "use_swiglu_ffn", raw.hf_config["use_swiglu_ffn"])
+    options = {"pos_embed_interp": "timm" if registers else "bicubic", "act_layer": "gelu",
+               "no_embed_class": registers}
+    return hf.finish(raw, c, options, 1e-6, labels=True)
 
 
 def default_preprocess(cfg: ViTConfig, raw: RawCheckpoint) -> Preprocess:

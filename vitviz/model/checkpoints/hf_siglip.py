@@ -1,18 +1,18 @@
 """Hugging Face SigLIP image towers: ``SiglipVisionModel`` and the vision half of a ``SiglipModel``
 (``google/siglip-*``). No class token; the attention-pooling head (``head.probe``, ``head.attention`` as one
-``in_proj``, ``head.layernorm``, ``head.mlp``) becomes the model's "MAP" pool (:class:`~vitviz.model.vit.AttentionPool`).
+``in_proj``, ``head.layernorm``, ``head.mlp``) becomes the model's "MAP" pool
+(:class:`~vitviz.model.vit.AttentionPool`).
 ``hidden_act`` ``gelu_pytorch_tanh`` -> GELU (tanh). Position embeddings at other sizes: bicubic without antialiasing
 (transformers' ``interpolate_pos_encoding``). No Qt.
 """
 
 from __future__ import annotations
 
-import os
 import re
 
 from vitviz.model.checkpoints import hf
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err
-from vitviz.model.checkpoints.hf_clip import encoder_rules, vision_config
+from vitviz.model.checkpoints.hf_clip import encoder_rules
 from vitviz.model.vit import ViTConfig
 from vitviz.preprocess import Preprocess
 
@@ -62,19 +62,10 @@ def convert(raw: RawCheckpoint) -> Converted:
         c.state[f"attn_pool.q.{kind}"], c.state[f"attn_pool.kv.{kind}"] = t[:D], t[D:]
         c.source_names[f"attn_pool.q.{kind}"] = c.source_names[f"attn_pool.kv.{kind}"] = \
             f"{prefix}head.attention.in_proj_{kind}"
-    if "pos_embed" in c.state and c.state["pos_embed"].ndim == 2:
-        c.state["pos_embed"] = c.state["pos_embed"][None]
     options = {"pos_embed_interp": "bicubic", "act_layer": "gelu_tanh"}
     if "attn_pool.latent" not in c.state:  # a tower without its head (vision_use_head=False): mean of the tokens
         options["fc_norm"] = False
-    c.config["options"] = options
-    c.config["layer_norm_eps"] = 1e-6
-    if raw.hf_config:
-        where = os.path.join(raw.origin, "config.json")
-        hf.read_common(vision_config(raw.hf_config, where), where, c, 1e-6)
-    if raw.hf_preprocessor:
-        hf.preprocessor_settings(raw)
-    return c
+    return hf.finish(raw, c, options, 1e-6, vision=True)
 
 
 def default_preprocess(cfg: ViTConfig, raw: RawCheckpoint) -> Preprocess:

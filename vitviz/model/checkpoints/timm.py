@@ -5,7 +5,8 @@ A timm hub folder (``config.json`` with ``architecture`` and ``pretrained_cfg`` 
 what the shapes cannot: the activation (``*_quickgelu_*`` architectures: QuickGELU; ``model_args.act_layer``), and the
 preprocessing (``pretrained_cfg``: input size, crop_pct, crop_mode, interpolation, mean, std). Without it the family
 is guessed from the shapes (:func:`vitviz.model.spec.guess_family`) and gets its documented default (DINO's own
-release files, ``dino_*.pth``, by their name: ImageNet mean/std and DINO's position-embedding interpolation); CLIP towers
+release files, ``dino_*.pth``, by their name: ImageNet mean/std and DINO's position-embedding interpolation); CLIP
+towers
 (``norm_pre``) use LayerNorm eps 1e-5 as timm's CLIP models do. The position embedding is resampled as timm does
 (bicubic with antialiasing) for every family in this layout.
 """
