@@ -151,3 +151,29 @@ def test_hf_families_are_not_confused(tmp_path):
     ours = load_checkpoint(_save(m, tmp_path / "vit"))
     with torch.no_grad():
         assert rel_err(ours(x), m(pixel_values=x).last_hidden_state[:, 0]) <= 1e-4
+
+
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_two_tower_models_load_their_image_tower(tmp_path, kind):
+    """A full CLIPModel / SiglipModel folder: the text tower's keys are ignored, the vision_config is read."""
+    vis = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+               patch_size=8)
+    txt = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=64,
+               max_position_embeddings=16)
+    if kind == "clip":
+        cfg = T.CLIPConfig(text_config=txt, vision_config={**vis, "hidden_act": "gelu"}, projection_dim=16)
+        model = T.CLIPModel(cfg)
+    else:
+        cfg = T.SiglipConfig(text_config=txt, vision_config=vis)
+        model = T.SiglipModel(cfg)
+    randomise_(model)
+    ours = load_checkpoint(_save(model, tmp_path / kind))
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        if kind == "clip":
+            assert ours.config.act_layer == "gelu" and ours.config.num_classes == 16  # from vision_config
+            want = model.get_image_features(pixel_values=x)
+        else:
+            want = model.vision_model(pixel_values=x).pooler_output
+        want = getattr(want, "pooler_output", want)
+        assert rel_err(ours(x), want) <= 1e-4

@@ -23,7 +23,19 @@ hf             ``[vit.]embeddings.patch_embeddings.projection.weight``         `
                                                                                size, bilinear, mean = std = 0.5
 npz            ``embedding/kernel`` + ``Transformer/...`` (Google vit_jax /    mean = std = 0.5
                big_vision)
+timm-beit      timm BEiT: ``attn.q_bias`` / ``gamma_1`` / relative tables      ``pretrained_cfg``, else BEiT's
+dinov2         DINOv2's own ``.pth``: ``mask_token`` + ``blocks.0.ls1.gamma``  DINOv2's (ImageNet, crop 1.0)
+hf-dinov2      HF ``Dinov2Model`` / ``Dinov2WithRegistersModel``               ``preprocessor_config.json``, else
+hf-beit        HF ``Beit*`` / ``Data2VecVision*`` (``lambda_1``, tables)       the family's default
+hf-clip        HF ``CLIPVisionModel[WithProjection]`` / ``CLIPModel``          (:data:`vitviz.model.spec.
+hf-siglip      HF ``SiglipVisionModel`` / ``SiglipModel`` (``head.probe``)     FAMILY_PREPROCESS`)
+open_clip      ``visual.class_embedding`` (open_clip, OpenAI)                  ``open_clip_config.json``, else
+                                                                               OpenAI CLIP mean/std
 =============  ==============================================================  ===================================
+
+A timm folder's ``config.json`` (``architecture``, ``model_args``, ``pretrained_cfg``) is read by the timm formats;
+without it the family is guessed from the shapes (:func:`vitviz.model.spec.guess_family`). Swin and other
+windowed-attention models are refused with a message naming what is supported (``registry.windowed_attention``).
 
 The number of heads comes from the config where there is one (native, HF); otherwise from the paper's table of
 widths (192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16), otherwise head_dim 64; ``num_heads=`` overrides it.
