@@ -23,13 +23,14 @@ from vitviz.model.checkpoints import (
     native,
     npz,
     open_clip,
+    textbook,
     timm,
     torchvision,
 )
 from vitviz.model.checkpoints.common import RawCheckpoint, err, names
 
 Format = Literal["native", "timm-beit", "dinov2", "timm", "torchvision", "hf-dinov2", "hf-beit", "hf-clip",
-                 "hf-siglip", "open_clip", "hf", "npz"]
+                 "hf-siglip", "open_clip", "hf", "npz", "textbook"]
 
 FORMATS: tuple[ModuleType, ...] = (
     native,       # safetensors metadata "vitviz_spec": must come first (its keys are timm's)
@@ -44,6 +45,7 @@ FORMATS: tuple[ModuleType, ...] = (
     open_clip,
     hf,
     npz,
+    textbook,     # the ViTs people write themselves (styles B, C, D of issue 17)
 )
 FORMAT_NAMES: tuple[str, ...] = tuple(f.NAME for f in FORMATS)
 
@@ -58,7 +60,7 @@ def format_module(name: str) -> ModuleType:
 
 SUPPORTED = ("ViT / DeiT / DeiT III, DINO, DINOv2 (with or without registers), BEiT / BEiT v2 / data2vec-vision, "
              "CLIP / OpenCLIP and SigLIP image towers (timm, Hugging Face, open_clip and original layouts), "
-             "torchvision ViT, Google .npz")
+             "torchvision ViT, Google .npz, the textbook ViTs people write themselves (styles B, C, D)")
 
 _WINDOWED = re.compile(r"(^|\.)(layers|stages)\.\d+\.blocks\.\d+\.attn\.relative_position_bias_table$|"
                        r"(^|\.)encoder\.layers\.\d+\.blocks\.\d+\.|(^|\.)stages\.\d+\.blocks\.\d+\.attn\.|"
