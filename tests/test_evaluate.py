@@ -449,8 +449,9 @@ def test_evaluate_views_on_a_model_a_path_and_unavailable_views(tiny_model, tmp_
     t = evaluate_views(tiny_model, str(path), ("relevance", "cls"), steps=4, seeds=2, baseline="blur")
     assert t.source.endswith("a.png") and t.baseline == "blur"
     assert t.views[0].deletion is not None and t.views[1].deletion is not None  # cls: the default layer 0
-    assert E.view_options("cls_last", 12) == ("cls", {"layer": 11, "head": "mean"})
-    assert E.view_options("rollout", 12) == ("rollout", {})
+    assert E.view_options("cls_last", 12) == ("cls", {"layer": 11, "head": "mean", "ignore_artefacts": False})
+    assert E.view_options("rollout", 12) == ("rollout", {"discard_ratio": 0.0, "head_fusion": "mean",
+                                                         "ignore_artefacts": False, "start_layer": 0})
     # a model without [CLS]: rollout and relevance are unavailable (a row with the reason, no curves)
     m = ViT(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=3, class_token=False,
             global_pool="avg").eval()

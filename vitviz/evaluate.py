@@ -625,11 +625,15 @@ def random_baseline(
 # ------------------------------------------------------------------------------------------------------ maps
 def view_options(name: str, num_layers: int) -> tuple[str, dict[str, Any]]:
     """The window's view and option changes that show the map of the row ``name`` of a :class:`FaithfulnessTable`:
-    ``("cls", {"layer": L - 1, "head": "mean"})`` for ``"cls_last"``, ``(name, {})`` for a view key (whose map the
-    table took at the default options)."""
-    if name == "cls_last":
-        return "cls", {"layer": num_layers - 1, "head": "mean"}
-    return name, {}
+    every option the view reads at the value the table's map was computed with, and ``ignore_artefacts`` for maps
+    of attention; e.g. ``("cls", {"layer": L - 1, "head": "mean", "ignore_artefacts": False})`` for ``"cls_last"``
+    and ``("rollout", {"discard_ratio": 0.0, "head_fusion": "mean", "ignore_artefacts": False, "start_layer": 0})``
+    (the table takes the maps at the default options, so the user's own rollout settings are replaced)."""
+    view, opts, _ = _resolve_view(name, num_layers)
+    changes = {n: getattr(opts, n) for n in sorted(view.reads) if n != "target"}
+    if view.uses_attention:
+        changes["ignore_artefacts"] = opts.ignore_artefacts
+    return view.key, changes
 
 
 def _resolve_view(name: str, num_layers: int, options: "ViewOptions | None" = None) -> tuple["View", "ViewOptions",

@@ -7,6 +7,9 @@ Widgets never touch these: they call the controller's methods and redraw from it
 
 from __future__ import annotations
 
+import hashlib
+import weakref
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,10 @@ from vitviz.gui.worker import Job, TaskRunner, split_detail
 from vitviz.model.sources import describe_ref
 
 
+EVALUATIONS_KEPT = 32  # faithfulness tables kept (a few KB each)
+EVALUATION_BATCH = 32  # at most this many perturbed images per forward in the window
+
+
 class Controller(QObject):
     """Model, device, precision and jobs of one window.
 
@@ -27,6 +34,10 @@ class Controller(QObject):
         failed(kind, title, message, detail, subject): a job failed ("model" or "infer"); the message names the file.
         busy(text, cancellable): what is running ("" when idle); cancellable for downloads.
         progress(done, total): download progress of the model being loaded.
+        evaluationReady(key, table): a faithfulness table (:func:`vitviz.evaluate.evaluate_views`) is ready.
+        evaluationProgress(done, total): perturbed images evaluated so far by the running evaluation.
+        evaluationStopped(key, why): the running evaluation was cancelled ("cancelled", or why it yielded to another
+            request) or failed ("failed"; the message went out through ``failed`` with kind "evaluate").
     """
 
     modelChanged = Signal(str)
@@ -34,6 +45,9 @@ class Controller(QObject):
     failed = Signal(str, str, str, str, str)
     busy = Signal(str, bool)
     progress = Signal(int, int)
+    evaluationReady = Signal(object, object)
+    evaluationProgress = Signal(int, int)
+    evaluationStopped = Signal(object, str)
 
     def __init__(self, parent: QObject | None = None, *, device: str = "cpu", precision: str = "fp32"):
         super().__init__(parent)
@@ -50,9 +64,16 @@ class Controller(QObject):
         self.memory_images: dict[str, Any] = {}  # name -> PIL image, for images given in memory (vitviz.show)
         self._waiting: tuple[str, Any, int | None, bool] | None = None  # an image waiting for a model
         self._closing = False
+        # faithfulness tables: the pipeline that made each result (a result of another model is not evaluated with
+        # this one), the tables per key (LRU), the key being evaluated
+        self._generation = 0  # +1 whenever another pipeline (model, device or precision) is adopted
+        self._made_by: dict[int, tuple[Any, int, str]] = {}  # id(result) -> (weakref, generation, pixel digest)
+        self.evaluations: OrderedDict[tuple, Any] = OrderedDict()
+        self.evaluating: tuple | None = None
+        self.evaluation_batch: int | None = None  # perturbed images per forward (None: see evaluate)
         self.runner.done.connect(self._on_done)
         self.runner.failed.connect(self._on_failed)
-        self.runner.progress.connect(lambda _kind, d, t: self.progress.emit(d, t))
+        self.runner.progress.connect(self._on_progress)
         self.runner.busyChanged.connect(lambda b: None if b else self.busy.emit("", False))
 
     # ------------------------------------------------------------------ state
@@ -78,6 +99,7 @@ class Controller(QObject):
         self.pipeline = model if isinstance(model, Pipeline) else Pipeline(model, device=self.device,
                                                                            precision=self.precision)
         self.ref = ref
+        self._generation += 1
         self.modelChanged.emit(note or "")
         if self._waiting is not None:
             source, pil, target, remember = self._waiting
@@ -101,6 +123,7 @@ class Controller(QObject):
             return ref, Pipeline(model, device=dev, precision=prec), note
 
         self.loading = ref
+        self._yield_evaluation("another model was asked for")
         self.busy.emit(f"Loading {describe_ref(ref)}…", ref.startswith("pretrained:"))
         self.runner.submit("model", work, subject=describe_ref(ref), title="Could not load the model")
 
@@ -142,6 +165,7 @@ class Controller(QObject):
                 raise
             return ref, p, None
 
+        self._yield_evaluation("the model is being moved")
         self.busy.emit(f"Moving the model to {device} ({precision})…", False)
         self.runner.submit("model", work, subject=f"{self.title()} on {device} ({precision})",
                            title="Could not change device or precision")
@@ -153,7 +177,7 @@ class Controller(QObject):
         if self.pipeline is None or self.runner.is_busy("model"):
             self._waiting = (source, pil, target, remember)
             return
-        pipeline = self.pipeline
+        pipeline, generation = self.pipeline, self._generation
         pil = self.memory_images.get(source) if pil is None else pil
 
         def work(job: Job):
@@ -161,9 +185,11 @@ class Controller(QObject):
 
             image = pil if pil is not None else imaging.load_image(source).image
             if job.cancelled:
-                return None, remember
-            return pipeline.run(image, source=source, target=target), remember
+                return None, remember, generation, ""
+            res = pipeline.run(image, source=source, target=target)
+            return res, remember, generation, pixel_digest(res.rgb)
 
+        self._yield_evaluation("another image or target was asked for")
         self.busy.emit(f"Running {Path(source).name}…", False)
         self.runner.submit("infer", work, subject=source, title="Could not analyse the image")
 
@@ -195,11 +221,20 @@ class Controller(QObject):
             self.busy.emit("", False)
             self.adopt(pipeline, ref, note)
         elif kind == "infer":
-            res, remember = result
+            res, remember, generation, digest = result
             self.requested = None
             if res is not None:
+                self._remember_maker(res, generation, digest)
                 self.busy.emit("", False)
                 self.resultReady.emit(res, remember)
+        elif kind == "evaluate":
+            key, table = result
+            self.evaluating = None
+            self.evaluations[key] = table
+            self.evaluations.move_to_end(key)
+            while len(self.evaluations) > EVALUATIONS_KEPT:
+                self.evaluations.popitem(last=False)
+            self.evaluationReady.emit(key, table)
 
     def _on_failed(self, kind: str, title: str, message: str, job: Job) -> None:
         if self._closing:
@@ -214,12 +249,94 @@ class Controller(QObject):
                 self._run_waiting_with_current()
         elif kind == "infer":
             self.requested = None
+        elif kind == "evaluate":
+            key, self.evaluating = self.evaluating, None
+            self.evaluationStopped.emit(key, "failed")
         text, detail = split_detail(message)
         self.failed.emit(kind, title, text, detail, job.subject)
+
+    def _on_progress(self, kind: str, done: int, total: int) -> None:
+        if kind == "evaluate":
+            self.evaluationProgress.emit(done, total)
+        else:
+            self.progress.emit(done, total)
+
+    # ------------------------------------------------------------------ faithfulness
+    def _remember_maker(self, result: Any, generation: int, digest: str) -> None:
+        """Note which pipeline made ``result`` and the digest of its pixels (what an evaluation key is made of)."""
+        for k in [k for k, (ref, _g, _d) in self._made_by.items() if ref() is None]:
+            del self._made_by[k]
+        self._made_by[id(result)] = (weakref.ref(result), generation, digest)
+
+    def evaluation_key(self, result: Any, *, steps: int, baseline: str, seeds: int) -> tuple[tuple | None, str]:
+        """``(key, "")`` naming the table of ``result`` (image pixels, target, model, options), or ``(None, why)``
+        when it cannot be evaluated with the current model (no classifier; a result of another model)."""
+        if result is None:
+            return None, "open an image first"
+        if self.pipeline is None:
+            return None, "no model is loaded"
+        made = self._made_by.get(id(result))
+        if made is None or made[0]() is not result:
+            return None, "this result was not made by the window's model"
+        if made[1] != self._generation:
+            return None, "the model changed: the image is being analysed again"
+        if result.target is None:
+            return None, ("the model has no classifier: there is no class probability for the deletion and "
+                          "insertion curves to read")
+        return (made[2], result.source, int(result.target), self._generation, int(steps), str(baseline),
+                int(seeds)), ""
+
+    def evaluate(self, result: Any, *, steps: int, baseline: str, seeds: int) -> tuple | None:
+        """Measure the faithfulness of the maps of ``result`` (the one on screen) on the worker: deletion and
+        insertion curves of :data:`vitviz.evaluate.DEFAULT_VIEWS` and ``seeds`` random rankings. A table already
+        made for the same key is emitted at once (no job). Returns the key, or None when it cannot be evaluated
+        (see :meth:`evaluation_key`)."""
+        key, _why = self.evaluation_key(result, steps=steps, baseline=baseline, seeds=seeds)
+        if key is None:
+            return None
+        if key in self.evaluations:
+            self.evaluations.move_to_end(key)
+            self.evaluationReady.emit(key, self.evaluations[key])
+            return key
+        pipeline, batch = self.pipeline, self.evaluation_batch
+
+        def work(job: Job):
+            from vitviz.evaluate import auto_batch_size, evaluate_views
+
+            size = batch
+            if size is None:  # progress and cancel every few seconds, without giving up much speed
+                size = min(auto_batch_size(pipeline.model, result.num_patches), EVALUATION_BATCH)
+            table = evaluate_views(pipeline, result, steps=steps, baseline=baseline, seeds=seeds,
+                                   batch_size=size, progress=job.report, cancel=lambda: job.cancelled)
+            return key, table
+
+        self.evaluating = key
+        self.runner.submit("evaluate", work, subject=Path(result.source).name,
+                           title="Could not measure the faithfulness of the maps")
+        return key
+
+    def cancel_evaluation(self, why: str = "cancelled") -> None:
+        """Stop the running evaluation (it stops before its next batch; its result is dropped)."""
+        key, self.evaluating = self.evaluating, None
+        self.runner.cancel("evaluate")
+        if key is not None:
+            self.evaluationStopped.emit(key, why)
+
+    def _yield_evaluation(self, why: str) -> None:
+        """The one worker thread serves the newest image or model request first: a running evaluation (seconds to
+        tens of seconds) is cancelled rather than making the user wait for it."""
+        if self.evaluating is not None:
+            self.cancel_evaluation(why)
 
     def shutdown(self) -> None:
         self._closing = True
         self.runner.shutdown()
+
+
+def pixel_digest(rgb: np.ndarray) -> str:
+    """A digest of an image's pixels and shape (two results of the same picture share their faithfulness table)."""
+    a = np.ascontiguousarray(rgb)
+    return f"{hashlib.blake2b(a.data, digest_size=16).hexdigest()}{a.shape}"
 
 
 def _plausible(device: str) -> bool:

@@ -128,6 +128,8 @@ class MainWindow(QMainWindow):
         self.heads.grid_toggle.toggled.connect(self.act_grid.setChecked)
         self.plots.layerHeadSelected.connect(self._on_head_tile)
         self.plots.patchSelected.connect(self.set_query)
+        self.plots.faithfulness.attach(self.controller)
+        self.plots.faithfulness.viewRequested.connect(lambda view, changes: self._set(view=view, **changes))
         self.predictions.targetChosen.connect(self.set_target)
         self.canvas.hovered.connect(self._on_hover)
         self.canvas.clicked.connect(self._on_canvas_click)

@@ -1,0 +1,487 @@
+"""The plots panel's "Faithfulness" tab: which map reflects what the model uses, measured on the image on screen.
+
+For the current image and target, the deletion and insertion curves (:func:`vitviz.evaluate.evaluate_views`) of
+last-layer [CLS] attention, rollout, gradient rollout and relevance, and of a few random rankings of the patches
+(the floor any map must beat). A table costs a few hundred forwards (seconds to tens of seconds), so it runs only
+when asked (Run), on the controller's worker, with progress and Cancel; tables are kept per (image, target, model,
+options), so going back to an image shows its table at once. A table that is not the current image's, target's or
+options' is shown dimmed and says so. Clicking a row shows that row's map on the canvas.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPixmap
+from PySide6.QtWidgets import (
+    QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton, QSizePolicy,
+    QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+)
+
+from vitviz.gui.mosaic import BACKGROUND
+
+SEEDS = 5  # random rankings per mode: a ViT-Ti/16 table is then ~350 forwards
+STEPS = 20
+BASELINES = ("mean", "blur")
+BASELINE_TEXT = {"mean": "mean (grey)", "blur": "blurred image"}
+VIEW_NAMES = {"cls_last": "[CLS] attention, last layer", "rollout": "Rollout", "grad_rollout": "Gradient rollout",
+              "relevance": "Relevance"}
+VIEW_COLORS = {"cls_last": (255, 170, 60), "rollout": (90, 170, 255), "grad_rollout": (110, 220, 120),
+               "relevance": (240, 100, 200)}
+OTHER_COLORS = [(255, 230, 90), (120, 230, 230), (250, 120, 110), (190, 150, 255)]
+RANDOM_COLOR = (175, 175, 175)
+BEST = "★"
+LEGEND_ENTRY = 150  # px a legend entry takes (the columns follow the width)
+STALE_STYLE = "color: rgb(255, 190, 90);"
+NOTE_STYLE = "color: rgb(200, 200, 200);"
+
+
+def view_name(key: str, title: str = "") -> str:
+    return VIEW_NAMES.get(key, title or key)
+
+
+def view_color(key: str, index: int) -> tuple[int, int, int]:
+    return VIEW_COLORS.get(key, OTHER_COLORS[index % len(OTHER_COLORS)])
+
+
+def forwards_estimate(steps: int, views: int, seeds: int) -> int:
+    """Perturbed images of a table: a deletion and an insertion curve of ``steps + 1`` points per map and per
+    random ranking, less the shared end points (the whole image and the all-baseline image, evaluated once)."""
+    return 2 * (steps - 1) * (views + seeds) + 2
+
+
+def _swatch(rgb: tuple[int, int, int], dashed: bool = False) -> QIcon:
+    pm = QPixmap(14, 14)
+    pm.fill(QColor(0, 0, 0, 0))
+    from PySide6.QtGui import QPainter, QPen
+
+    p = QPainter(pm)
+    pen = QPen(QColor(*rgb), 3)
+    if dashed:
+        pen.setStyle(Qt.PenStyle.DashLine)
+    p.setPen(pen)
+    p.drawLine(1, 7, 13, 7)
+    p.end()
+    return QIcon(pm)
+
+
+class FaithfulnessPanel(QWidget):
+    """The Faithfulness tab.
+
+    Call :meth:`attach` once with the window's :class:`~vitviz.gui.controller.Controller` and :meth:`refresh` with
+    the session whenever what is shown changes.
+
+    Signals:
+        viewRequested(view, changes): a row was clicked: show ``view`` with the option ``changes`` (the options the
+            row's map was computed with, :func:`vitviz.evaluate.view_options`).
+    """
+
+    viewRequested = Signal(str, dict)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.controller = None
+        self.session = None
+        self.seeds = SEEDS
+        self.shown_key: tuple | None = None
+        self.shown: Any = None  # the FaithfulnessTable on screen
+        self.current_key: tuple | None = None
+        self.unavailable: str = "open an image first"
+        self._note = ""  # what happened last (cancelled, failed), until the next run or table
+        self._progress = (0, 0)
+        self._row_keys: list[str | None] = []
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        lay.setSpacing(3)
+        self.title = QLabel("Faithfulness of the maps: deletion and insertion curves")
+        self.title.setWordWrap(True)
+        self.title.setToolTip(
+            "Patches are ranked by each map and removed (deletion: replaced by the baseline, most salient first) or "
+            "revealed (insertion: starting from the baseline image) a whole patch at a time; the curve is the "
+            "model's probability of the target class after each step, its area (AUC) the score. A faithful map "
+            "makes the probability fall fast when deleting (low AUC) and rise fast when inserting (high AUC). "
+            "Random rankings of the patches are the floor (Petsiuk et al. 2018).")
+        lay.addWidget(self.title)
+
+        row = QHBoxLayout()
+        row.setSpacing(4)
+        self.steps_spin = QSpinBox()
+        self.steps_spin.setRange(1, 196)
+        self.steps_spin.setValue(STEPS)
+        self.steps_spin.setToolTip("Steps per curve (the patches are removed or revealed in this many steps)")
+        self.baseline_combo = QComboBox()
+        for b in BASELINES:
+            self.baseline_combo.addItem(BASELINE_TEXT[b], b)
+        self.baseline_combo.setToolTip("What a removed patch is replaced by: the normalisation mean (a flat grey) or "
+                                       "the image blurred with sigma = one patch")
+        self.run_button = QPushButton("Run")
+        self.run_button.setToolTip("Measure the curves for the image and target on screen")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop the measurement")
+        self.progress = QProgressBar()
+        self.progress.setTextVisible(True)
+        self.progress.setMaximumHeight(18)
+        self.progress.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        steps_label = QLabel("Steps")
+        base_label = QLabel("Baseline")
+        for w in (steps_label, self.steps_spin, base_label, self.baseline_combo, self.run_button,
+                  self.cancel_button):
+            row.addWidget(w)
+        row.addWidget(self.progress, 1)
+        row.addStretch(0)
+        lay.addLayout(row)
+
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        lay.addWidget(self.status)
+
+        # the curves: deletion and insertion side by side, one shared legend under them
+        self.plot_widget = pg.GraphicsLayoutWidget()
+        self.plot_widget.setBackground(BACKGROUND)
+        self.plot_widget.setMinimumHeight(150)
+        self.del_plot = self.plot_widget.addPlot(row=0, col=0)
+        self.ins_plot = self.plot_widget.addPlot(row=0, col=1)
+        for plot, mode, verb in ((self.del_plot, "Deletion", "removed"), (self.ins_plot, "Insertion", "revealed")):
+            plot.setTitle(f"{mode}", size="9pt")
+            plot.setLabel("bottom", f"fraction of patches {verb}")
+            plot.showGrid(x=True, y=True, alpha=0.2)
+            plot.setMenuEnabled(False)
+            plot.setMouseEnabled(False, False)
+            plot.hideButtons()
+            plot.setXRange(0, 1, padding=0.02)
+            plot.setYRange(0, 1, padding=0.02)
+        self.del_plot.setLabel("left", "probability of the target class")
+        self.ins_plot.setYLink(self.del_plot)
+        self.legend = pg.LegendItem(colCount=2, horSpacing=10, verSpacing=-6, labelTextSize="8pt")
+        self.plot_widget.addItem(self.legend, row=1, col=0, colspan=2)
+        self.plot_widget.installEventFilter(self)
+        self._curves: list[Any] = []  # items drawn for the shown table
+
+        # the AUC table
+        self.table = QTableWidget(0, 3)
+        self.table.setHorizontalHeaderLabels(["Map", "Deletion AUC ↓", "Insertion AUC ↑"])
+        hh = self.table.horizontalHeader()
+        hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        hh.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        hh.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeaderItem(1).setToolTip("Area under the deletion curve: lower is better")
+        self.table.horizontalHeaderItem(2).setToolTip("Area under the insertion curve: higher is better")
+        self.table.verticalHeader().setVisible(False)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setWordWrap(False)
+        self.table.cellClicked.connect(self._on_row)
+        self.table_note = QLabel(f"Deletion: lower is better · insertion: higher is better · {BEST} best of the "
+                                 "maps · random: mean ± sd over the rankings · click a row to show its map")
+        self.table_note.setWordWrap(True)
+        self.table_note.setStyleSheet(NOTE_STYLE)
+        table_box = QWidget()
+        tl = QVBoxLayout(table_box)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.setSpacing(1)
+        tl.addWidget(self.table, 1)
+        tl.addWidget(self.table_note)
+
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.addWidget(self.plot_widget)
+        self.splitter.addWidget(table_box)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+        self.splitter.setChildrenCollapsible(False)
+        lay.addWidget(self.splitter, 1)
+
+        self.run_button.clicked.connect(self.run)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.steps_spin.valueChanged.connect(lambda _v: self._sync())
+        self.baseline_combo.currentIndexChanged.connect(lambda _i: self._sync())
+        self._sync()
+
+    # ------------------------------------------------------------------ wiring
+    def attach(self, controller) -> None:
+        """Use ``controller`` for the jobs and the kept tables."""
+        self.controller = controller
+        controller.evaluationReady.connect(self._on_ready)
+        controller.evaluationProgress.connect(self._on_progress)
+        controller.evaluationStopped.connect(self._on_stopped)
+        controller.failed.connect(self._on_failed)
+        controller.modelChanged.connect(lambda _note: self._sync())
+
+    @property
+    def steps(self) -> int:
+        return int(self.steps_spin.value())
+
+    @property
+    def baseline(self) -> str:
+        return str(self.baseline_combo.currentData())
+
+    def refresh(self, session) -> None:
+        """The image, target or view on screen changed."""
+        self.session = session
+        self._sync()
+
+    # ------------------------------------------------------------------ actions
+    def run(self) -> None:
+        """Measure the table of the image on screen (at once from the kept tables when it was measured before)."""
+        c, r = self.controller, self._result()
+        if c is None or r is None:
+            return
+        self._note = ""
+        self._progress = (0, forwards_estimate(self.steps, 4, self.seeds))
+        c.evaluate(r, steps=self.steps, baseline=self.baseline, seeds=self.seeds)
+        self._sync()
+
+    def cancel(self) -> None:
+        if self.controller is not None:
+            self.controller.cancel_evaluation()
+
+    # ------------------------------------------------------------------ controller signals
+    def _on_ready(self, key: tuple, table: Any) -> None:
+        self._note = ""
+        self._show(key, table)
+        self._sync()
+
+    def _on_progress(self, done: int, total: int) -> None:
+        self._progress = (done, total)
+        self._sync()
+
+    def _on_stopped(self, _key: tuple, why: str) -> None:
+        if why != "failed":
+            self._note = ("Cancelled." if why == "cancelled" else f"Stopped: {why}.") + " Press Run to start again."
+        self._sync()
+
+    def _on_failed(self, kind: str, _title: str, message: str, _detail: str, _subject: str) -> None:
+        if kind == "evaluate":
+            first = message.strip().splitlines()
+            self._note = f"Could not measure: {first[-1] if first else 'unknown error'}"
+            self._sync()
+
+    # ------------------------------------------------------------------ state
+    def _result(self):
+        return None if self.session is None else self.session.result
+
+    def _sync(self) -> None:
+        """Buttons, progress, status line and the shown table from the controller's state and the session."""
+        c, r = self.controller, self._result()
+        if c is None:
+            key, why = None, "not connected to a model"
+        else:
+            key, why = c.evaluation_key(r, steps=self.steps, baseline=self.baseline, seeds=self.seeds)
+        self.current_key, self.unavailable = key, why
+        if key is not None and key != self.shown_key and key in c.evaluations:
+            self._show(key, c.evaluations[key])  # measured before: at once, no job
+        running = c is not None and c.evaluating is not None
+        self.run_button.setEnabled(key is not None and (c.evaluating != key))
+        self.cancel_button.setVisible(running)
+        self.progress.setVisible(running)
+        if running:
+            done, total = self._progress
+            self.progress.setRange(0, max(total, 1))
+            self.progress.setValue(min(done, max(total, 1)))
+            self.progress.setFormat(f"{done} / {total} images" if total else "starting…")
+        stale = self.shown is not None and self.shown_key != key
+        self._set_stale(stale)
+        self.status.setStyleSheet(STALE_STYLE if stale or key is None else "")
+        self.status.setText(self._status_text(key, why, running, stale))
+        self._select_current_row()
+
+    def _status_text(self, key, why: str, running: bool, stale: bool) -> str:
+        c = self.controller
+        parts = []
+        if key is None:
+            parts.append(f"Not available: {why}." if why else "Not available.")
+        elif running and c.evaluating == key:
+            parts.append(f"Measuring {forwards_estimate(self.steps, 4, self.seeds)} perturbed images…")
+        elif not stale and self.shown is not None:
+            t = self.shown
+            parts.append(f"{Path(t.source).name} · target {t.label} (p = {t.probability:.2f}) · {t.steps} steps · "
+                         f"{t.baseline} baseline · {t.random_deletion.seeds} random rankings")
+        else:
+            parts.append(f"Not measured for this {'image and target' if self.shown is None else _what_changed(self.shown_key, key)}"
+                         f" yet: press Run (about {forwards_estimate(self.steps, 4, self.seeds)} model forwards).")
+        if running and key is not None and c.evaluating != key:
+            parts.append("Measuring another image, target or options meanwhile.")
+        if stale:
+            t = self.shown
+            parts.append(f"The table shown is for {Path(t.source).name} · {t.label} · {t.steps} steps · "
+                         f"{t.baseline} baseline.")
+        if self._note:
+            parts.append(self._note)
+        return " ".join(parts)
+
+    def _set_stale(self, stale: bool) -> None:
+        self.table.setEnabled(not stale and self.shown is not None)
+        for item in self._curves:
+            item.setOpacity(0.3 if stale else 1.0)
+
+    # ------------------------------------------------------------------ drawing
+    def _show(self, key: tuple, table: Any) -> None:
+        self.shown_key, self.shown = key, table
+        self._draw_curves(table)
+        self._fill_table(table)
+        r = self._result()
+        if r is not None and table.target == getattr(r, "target", None):
+            self.title.setText(f"Faithfulness of the maps · target {table.label} (p = {table.probability:.2f})")
+
+    def _draw_curves(self, t) -> None:
+        for plot in (self.del_plot, self.ins_plot):
+            plot.clear()
+        self.legend.clear()
+        self._curves = []
+        top = 1e-6
+        for plot, rb in ((self.del_plot, t.random_deletion), (self.ins_plot, t.random_insertion)):
+            mean = rb.scores.mean(0)
+            sd = rb.scores.std(0, ddof=1) if rb.seeds > 1 else np.zeros_like(mean)
+            lo = pg.PlotCurveItem(rb.fractions, np.clip(mean - sd, 0, None), pen=pg.mkPen(None))
+            hi = pg.PlotCurveItem(rb.fractions, mean + sd, pen=pg.mkPen(None))
+            band = pg.FillBetweenItem(lo, hi, brush=pg.mkBrush(*RANDOM_COLOR, 60))
+            line = pg.PlotDataItem(rb.fractions, mean, pen=pg.mkPen(RANDOM_COLOR, width=2,
+                                                                    style=Qt.PenStyle.DashLine))
+            for item in (lo, hi, band, line):
+                plot.addItem(item)
+                self._curves.append(item)
+            top = max(top, float(np.max(mean + sd)))
+            if plot is self.del_plot:
+                self.legend.addItem(line, f"random ({rb.seeds}): mean ± sd")
+        for i, v in enumerate(t.views):
+            if v.deletion is None:
+                continue
+            pen = pg.mkPen(view_color(v.key, i), width=2)
+            for plot, curve in ((self.del_plot, v.deletion), (self.ins_plot, v.insertion)):
+                item = pg.PlotDataItem(curve.fractions, curve.scores, pen=pen)
+                plot.addItem(item)
+                self._curves.append(item)
+                top = max(top, float(np.max(curve.scores)))
+                if plot is self.del_plot:
+                    self.legend.addItem(item, view_name(v.key, v.title))
+        self.del_plot.setYRange(0, min(1.0, top * 1.05), padding=0.02)
+        self._legend_columns()
+
+    def _fill_table(self, t) -> None:
+        best_del, best_ins = t.best()
+        rows = list(t.views)
+        self.table.blockSignals(True)
+        self.table.clearContents()
+        self.table.setRowCount(len(rows) + 1)
+        self._row_keys = []
+        bold = QFont(self.table.font())
+        bold.setBold(True)
+        rd, ri = t.random_deletion, t.random_insertion
+        for i, v in enumerate(rows):
+            name = QTableWidgetItem(view_name(v.key, v.title))
+            name.setIcon(_swatch(view_color(v.key, i)))
+            name.setToolTip(f"{v.title}: click to show this map" if v.unavailable is None
+                            else f"{v.title}: {v.unavailable}")
+            self.table.setItem(i, 0, name)
+            if v.unavailable is not None or v.deletion is None:
+                for col in (1, 2):
+                    item = QTableWidgetItem("—")
+                    item.setToolTip(v.unavailable or "no map")
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                    self.table.setItem(i, col, item)
+                self._row_keys.append(None)
+                continue
+            self._row_keys.append(v.key)
+            for col, auc, best, rand, lower in ((1, v.deletion_auc, best_del, rd, True),
+                                                (2, v.insertion_auc, best_ins, ri, False)):
+                is_best = v.key == best
+                item = QTableWidgetItem(f"{auc:.3f}" + (f" {BEST}" if is_best else ""))
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if is_best:
+                    item.setFont(bold)
+                gap = (rand.auc_mean - auc) if lower else (auc - rand.auc_mean)
+                sds = gap / rand.auc_std if rand.auc_std > 0 else math.copysign(math.inf, gap) if gap else 0.0
+                verdict = ("better than" if gap > 0 else "no better than")
+                item.setToolTip(f"{'deletion' if lower else 'insertion'} AUC {auc:.4f}"
+                                f"{' (best of the maps)' if is_best else ''}: {verdict} random rankings "
+                                f"({rand.auc_mean:.4f} ± {rand.auc_std:.4f}; {sds:+.1f} sd)")
+                if gap <= 0:
+                    item.setForeground(QBrush(QColor(150, 150, 150)))
+                item.setData(Qt.ItemDataRole.UserRole, is_best)
+                self.table.setItem(i, col, item)
+        n = len(rows)
+        name = QTableWidgetItem(f"Random rankings ({rd.seeds})")
+        name.setIcon(_swatch(RANDOM_COLOR, dashed=True))
+        name.setToolTip("The same curves for random rankings of the patches: the floor any map must beat")
+        self.table.setItem(n, 0, name)
+        for col, rb in ((1, rd), (2, ri)):
+            item = QTableWidgetItem(f"{rb.auc_mean:.3f} ± {rb.auc_std:.3f}")
+            item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            item.setToolTip(f"mean ± standard deviation over {rb.seeds} random rankings")
+            self.table.setItem(n, col, item)
+        self._row_keys.append(None)
+        self.table.resizeRowsToContents()
+        self.table.blockSignals(False)
+
+    def _select_current_row(self) -> None:
+        """Select the row whose map the canvas shows (none when it shows another)."""
+        s, r = self.session, self._result()
+        self.table.blockSignals(True)
+        self.table.clearSelection()
+        if s is not None and r is not None and self.shown is not None and self.shown_key == self.current_key:
+            from vitviz.evaluate import view_options
+
+            o = s.options
+            for i, k in enumerate(self._row_keys):
+                if k is None:
+                    continue
+                view, changes = view_options(k, r.num_layers)
+                if o.view == view and all(getattr(o, n) == val for n, val in changes.items()):
+                    self.table.selectRow(i)
+                    break
+        self.table.blockSignals(False)
+
+    # ------------------------------------------------------------------ events
+    def _on_row(self, row: int, _col: int) -> None:
+        r = self._result()
+        if r is None or self.shown_key != self.current_key or not 0 <= row < len(self._row_keys):
+            return
+        key = self._row_keys[row]
+        if key is None:
+            return
+        from vitviz.evaluate import view_options
+
+        view, changes = view_options(key, r.num_layers)
+        self.viewRequested.emit(view, changes)
+
+    def eventFilter(self, obj, ev) -> bool:
+        if obj is self.plot_widget and ev.type() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self._legend_columns)
+        return super().eventFilter(obj, ev)
+
+    def _legend_columns(self) -> None:
+        """As many legend entries a row as fit the width (a wider legend would squeeze the plots)."""
+        n = max(1, len(self.legend.items))
+        cols = max(1, min(n, (self.plot_widget.width() - 20) // LEGEND_ENTRY))
+        if cols != self.legend.columnCount:
+            self.legend.setColumnCount(cols)
+
+    # ------------------------------------------------------------------ for tests
+    def cell_text(self, row: int, col: int) -> str:
+        item = self.table.item(row, col)
+        return "" if item is None else item.text()
+
+    def row_center(self, row: int):
+        rect = self.table.visualItemRect(self.table.item(row, 0))
+        return rect.center()
+
+
+def _what_changed(old: tuple | None, new: tuple) -> str:
+    """Which part of the key differs: "image", "target", "model" or "options" (key: digest, source, target,
+    generation, steps, baseline, seeds)."""
+    if old is None:
+        return "image and target"
+    if old[:2] != new[:2]:
+        return "image"
+    if old[2] != new[2]:
+        return "target"
+    if old[3] != new[3]:
+        return "model"
+    return "steps and baseline"
