@@ -1,0 +1,145 @@
+"""The window's exports: File > Export view / heads / layer animation, their file types and sizes, the save dialog's
+size choice, metadata, and errors (offscreen)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+from gui_helpers import Recorder, open_and_wait
+from PIL import Image
+
+from vitviz import figures as F
+from vitviz import imaging
+
+
+class ExportRecorder(Recorder):
+    """A Recorder that answers the export dialog (path and size) and remembers what it was offered."""
+
+    def __init__(self, answer=None):
+        super().__init__()
+        self.answer = answer
+        self.asked = []
+
+    def save_export(self, title, suggested, filters, scales, scale):
+        self.asked.append((title, suggested, tuple(filters), tuple(v for v, _ in scales), scale))
+        return self.answer
+
+
+def test_export_view_defaults_to_print_size_and_writes_each_format(qtbot, window, image_path, tmp_path):
+    w = window
+    w.dialogs = w.dialogs_recorder
+    open_and_wait(qtbot, w, image_path)
+    w.set_view("relevance")
+    png = w.export_view(str(tmp_path / "v.png"))
+    with Image.open(png) as im:
+        x, y, cw, ch = F.build(F.view_figure(w.session))._vitviz_layout.cells[0]
+        assert max(cw, ch) >= 2048 and im.width > cw and im.height > ch
+        assert im.info["dpi"][0] > 300
+    assert "Exported" in w.statusBar().currentMessage() and "dpi" in w.statusBar().currentMessage()
+    svg = w.export_view(str(tmp_path / "v.svg"))
+    pdf = w.export_view(str(tmp_path / "v.pdf"))
+    assert w.session.title() in " ".join(_svg_texts(svg))
+    assert len(F.pdf_pages(pdf.read_bytes())) == 1
+    assert w.dialogs.errors == []
+    # a type vitviz does not write: one clear error, nothing written
+    assert w.export_view(str(tmp_path / "v.jpg")) is None
+    (title, msg), = w.dialogs.errors
+    assert "Export failed" in title and "v.jpg" in msg and ".svg" in msg
+    assert not (tmp_path / "v.jpg").exists()
+
+
+def _svg_texts(path):
+    import xml.etree.ElementTree as ET
+
+    return ["".join(t.itertext()) for t in ET.parse(path).getroot().iter("{http://www.w3.org/2000/svg}text")]
+
+
+def test_the_export_dialog_offers_types_and_sizes_and_remembers_them(qtbot, window, image_path, tmp_path):
+    w = window
+    open_and_wait(qtbot, w, image_path)
+    out = tmp_path / "chosen.png"
+    w.dialogs = ExportRecorder(answer=(str(out), "2"))
+    w.act_export.trigger()
+    (title, suggested, filters, scales, scale), = w.dialogs.asked
+    assert filters == (".png", ".svg", ".pdf") and scales[:2] == ("print", "native") and scale == "print"
+    assert suggested.endswith(".png") and Path(suggested).stem == Path(w.session.export_name()).stem
+    with Image.open(out) as im:
+        L = F.build(F.view_figure(w.session), k=2)._vitviz_layout
+        assert im.size == (L.width, L.height)
+    assert w.settings.value("export_scale") == "2"
+    # the next time the dialog starts from the remembered size and type
+    w.dialogs = ExportRecorder(answer=None)
+    w.act_export.trigger()
+    assert w.dialogs.asked[0][4] == "2"
+    assert w.dialogs.errors == []
+
+
+def test_heads_export_follows_the_heads_panel(qtbot, window, image_path, tmp_path):
+    w = window
+    w.dialogs = w.dialogs_recorder
+    open_and_wait(qtbot, w, image_path)
+    r = w.session.result
+    w.set_layer(1)
+    one = w.export_heads(str(tmp_path / "heads.png"), scale="native")
+    w.heads.grid_toggle.setChecked(True)
+    every = w.export_heads(str(tmp_path / "every.png"), scale="native")
+    with Image.open(one) as a, Image.open(every) as b:
+        assert b.height > a.height  # every layer's row
+        meta_one, meta_all = a.text, b.text
+    assert "layer 1" in meta_one["Title"] and f"{r.num_heads} heads" in meta_one["Title"]
+    assert "every layer" in meta_all["Title"] and "photo.png" in meta_all["Description"]
+    assert w.dialogs.errors == []
+
+
+def test_layer_animation_from_the_window(qtbot, window, image_path, tmp_path):
+    w = window
+    open_and_wait(qtbot, w, image_path)
+    w.set_view("cls")
+    out = tmp_path / "layers.gif"
+    w.dialogs = ExportRecorder(answer=(str(out), "native"))
+    assert "animation" in " ".join(a.text().lower() for a in w.menuBar().actions()[0].menu().actions())
+    w.act_export_animation.trigger()
+    with Image.open(out) as im:
+        assert im.n_frames == w.session.result.num_layers
+    assert w.dialogs.asked[0][2] == (".gif", ".apng", ".mp4")
+    # a view that does not change with the layer: a clear message, nothing written
+    w.set_view("grad_rollout")
+    assert w.export_animation(str(tmp_path / "no.gif")) is None
+    (title, msg), = w.dialogs.errors
+    assert "Nothing to animate" in title and "layer" in msg
+    assert not (tmp_path / "no.gif").exists()
+
+
+def test_export_metadata_hook_reaches_every_format(qtbot, window, image_path, tmp_path, monkeypatch):
+    w = window
+    w.dialogs = w.dialogs_recorder
+    open_and_wait(qtbot, w, image_path)
+    state = json.dumps({"view": w.session.options.view, "image": str(image_path)})
+    monkeypatch.setattr(w, "export_metadata", lambda: {"vitviz.session": state})
+    for name in ("m.png", "m.svg", "m.pdf"):
+        assert F.read_metadata(w.export_view(str(tmp_path / name), scale="native"))["vitviz.session"] == state
+    assert F.read_metadata(w.export_animation(str(tmp_path / "m.apng"), scale="native"))["vitviz.session"] == state
+
+
+def test_read_only_folder_shows_an_error_and_keeps_the_file(qtbot, window, image_path, tmp_path, monkeypatch):
+    w = window
+    w.dialogs = w.dialogs_recorder
+    open_and_wait(qtbot, w, image_path)
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    old = folder / "view.png"
+    old.write_bytes(b"an earlier figure")
+    real = imaging.tempfile.mkstemp
+
+    def mkstemp(*a, dir=None, **k):  # root writes into read-only folders: refuse where the OS would
+        if dir is not None and Path(dir) == folder:
+            raise PermissionError(13, "Permission denied")
+        return real(*a, dir=dir, **k)
+
+    monkeypatch.setattr(imaging.tempfile, "mkstemp", mkstemp)
+    w.dialogs.confirm_answer = True  # "replace it?" yes: the write itself is refused
+    assert w.export_view(str(old), scale="native") is None
+    (title, msg), = w.dialogs.errors
+    assert "Export failed" in title and str(old) in msg and "not writable" in msg
+    assert old.read_bytes() == b"an earlier figure" and [p.name for p in folder.iterdir()] == ["view.png"]
+    assert w.session.result is not None and np.isfinite(w.session.current_map()).all()
