@@ -1,5 +1,4 @@
-"""The plots tab: mean attention distance, position-embedding similarity, patch-embedding filters, entropy, and
-faithfulness (:mod:`vitviz.gui.faithfulness`).
+"""The plots tab: mean attention distance, position-embedding similarity, patch-embedding filters, entropy.
 
 Every plot says what it shows: a title (these are statistics of *this image*, not the paper's dataset averages), axes
 from 0 for non-negative quantities, a legend or a colour bar. The tile grids keep their tiles at least
@@ -13,10 +12,11 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QRectF, Qt, QTimer, Signal
-from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QLabel, QTabWidget, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFileDialog, QGraphicsItem, QHBoxLayout, QLabel, QTabWidget, QToolButton, QVBoxLayout, QWidget,
+)
 
 from vitviz.gui.canvas import highlight_rect
-from vitviz.gui.faithfulness import FaithfulnessPanel
 from vitviz.gui.mosaic import (
     BACKGROUND, MIN_TILE, Mosaic, MosaicScroll, ScaleBar, colorize_shared, shared_scale, upscale,
 )
@@ -99,7 +99,27 @@ class PlotsPanel(QTabWidget):
         self.dist_legend_samples: list[pg.ScatterPlotItem] = []
         self.dist_widget.installEventFilter(self)  # the legend's columns follow the plot's width
         self._dist_top: float | None = None
-        self.addTab(_titled(self.dist_title, self.dist_widget), "Distance")
+        # a data set's statistics (the attention_stats.csv of `vitviz stats`) beside this image's points
+        self.dataset = None  # vitviz.stats.DatasetStats
+        self.dataset_path: str | None = None
+        self.dist_dataset_points = pg.ScatterPlotItem(size=8, brush=pg.mkBrush(None))
+        self.dist_dataset_line = pg.PlotDataItem(pen=pg.mkPen((235, 235, 235), width=1.5, style=Qt.PenStyle.DashLine))
+        self.dist_plot.addItem(self.dist_dataset_line)
+        self.dist_plot.addItem(self.dist_dataset_points)
+        self.dist_dataset_points.setZValue(-1)  # this image's points stay on top
+        self._dataset_legend: list[str] = []
+        self.dist_dataset_button = QToolButton()
+        self.dist_dataset_button.setText("Dataset…")
+        self.dist_dataset_button.setToolTip("Open the attention_stats.csv of 'vitviz stats' to draw the data set's "
+                                            "mean attention distance beside this image's")
+        self.dist_dataset_button.clicked.connect(self.open_dataset_dialog)
+        self.dist_dataset_clear = QToolButton()
+        self.dist_dataset_clear.setText("×")
+        self.dist_dataset_clear.setToolTip("Hide the data set's curve")
+        self.dist_dataset_clear.clicked.connect(self.clear_dataset)
+        self.dist_dataset_clear.setVisible(False)
+        self.addTab(_titled(self.dist_title, self.dist_widget, self.dist_dataset_button, self.dist_dataset_clear),
+                    "Distance")
         self.setTabToolTip(0, "Mean attention distance per layer and head for this image, in input pixels (the ViT "
                               "paper's Fig. 7 right averages over a dataset); click a point")
         # position embeddings
@@ -160,11 +180,6 @@ class PlotsPanel(QTabWidget):
         self.ent_widget.scene().sigMouseClicked.connect(self._on_entropy_click)
         self.addTab(_titled(self.ent_title, self.ent_widget), "Entropy")
         self.setTabToolTip(3, "Mean attention entropy per layer and head for this image; click a cell")
-        # faithfulness (vitviz.gui.faithfulness): run on request; the window attaches it to its controller
-        self.faithfulness = FaithfulnessPanel()
-        self.addTab(self.faithfulness, "Faithfulness")
-        self.setTabToolTip(4, "Deletion and insertion curves of the maps for this image and target: which map "
-                              "reflects what the model uses (press Run)")
         self._result_id = None
         self._session = None
         self._shape = (0, 0)
@@ -176,7 +191,6 @@ class PlotsPanel(QTabWidget):
         r = session.result
         if r is None:
             return
-        self.faithfulness.refresh(session)
         o = session.options
         if id(r) != self._result_id:
             self._result_id = id(r)
@@ -215,6 +229,9 @@ class PlotsPanel(QTabWidget):
         self._fill_legend(colors)
         self.dist_plot.setXRange(-0.5, L - 0.5, padding=0)
         self._dist_top = (float(np.nanmax(d)) if d.size else 1.0) * 1.08 + 1e-9
+        self._head_colors = colors
+        self._image_top = self._dist_top
+        self._draw_dataset()
         self._dist_y_range()
         ax = self.dist_plot.getAxis("bottom")
         ax.setTicks([[(i, str(i)) for i in range(L)]])
@@ -292,6 +309,84 @@ class PlotsPanel(QTabWidget):
     def legend_labels(self) -> list[str]:
         """The legend's entries (for tests)."""
         return [label.text for _sample, label in self.dist_legend.items]
+
+    # ------------------------------------------------------------------ a data set's curve (vitviz stats)
+    def open_dataset_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open data set statistics (vitviz stats)", self.dataset_path or "",
+                                              "vitviz stats (attention_stats.csv *.csv);;All files (*)")
+        if path:
+            self.load_dataset(path)
+
+    def load_dataset(self, path: str) -> bool:
+        """Draw the statistics of ``path`` (an ``attention_stats.csv`` of ``vitviz stats``) beside this image's
+        points: each head's mean over the images as a hollow marker in the head's colour, the mean of the heads as
+        a dashed line. A file that cannot be read is named in the plot's title; the plot is left as it was."""
+        from vitviz.stats import read_stats_csv
+
+        try:
+            stats = read_stats_csv(path)
+        except ValueError as e:
+            self.dist_title.setText(f"<span style='color:#e05050'>Could not open the data set: {e}</span>")
+            self.dist_title.setToolTip(str(e))
+            return False
+        self.dataset, self.dataset_path = stats, str(path)
+        self.dist_dataset_clear.setVisible(True)
+        self._draw_dataset()
+        self._dist_y_range()
+        return True
+
+    def clear_dataset(self) -> None:
+        self.dataset = None
+        self.dist_dataset_clear.setVisible(False)
+        self._draw_dataset()
+        self._dist_y_range()
+
+    def dataset_curve(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The dashed line drawn (x = layers, y = the data set's mean over heads), or None (for tests)."""
+        x, y = self.dist_dataset_line.getData()
+        return None if x is None or len(x) == 0 else (np.asarray(x), np.asarray(y))
+
+    def _draw_dataset(self) -> None:
+        """The data set's points and line (when its layers and heads are those of the shown model), the legend
+        entries and the title that say what is drawn."""
+        for name in self._dataset_legend:
+            self.dist_legend.removeItem(name)
+        self._dataset_legend = []
+        self.dist_dataset_points.setData([], [])
+        self.dist_dataset_line.setData([], [])
+        if getattr(self, "_image_top", None) is not None:
+            self._dist_top = self._image_top
+        base = "Mean attention distance per layer and head · this image"
+        ds, shape = self.dataset, self._shape
+        self.dist_title.setToolTip("")
+        if ds is None:
+            self.dist_title.setText(base)
+            return
+        name = f"{ds.images} image{'s' * (ds.images != 1)} of {ds.model}"
+        if (ds.num_layers, ds.num_heads) != tuple(shape):
+            self.dist_title.setText(f"{base} · the data set ({name}) has {ds.num_layers} layers x {ds.num_heads} "
+                                    f"heads, this model {shape[0]} x {shape[1]}: not drawn")
+            return
+        L, H = shape
+        colors = getattr(self, "_head_colors", None) or [pg.intColor(h, hues=max(H, 2)) for h in range(H)]
+        xs, ys, pens = [], [], []
+        for h in range(H):
+            for layer in range(L):
+                xs.append(layer + (h - (H - 1) / 2) * 0.25 / max(H, 1))
+                ys.append(float(ds.distance_mean[layer, h]))
+                pens.append(pg.mkPen(colors[h], width=1.5))
+        self.dist_dataset_points.setData(x=xs, y=ys, pen=pens, brush=pg.mkBrush(None))
+        self.dist_dataset_line.setData(np.arange(L, dtype=float), ds.distance_mean.mean(axis=1))
+        self.dist_legend.addItem(self.dist_dataset_line, "data set: mean of heads")
+        hollow = pg.ScatterPlotItem(size=8, pen=pg.mkPen((200, 200, 200), width=1.5), brush=pg.mkBrush(None))
+        self.dist_legend.addItem(hollow, "data set: each head")
+        self._dataset_legend = ["data set: mean of heads", "data set: each head"]
+        self.dist_title.setText(f"{base} (filled) and {name} (hollow: each head's mean over the images; dashed: "
+                                "the mean of the heads)")
+        self.dist_title.setToolTip(f"{self.dataset_path}: mean attention distance per layer and head over "
+                                   f"{ds.images} images (sd over the images in the CSV)")
+        if self._dist_top is not None:
+            self._dist_top = max(self._dist_top, float(np.nanmax(ds.distance_mean)) * 1.08)
 
     def _fill_filters(self, session) -> None:
         r = session.result
