@@ -124,7 +124,7 @@ class Controller(QObject):
 
         self.loading = ref
         self._yield_evaluation("another model was asked for")
-        self.busy.emit(f"Loading {describe_ref(ref)}…", ref.startswith("pretrained:"))
+        self.busy.emit(f"Loading {describe_ref(ref)}…", ref.startswith(("pretrained:", "hub:")))  # downloads cancel
         self.runner.submit("model", work, subject=describe_ref(ref), title="Could not load the model")
 
     def cancel_load(self) -> None:

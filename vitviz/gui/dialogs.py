@@ -7,7 +7,7 @@ import os
 import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QProgressDialog, QWidget
 
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.tif *.tiff *.webp *.gif);;All files (*)"
 CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pth *.pt *.bin *.npz *.ckpt);;All files (*)"
@@ -50,6 +50,15 @@ class Dialogs:
     def open_checkpoint_folder(self, folder: str) -> str | None:
         d = QFileDialog.getExistingDirectory(self.parent, "Open checkpoint folder", folder)
         return d or None
+
+    def ask_model_name(self) -> str | None:
+        """A model name typed by the user (curated key, timm or Hugging Face id, torchvision name), or None."""
+        text, ok = QInputDialog.getText(
+            self.parent, "Open model by name",
+            "A curated name (dino-s8), a timm name (timm/vit_small_patch14_reg4_dinov2.lvd142m),\n"
+            "a Hugging Face id (facebook/dinov2-small) or a torchvision name (vit_b_16).\n"
+            "It is downloaded once into the Hugging Face (or torch) cache.")
+        return text.strip() if ok and text.strip() else None
 
     def save_session(self, suggested: str) -> str | None:
         """Where to save a session (``.vitviz.json``), or None."""
@@ -125,7 +134,17 @@ def write_asking(dialogs: Dialogs, path: str, write) -> object:
 
 
 def confirm_download(dialogs: Dialogs, ref: str) -> bool:
-    """Ask before downloading named weights that are not cached (True for anything else)."""
+    """Ask before downloading a named model that is not cached (True for anything else)."""
+    from vitviz import catalog
+
+    if ref.startswith("hub:"):
+        repo = ref[4:]
+        if catalog.hub_is_cached(repo):
+            return True
+        m = catalog.HUB_BY_REPO.get(repo)
+        what = f"{m.title}: {m.what}\n\nDownload {m.size_mb:.0f} MB" if m is not None else f"Download {repo}"
+        return dialogs.confirm("Download model?", f"{what} from\nhttps://huggingface.co/{repo}?\n\nIt is kept in "
+                                                  f"{catalog.hf_cache_dir()} and opens offline afterwards.")
     if not ref.startswith("pretrained:"):
         return True
     from vitviz.model.pretrained import PRETRAINED, is_cached
@@ -136,6 +155,64 @@ def confirm_download(dialogs: Dialogs, ref: str) -> bool:
         return True
     return dialogs.confirm("Download weights?", f"{name}: {getattr(info, 'description', '')}\n\nDownload "
                                                 f"{getattr(info, 'size_mb', 0):.0f} MB from\n{info.url}?")
+
+
+class DownloadDialog:
+    """The cancellable progress dialog of a model download (a :class:`QProgressDialog`, created on first use).
+
+    :meth:`update` shows it (the first call) and moves the bar; :meth:`close` hides it; Cancel calls ``on_cancel``.
+    A model that is already cached never reports progress, so it never shows the dialog.
+    """
+
+    def __init__(self, parent: QWidget, on_cancel):
+        self.parent = parent
+        self.on_cancel = on_cancel
+        self.dialog: QProgressDialog | None = None
+
+    def _make(self) -> QProgressDialog:
+        d = QProgressDialog(self.parent)
+        d.setWindowTitle("Downloading model")
+        # not modal: a modal QProgressDialog runs the event loop inside setValue (re-entrant progress slots)
+        d.setWindowModality(Qt.WindowModality.NonModal)
+        d.setAutoClose(False)
+        d.setAutoReset(False)
+        d.setMinimumDuration(0)
+        d.setMinimumWidth(460)
+        d.setRange(0, 1000)
+        d.canceled.connect(self._cancelled)
+        return d
+
+    def _cancelled(self) -> None:
+        self.close()
+        self.on_cancel()
+
+    def is_visible(self) -> bool:
+        return self.dialog is not None and self.dialog.isVisible()
+
+    def update(self, name: str, done: int, total: int) -> None:
+        """``done`` of ``total`` bytes of ``name`` (total 0: unknown, a busy bar)."""
+        if self.dialog is None:
+            self.dialog = self._make()
+        d = self.dialog
+        if total > 0:
+            d.setRange(0, 1000)
+            d.setValue(min(1000, int(1000 * done / total)))
+            amount = f"{done / 1e6:.1f} of {total / 1e6:.1f} MB"
+        else:
+            d.setRange(0, 0)
+            amount = f"{done / 1e6:.1f} MB"
+        from vitviz import catalog
+
+        d.setLabelText(f"Downloading {name}\n{amount}\n\ninto {catalog.hf_cache_dir()}")
+        if not d.isVisible():
+            d.show()
+
+    def close(self) -> None:
+        if self.dialog is not None and self.dialog.isVisible():
+            self.dialog.blockSignals(True)  # (hiding a QProgressDialog may emit canceled)
+            self.dialog.reset()
+            self.dialog.hide()
+            self.dialog.blockSignals(False)
 
 
 def mime_content(md, image: QImage | None = None) -> tuple[list[str], np.ndarray | None]:

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QApplication, QMainWindow
 from vitviz import imaging
 from vitviz.gui import exporting, help
 from vitviz.gui.controller import Controller
-from vitviz.gui.dialogs import Dialogs, confirm_download, mime_content, qimage_from_rgb
+from vitviz.gui.dialogs import Dialogs, DownloadDialog, confirm_download, mime_content, qimage_from_rgb
 from vitviz.gui.geometry import place_window
 from vitviz.gui.menus import build_actions, build_layout, build_menus, build_toolbar, fill_recent_menu
 from vitviz.gui.sessions import Sessions, is_session_file
@@ -64,6 +64,9 @@ class MainWindow(QMainWindow):
         self.controller = Controller(self, device=device or self.prefs.device(), precision=self.prefs.precision())
         self._closing = False
         self._hover_xy: tuple[float, float] | None = None
+        # the bundled model named by the caller or picked by the user: photos do not switch away from it
+        self._demo_chosen = model_key == "demo"
+        self.download_dialog = DownloadDialog(self, self.cancel_model_load)
 
         self.setWindowTitle("vitviz")
         self.setAcceptDrops(True)
@@ -131,6 +134,7 @@ class MainWindow(QMainWindow):
         self.plots.faithfulness.attach(self.controller)
         self.plots.faithfulness.viewRequested.connect(lambda view, changes: self._set(view=view, **changes))
         self.predictions.targetChosen.connect(self.set_target)
+        self.predictions.modelOffered.connect(self.choose_photo_model)
         self.canvas.hovered.connect(self._on_hover)
         self.canvas.clicked.connect(self._on_canvas_click)
         self.model_bar.modelChosen.connect(self._on_model_chosen)
@@ -166,6 +170,8 @@ class MainWindow(QMainWindow):
     # ================================================================== models
     def load_model(self, ref: str, *, initial: bool = False) -> None:
         """Load a model reference in the background (asks before a download unless named at start)."""
+        if not initial and ref == "demo":
+            self._demo_chosen = True
         if not initial and not confirm_download(self.dialogs, ref):
             self._fill_model_combo()
             if self.model is None:  # first start without the remembered weights: use the demo model
@@ -175,9 +181,42 @@ class MainWindow(QMainWindow):
         self._fill_model_combo()
 
     def cancel_model_load(self) -> None:
+        self.download_dialog.close()
         self.controller.cancel_load()
         self._fill_model_combo()
         self.statusBar().showMessage("Model loading cancelled", 4000)
+        if self.model is None:  # cancelled before any model was in use: the bundled one
+            self.load_model("demo", initial=True)
+
+    def choose_photo_model(self, ref: str) -> None:
+        """A button of the first-run offer: load ``ref`` (the button showed its size: no second question); once
+        loaded it is remembered as the model for photos (:meth:`_on_model_changed`)."""
+        if ref != self.model_key and ref != self.controller.loading:
+            self.load_model(ref, initial=True)
+
+    def _switch_for_photo(self, source: str) -> None:
+        """A photo opened with the bundled shapes model switches to the model for photos when one is cached
+        (:func:`vitviz.catalog.photo_default`), unless the user chose the shapes model."""
+        from vitviz import catalog
+        from vitviz.model.sources import describe_ref
+
+        c = self.controller
+        if (c.loading or c.ref) != "demo" or self._demo_chosen or not catalog.is_photo(source):
+            return
+        ref = catalog.photo_default(self.prefs.photo_model())
+        if ref is not None:
+            self.statusBar().showMessage(f"Photos open with {describe_ref(ref)} (the bundled model only knows 8 "
+                                         "synthetic shapes); the Model menu changes it", 10000)
+            self.load_model(ref, initial=True)
+
+    def _update_offer(self) -> None:
+        """The first-run offer in the predictions panel: shown for a photo analysed by the bundled shapes model."""
+        from vitviz import catalog
+
+        r = self.session.result
+        show = r is not None and self.model_key == "demo" and catalog.is_photo(r.source)
+        offers = catalog.photo_offers() if show else []
+        self.predictions.set_offer(offers, {m.ref for m in offers if catalog.ref_is_cached(m.ref)})
 
     def open_checkpoint(self, path: str) -> None:
         self.prefs.remember_folder(path)
@@ -215,6 +254,9 @@ class MainWindow(QMainWindow):
 
     def _on_model_changed(self, note: str) -> None:
         self.prefs.add_recent_model(self.model_key)
+        self.prefs.set_photo_model(self.model_key)  # the last named model used is the one photos open with
+        self.download_dialog.close()
+        self._update_offer()
         self._fill_model_combo()
         self.model_bar.fill_devices(self.device, self.precision)
         self._update_model_label()
@@ -283,6 +325,7 @@ class MainWindow(QMainWindow):
         return bool(files) or rgb is not None
 
     def _run(self, source: str, pil: Any = None, *, remember: bool = True) -> None:
+        self._switch_for_photo(source)
         self.controller.run(source, pil, remember=remember)
 
     def set_target(self, class_index: int) -> None:
@@ -303,6 +346,7 @@ class MainWindow(QMainWindow):
                 self.prefs.add_recent_file(result.source)
                 self._rebuild_recent_menu()
             self._refresh_all(new_result=True)
+            self._update_offer()
         except Exception as e:  # noqa: BLE001 - shown, never only printed
             import traceback
 
@@ -315,6 +359,7 @@ class MainWindow(QMainWindow):
         if self._closing:
             return
         if kind == "model":
+            self.download_dialog.close()
             self._fill_model_combo()
             self.model_bar.fill_devices(self.device, self.precision)
         elif kind == "infer":
@@ -326,10 +371,17 @@ class MainWindow(QMainWindow):
 
     def _on_progress(self, done: int, total: int) -> None:
         self.status.set_progress(done, total)
+        loading = self.controller.loading
+        if loading:
+            from vitviz.model.sources import describe_ref
+
+            self.download_dialog.update(describe_ref(loading), done, total)
 
     def _set_busy(self, text: str, cancellable: bool = False) -> None:
         c = self.controller
         self.status.set_busy(text, c.is_busy(), cancellable, c.is_busy("model"))
+        if not c.loading:
+            self.download_dialog.close()
 
     def show_error(self, title: str, message: str, detail: str = "") -> None:
         """The one place errors reach the user."""

@@ -67,6 +67,7 @@ def build_actions(win: Any) -> None:
     win.act_about = _action(win, "&About vitviz", win.show_about)
     win.act_open_ckpt = _action(win, "Open checkpoint &file…", lambda: win.open_checkpoint_dialog(False))
     win.act_open_ckpt_dir = _action(win, "Open checkpoint f&older…", lambda: win.open_checkpoint_dialog(True))
+    win.act_open_by_name = _action(win, "Open model by &name…", lambda: open_model_by_name(win))
 
 def build_menus(win: Any) -> None:
     mb = win.menuBar()
@@ -85,6 +86,9 @@ def build_menus(win: Any) -> None:
     m = mb.addMenu("&Model")
     m.addAction(win.act_open_ckpt)
     m.addAction(win.act_open_ckpt_dir)
+    m.addAction(win.act_open_by_name)
+    build_model_list(win, m)
+    m.addSeparator()
     win.device_menu = m.addMenu("&Device")
     win.precision_menu = m.addMenu("&Precision")
     v = mb.addMenu("&View")
@@ -104,6 +108,74 @@ def build_menus(win: Any) -> None:
     h = mb.addMenu("&Help")
     h.addAction(win.act_shortcuts)
     h.addAction(win.act_about)
+
+
+def build_model_list(win: Any, menu: QMenu) -> None:
+    """The named models of the Model menu: the bundled one, the curated Hugging Face Hub models by group (title,
+    and on the right their download size or "cached"), torchvision's weights in a sub-menu. The current model is
+    checked; sizes and cache marks are refreshed each time the menu opens (:func:`refresh_model_list`)."""
+    from vitviz import catalog  # plain data: no torch at start-up
+
+    menu.setToolTipsVisible(True)
+    win.model_group = QActionGroup(win)
+    win.model_actions = {}
+
+    def add(target: QMenu, ref: str, text: str, tip: str) -> None:
+        a = target.addAction(text)
+        a.setCheckable(True)
+        a.setToolTip(tip)
+        a.setStatusTip(tip)
+        a.triggered.connect(lambda _=False, ref=ref: win._on_model_chosen(ref))
+        win.model_group.addAction(a)
+        win.model_actions[ref] = a
+
+    menu.addSeparator()
+    add(menu, "demo", "Bundled demo model (8 shapes)", "The small ViT trained by vitviz on 8 synthetic shapes")
+    for group, heading in catalog.HUB_GROUPS.items():
+        header = menu.addAction(heading)
+        header.setEnabled(False)
+        f = header.font()
+        f.setBold(True)
+        header.setFont(f)
+        for m in (m for m in catalog.HUB_MODELS if m.group == group):
+            add(menu, m.ref, m.title, f"{m.title}: {m.what} (https://huggingface.co/{m.repo})")
+    win.torchvision_menu = menu.addMenu("torchvision ImageNet ViTs")
+    win.torchvision_menu.setToolTipsVisible(True)
+    for name in catalog.TORCHVISION_VITS:
+        add(win.torchvision_menu, f"pretrained:{name}", name, catalog.description(name))
+    menu.aboutToShow.connect(lambda: refresh_model_list(win))
+    refresh_model_list(win)
+
+
+def refresh_model_list(win: Any) -> None:
+    """Sizes and cache marks of the named models, and a check at the model in use (or being loaded)."""
+    from vitviz import catalog
+
+    sizes = {m.ref: m.size_mb for m in catalog.HUB_MODELS}
+    sizes.update({f"pretrained:{n}": row[3] for n, row in catalog.TORCHVISION_VITS.items()})
+    current = win.controller.loading or win.model_key
+    titles = {m.ref: m.title for m in catalog.HUB_MODELS}
+    for ref, a in win.model_actions.items():
+        if ref in sizes:
+            state = "cached" if catalog.ref_is_cached(ref) else f"{sizes[ref]:.0f} MB"
+            a.setText(f"{titles.get(ref, ref.split(':', 1)[-1])}\t{state}")
+        a.setChecked(ref == current)
+
+
+def open_model_by_name(win: Any) -> None:
+    """Ask for a model name (any form :func:`vitviz.model.sources.parse_model_ref` accepts) and load it."""
+    from vitviz.model.sources import parse_model_ref
+
+    text = win.dialogs.ask_model_name()
+    if not text:
+        return
+    try:
+        ref = parse_model_ref(text)
+    except (ValueError, OSError) as e:  # CheckpointError is a ValueError
+        win.show_error("Unknown model", str(e))
+        return
+    if ref != win.model_key:
+        win.load_model(ref)
 
 
 def build_toolbar(win: Any) -> None:

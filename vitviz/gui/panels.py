@@ -16,13 +16,17 @@ from PySide6.QtWidgets import (
     QCompleter,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
+    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QProgressBar,
+    QPushButton,
     QRadioButton,
+    QSizePolicy,
     QSlider,
     QTableWidget,
     QTableWidgetItem,
@@ -211,18 +215,23 @@ class ControlsPanel(QWidget):
 
 # ====================================================================== predictions
 class PredictionsPanel(QWidget):
-    """Top-5 classes; clicking one makes it the target of the gradient views.
+    """Top-5 classes; clicking one makes it the target of the gradient views. Above them, when a photo is shown with
+    the bundled shapes model, the first-run offer (:meth:`set_offer`): what that model knows, and one button per
+    curated real model (with its download size, or "cached").
 
     Signals:
         targetChosen(class_index)
+        modelOffered(ref): a button of the offer was clicked (a ``hub:`` model reference).
     """
 
     targetChosen = Signal(int)
+    modelOffered = Signal(str)
 
     def __init__(self, parent=None):
         super().__init__(parent)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
+        self._build_offer(lay)
         self.table = QTableWidget(0, 2)
         self.table.setHorizontalHeaderLabels(["Class", "Probability"])
         self.table.verticalHeader().setVisible(False)
@@ -254,6 +263,57 @@ class PredictionsPanel(QWidget):
         self._classes: list[int] = []
         self._entries: dict[str, int] = {}
         self._labels_key: object = None
+
+    def _build_offer(self, lay: QVBoxLayout) -> None:
+        self.offer_box = QFrame()
+        self.offer_box.setObjectName("first_run_offer")
+        self.offer_box.setStyleSheet("QFrame#first_run_offer { background: rgb(70, 56, 28); border: 1px solid "
+                                     "rgb(200, 150, 60); border-radius: 3px; }")
+        box = QVBoxLayout(self.offer_box)
+        box.setContentsMargins(6, 4, 6, 6)
+        box.setSpacing(4)
+        self.offer_label = QLabel()
+        self.offer_label.setWordWrap(True)
+        self.offer_label.setTextFormat(Qt.TextFormat.RichText)
+        box.addWidget(self.offer_label)
+        self.offer_grid = QGridLayout()
+        self.offer_grid.setSpacing(4)
+        box.addLayout(self.offer_grid)
+        self.offer_buttons: dict[str, QPushButton] = {}
+        # never squeezed below its text (the table below gives way instead)
+        self.offer_box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        self.offer_box.setVisible(False)
+        lay.addWidget(self.offer_box)
+
+    def set_offer(self, offers, cached: set[str] | frozenset[str] = frozenset()) -> None:
+        """Show the first-run offer for ``offers`` (:class:`vitviz.catalog.HubModel`; ``cached``: their references
+        that need no download), or hide it (None or empty)."""
+        if not offers:
+            self.offer_box.setVisible(False)
+            return
+        from vitviz.demo import CLASSES
+
+        self.offer_label.setText(
+            f"<b>The bundled demo model only knows {len(CLASSES)} synthetic shapes</b> ({', '.join(CLASSES)}): "
+            "for a photo its predictions and maps mean nothing. Models trained on real images (downloaded once):")
+        for b in self.offer_buttons.values():
+            self.offer_grid.removeWidget(b)
+            b.deleteLater()
+        self.offer_buttons = {}
+        kinds = {"imagenet": "ImageNet", "dino": "DINO", "language": "image-text"}
+        for i, m in enumerate(offers):
+            state = "cached" if m.ref in cached else f"{m.size_mb:.0f} MB"
+            b = QPushButton(f"{m.title} · {kinds.get(m.group, m.group)} · {state}")
+            b.setToolTip(f"{m.title}: {m.what}\nhttps://huggingface.co/{m.repo}\n"
+                         + ("Cached: opens without a download" if m.ref in cached else
+                            f"One click downloads {m.size_mb:.0f} MB (once) and opens it"))
+            b.clicked.connect(lambda _=False, ref=m.ref: self.modelOffered.emit(ref))
+            self.offer_grid.addWidget(b, i // 2, i % 2)
+            self.offer_buttons[m.ref] = b
+        self.offer_box.setVisible(True)
+
+    def offer_shown(self) -> bool:
+        return not self.offer_box.isHidden()
 
     def class_entries(self, result) -> dict[str, int]:
         """``{"tabby, tabby cat (281)": 281, ...}``: every class the model has, as the search box lists them."""

@@ -99,6 +99,17 @@ class Prefs:
         if ref and ref != "memory" and not ref.startswith("random:"):
             s.setValue("model", ref)
 
+    def photo_model(self) -> str:
+        """The named model photos open with instead of the bundled shapes model ("" until one was used); see
+        :func:`vitviz.catalog.photo_default`."""
+        ref = str(self.qsettings.value("photo_model", "") or "")
+        return ref if ref.startswith(("hub:", "pretrained:")) else ""
+
+    def set_photo_model(self, ref: str) -> None:
+        """Remember ``ref`` (a ``hub:`` or ``pretrained:`` reference) as the model for photos."""
+        if ref.startswith(("hub:", "pretrained:")):
+            self.qsettings.setValue("photo_model", ref)
+
     def recent_models(self) -> list[str]:
         return [x for x in _list(self.qsettings.value("recent_models", [])) if x.startswith("file:")]
 
