@@ -404,3 +404,30 @@ def test_a_broken_config_is_named(fake_hub, body, needle):
     with pytest.raises(PretrainedError, match=needle) as e:
         hub.fetch("someone/broken", show_bar=False)
     assert "someone/broken" in str(e.value) and fake_hub.gets("model.safetensors") == []
+
+
+@pytest.mark.real_weights
+def test_real_vit_tiny_by_its_timm_name(fake_hub, tmp_path):
+    """Real weights (../shared/weights) served as timm's upload of ViT-Ti/16 augreg, opened by its timm name:
+    chelsea's top class is 285 (Egyptian cat) with p = 0.733, as the weights' README measured."""
+    from conftest import SHARED_WEIGHTS
+
+    weights = SHARED_WEIGHTS / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
+    if not weights.is_file():
+        pytest.skip("../shared/weights is absent")
+    skimage_data = pytest.importorskip("skimage.data")
+    from PIL import Image
+
+    config = {"architecture": "vit_tiny_patch16_224", "num_classes": 1000, "num_features": 192,
+              "pretrained_cfg": {"tag": "augreg_in21k_ft_in1k", "input_size": [3, 224, 224], "crop_pct": 0.875,
+                                 "interpolation": "bicubic", "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
+                                 "num_classes": 1000}}
+    repo = "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+    fake_hub.add(repo, {"config.json": json.dumps(config).encode(), "model.safetensors": weights.read_bytes()})
+    model = load_model_ref(f"hf-hub:{repo}")
+    x = model.spec.preprocess(Image.fromarray(skimage_data.chelsea()))[None]
+    with torch.no_grad():
+        p = model(x)[0].softmax(-1)
+    top = p.topk(3)
+    assert top.indices.tolist()[0] == 285 and abs(float(top.values[0]) - 0.733) < 0.02
+    assert model.spec.label(285) == "Egyptian cat"

@@ -198,3 +198,24 @@ def test_the_shapes_model_chosen_by_the_user_stays(demo_window, fake_hub, qtbot,
     assert w.model_key == "demo"
     p = w.predictions
     assert p.offer_shown() and p.offer_buttons[DINO.ref].text().endswith("cached")
+
+
+def test_open_model_by_name_takes_every_form_and_names_bad_ones(demo_window, fake_hub, qtbot):
+    from vitviz.gui.menus import open_model_by_name
+
+    fake_hub.add("facebook/dino-vits8-tiny", timm_repo(num_classes=0, img_size=32)[0])
+    w = demo_window()
+    w.dialogs.confirm_answer = True
+    w.dialogs.ask_model_name = lambda: "no such thing"
+    open_model_by_name(w)
+    assert w.dialogs.errors and "no such thing" in w.dialogs.errors[0][1] and "facebook/dinov2-small" in \
+        w.dialogs.errors[0][1]
+    assert w.model_key == "demo" and not w.runner.is_busy()
+    w.dialogs.ask_model_name = lambda: "facebook/dino-vits8-tiny"
+    with qtbot.waitSignal(w.modelChanged, timeout=30000):
+        open_model_by_name(w)
+    assert w.model_key == "hub:facebook/dino-vits8-tiny"
+    assert w.dialogs.confirms and "facebook/dino-vits8-tiny" in w.dialogs.confirms[-1]
+    w.dialogs.ask_model_name = lambda: None  # the dialog cancelled: nothing happens
+    open_model_by_name(w)
+    assert w.model_key == "hub:facebook/dino-vits8-tiny" and len(w.dialogs.errors) == 1
