@@ -402,3 +402,34 @@ def test_the_cat_relevance_figure_with_real_weights(tmp_path):
     with Image.open(out) as im:
         x, y, w, h = F.build(spec)._vitviz_layout.cells[0]
         assert (w, h) == (451 * 5, 300 * 5) and im.width > w and im.info["dpi"][0] > 600
+
+
+def test_vitviz_export_animate_writes_one_animation_per_layered_view(tmp_path, capsys):
+    from vitviz.cli import main
+    from vitviz.export import read_manifest
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for name in ("a.png", "b.png"):
+        Image.fromarray((rng.random((40, 60, 3)) * 255).astype(np.uint8)).save(folder / name)
+    out = tmp_path / "out"
+    status = main(["export", "--model", "demo", str(folder), "--out", str(out), "--views", "cls,grad_rollout,rollout",
+                   "--heads", "mean,1", "--animate", "gif", "--fps", "4", "--quiet", "--precision", "fp32"])
+    assert status == 0, capsys.readouterr().err
+    for rec in read_manifest(out / "manifest.jsonl"):
+        anims = [m for m in rec["maps"] if "animation" in m]
+        # cls: one per head asked; rollout: its start layer; grad_rollout has no layer: none
+        assert sorted(m["animation"].split("_", 1)[1] for m in anims) == \
+            ["cls_h1_layers.gif", "cls_mean_layers.gif", "rollout_layers.gif"]
+        for m in anims:
+            with Image.open(out / m["animation"]) as im:
+                assert im.n_frames == m["frames"] > 1 and im.info["duration"] == 250
+            assert m["animation"] in rec["files"]
+    # flags checked before any work: a view without layers only, an fps out of range
+    assert main(["export", "--model", "demo", str(folder), "--out", str(tmp_path / "o2"), "--views", "grad_rollout",
+                 "--animate", "gif"]) == 2
+    assert "changes with the layer" in capsys.readouterr().err
+    assert main(["export", "--model", "demo", str(folder), "--out", str(tmp_path / "o3"), "--animate", "gif",
+                 "--fps", "0"]) == 2
+    assert "--fps" in capsys.readouterr().err

@@ -85,6 +85,10 @@ class ExportOptions:
         shard: ``(K, N)``: this run does shard K of N.
         overwrite: recompute every image and replace existing files.
         quiet: no progress bar (log lines only).
+        animate: also each layer-dependent view over every layer as one animation (``"gif"``, ``"apng"``, ``"mp4"``;
+            :func:`vitviz.figures.layer_figures`: one colour scale across layers, the layer drawn on each frame),
+            at ``scale``; None: no animation.
+        fps: frames per second of the animations.
     """
 
     views: tuple[str, ...] = DEFAULT_VIEWS
@@ -103,6 +107,8 @@ class ExportOptions:
     shard: tuple[int, int] = (1, 1)
     overwrite: bool = False
     quiet: bool = False
+    animate: str | None = None
+    fps: float = 2.0
 
     def request(self, model: str, precision: str) -> dict[str, Any]:
         """What the files depend on (a rerun with the same request skips the images done)."""
@@ -154,6 +160,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                   "a cluster job array")
     p.add_argument("--overwrite", action="store_true", help="redo every image and replace existing files")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar (for logs)")
+    p.add_argument("--animate", choices=("gif", "apng", "mp4"),
+                   help="also write each view that has a layer (or start layer) over every layer as one animation, "
+                        "the layer drawn on each frame, one colour scale across layers (mp4 needs imageio-ffmpeg)")
+    p.add_argument("--fps", type=float, default=2.0, help="frames per second of --animate (default 2)")
 
 
 def options_from_args(args: argparse.Namespace) -> ExportOptions:
@@ -188,10 +198,22 @@ def options_from_args(args: argparse.Namespace) -> ExportOptions:
     if args.cmap not in colormap_names():
         raise ValueError(f"--cmap {args.cmap}: unknown colormap; valid: {', '.join(colormap_names())}")
     shard = parse_shard(args.shard) if args.shard else (1, 1)
+    animate = getattr(args, "animate", None)
+    fps = float(getattr(args, "fps", 2.0))
+    if not 0 < fps <= 60:
+        raise ValueError(f"--fps {fps:g}: must be more than 0 and at most 60")
+    if animate == "mp4":
+        from vitviz.figures import mp4_problem
+
+        if mp4_problem():
+            raise ValueError(f"--animate mp4: {mp4_problem()}")
+    if animate and not any(registry.get(n).slider for n in names):
+        raise ValueError(f"--animate: none of the views ({', '.join(names)}) changes with the layer")
     return ExportOptions(views=tuple(dict.fromkeys(names)), layers=tuple(layers), heads=tuple(heads), query=query,
                          target=str(args.target).strip(), format=args.format, scale=scale, colorbar=args.colorbar,
                          caption=args.caption, cmap=args.cmap, batch_size=args.batch_size, device=args.device,
-                         precision=args.precision, shard=shard, overwrite=args.overwrite, quiet=args.quiet)
+                         precision=args.precision, shard=shard, overwrite=args.overwrite, quiet=args.quiet,
+                         animate=animate, fps=fps)
 
 
 def _is_int(w: str) -> bool:
@@ -722,7 +744,45 @@ class Exporter:
                 self._write_file(rel, data, written)
                 entry["npy" if rel.endswith(".npy") else "png"] = rel
             maps.append(entry)
+        if o.animate:
+            maps += self._write_animations(session, base, r, item, written)
         return maps
+
+    def _write_animations(self, session: Any, base: Any, r: Any, item: InputImage,
+                          written: list[str]) -> list[dict[str, Any]]:
+        """``--animate``: each requested view that has a layer slider over every layer, one file per view (and head,
+        query as for its maps): ``<name>_<view>[_<head>]_layers.<gif|apng|mp4>``."""
+        from vitviz import figures
+
+        out = []
+        done = set()
+        for key, changes in map_requests(r, self.options):
+            changes = {k: v for k, v in changes.items() if k != "layer"}
+            session.options = base
+            session.set_options(**changes)
+            v = session.view
+            ident = (key, changes.get("head"))
+            if v.slider is None or ident in done:
+                continue
+            done.add(ident)
+            entry: dict[str, Any] = {"view": key, "layers": "all"}
+            if "head" in changes:
+                entry["head"] = changes["head"]
+            if session.current_map() is None:
+                entry["unavailable"] = session.unavailable_reason() or "not available for this model"
+                out.append(entry)
+                continue
+            specs = figures.layer_figures(session)
+            fmt = "." + self.options.animate
+            data = figures.encode_animation(specs, fmt, scale=figures.parse_scale(self.options.scale),
+                                            fps=self.options.fps)
+            head = changes.get("head")
+            head_part = "" if "head" not in v.reads else f"_{head}" if isinstance(head, str) else f"_h{head}"
+            rel = f"{item.rel}_{key}{head_part}_layers{fmt}"
+            self._write_file(rel, data, written)
+            entry.update(animation=rel, frames=len(specs))
+            out.append(entry)
+        return out
 
     def _write_file(self, rel: str, data: bytes, written: list[str]) -> None:
         from vitviz.imaging import ExportError, write_atomic

@@ -47,8 +47,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from vitviz.session import Session
 
-__all__ = ["ANIMATION_FORMATS", "FIGURE_FORMATS", "FigureSpec", "Panel", "ScaleOption", "grid_shape", "heads_figure",
-           "layer_figures", "mp4_problem", "parse_scale", "read_metadata", "render", "save", "save_animation",
+__all__ = ["ANIMATION_FORMATS", "FIGURE_FORMATS", "FigureSpec", "Panel", "ScaleOption", "encode", "encode_animation",
+           "grid_shape", "heads_figure", "layer_figures", "mp4_problem", "parse_scale", "read_metadata", "render", "save", "save_animation",
            "scale_factor", "view_figure"]
 
 ScaleOption = Union[str, int]
@@ -90,6 +90,8 @@ class Panel:
         badge: text in a box in the panel's top-left corner (the layer of an animation frame).
         outlined: ``(x0, y0, w, h)`` rectangles in image pixels outlined dashed (the artefact tokens, as the window
             outlines them).
+        colorbar_label: the quantity and unit of this panel's own colour bar (a figure without a shared scale
+            whose panels show different quantities, e.g. a comparison of views); None: the figure's.
     """
 
     photo: np.ndarray
@@ -103,6 +105,7 @@ class Panel:
     mask_style: str = "contour"
     badge: str | None = None
     outlined: tuple[tuple[float, float, float, float], ...] = ()
+    colorbar_label: str | None = None
 
     def __post_init__(self) -> None:
         p = np.asarray(self.photo)
@@ -529,7 +532,8 @@ def build(spec: FigureSpec, *, k: int | None = None, image_k: int | None = None,
             fig.text((x - round(4 * u)) / W, 1 - (y + h / 2) / H, spec.row_labels[r], ha="right", va="center",
                      fontsize=TEXT_PT, parse_math=False, gid=f"row-{r}")
         if L.small_bars and panel.scale is not None:
-            _colorbar(fig, fig.add_axes(rect(*L.small_bars[i])), panel.scale, spec.colorbar_label, "horizontal", 3)
+            _colorbar(fig, fig.add_axes(rect(*L.small_bars[i])), panel.scale,
+                      spec.colorbar_label if panel.colorbar_label is None else panel.colorbar_label, "horizontal", 3)
     if L.bar is not None:
         _colorbar(fig, fig.add_axes(rect(*L.bar)), spec.scale, spec.colorbar_label, "vertical", 5)
     return fig
@@ -888,30 +892,51 @@ def save_animation(specs: Sequence[FigureSpec], path: str | os.PathLike, *, scal
             raise ExportError(target, problem)
     if not overwrite and target.exists():
         raise FileExistsError(f"{target} already exists")
+    data = _animation_bytes(specs, fmt, scale, fps, meta, progress)
+    return imaging.write_atomic(target, lambda fh: fh.write(data), overwrite=overwrite, suffix=fmt + ".tmp")
+
+
+def encode_animation(specs: Sequence[FigureSpec], fmt: str, *, scale: ScaleOption = "animation", fps: float = 2.0,
+                     metadata: dict[str, str] | None = None,
+                     progress: Callable[[int, int], bool] | None = None) -> bytes:
+    """The bytes :func:`save_animation` would write for ``fmt`` (``".gif"``, ``".apng"``, ``".mp4"``).
+
+    Raises:
+        ValueError: unknown format, MP4 without an encoder (:func:`mp4_problem`), bad fps or metadata.
+    """
+    if fmt not in ANIMATION_FORMATS:
+        raise ValueError(f"unknown animation format {fmt!r}; use {', '.join(ANIMATION_FORMATS)}")
+    if not fps > 0:
+        raise ValueError(f"fps must be positive, got {fps}")
+    if fmt == ".mp4" and mp4_problem():
+        raise ValueError(mp4_problem())
+    return _animation_bytes(specs, fmt, scale, fps, _check_metadata(metadata), progress)
+
+
+def _animation_bytes(specs: Sequence[FigureSpec], fmt: str, scale: ScaleOption, fps: float, meta: dict[str, str],
+                     progress: Callable[[int, int], bool] | None) -> bytes:
     frames = render_frames(specs, scale, progress)
     info = {**specs[0].texts(), **meta}
     duration = int(round(1000.0 / fps))
     if fmt == ".mp4":
-        data = _mp4_bytes(frames, fps, info)
-    else:
-        from PIL import Image
-        from PIL.PngImagePlugin import PngInfo
+        return _mp4_bytes(frames, fps, info)
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
 
-        ims = [Image.fromarray(f, "RGB") for f in frames]
-        buf = io.BytesIO()
-        if fmt == ".gif":
-            ims = _gif_frames(ims)
-            ims[0].save(buf, format="GIF", save_all=True, append_images=ims[1:], duration=duration, loop=0,
-                        comment=json.dumps(info, ensure_ascii=False).encode("utf-8"), optimize=False, disposal=1)
-        else:
-            png = PngInfo()
-            png.add_text("Software", _software())
-            for key, value in info.items():
-                png.add_text(key, value, zip=len(value) > 1024)
-            ims[0].save(buf, format="PNG", save_all=True, append_images=ims[1:], duration=duration, loop=0,
-                        pnginfo=png, default_image=False, disposal=0, blend=0)
-        data = buf.getvalue()
-    return imaging.write_atomic(target, lambda fh: fh.write(data), overwrite=overwrite, suffix=fmt + ".tmp")
+    ims = [Image.fromarray(f, "RGB") for f in frames]
+    buf = io.BytesIO()
+    if fmt == ".gif":
+        ims = _gif_frames(ims)
+        ims[0].save(buf, format="GIF", save_all=True, append_images=ims[1:], duration=duration, loop=0,
+                    comment=json.dumps(info, ensure_ascii=False).encode("utf-8"), optimize=False, disposal=1)
+    else:
+        png = PngInfo()
+        png.add_text("Software", _software())
+        for key, value in info.items():
+            png.add_text(key, value, zip=len(value) > 1024)
+        ims[0].save(buf, format="PNG", save_all=True, append_images=ims[1:], duration=duration, loop=0,
+                    pnginfo=png, default_image=False, disposal=0, blend=0)
+    return buf.getvalue()
 
 
 def _gif_frames(ims: list) -> list:
