@@ -410,9 +410,8 @@ def test_a_broken_config_is_named(fake_hub, body, needle):
 def test_real_vit_tiny_by_its_timm_name(fake_hub, tmp_path):
     """Real weights (../shared/weights) served as timm's upload of ViT-Ti/16 augreg, opened by its timm name:
     chelsea's top class is 285 (Egyptian cat) with p = 0.733, as the weights' README measured."""
-    from conftest import SHARED_WEIGHTS
-
-    weights = SHARED_WEIGHTS / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
+    shared = Path(__file__).resolve().parents[2] / "shared" / "weights"  # (as tests/conftest.py's SHARED_WEIGHTS)
+    weights = shared / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
     if not weights.is_file():
         pytest.skip("../shared/weights is absent")
     skimage_data = pytest.importorskip("skimage.data")
