@@ -31,9 +31,10 @@ import os
 import re
 import tempfile
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ __all__ = ["ANIMATION_FORMATS", "FIGURE_FORMATS", "FigureSpec", "Panel", "ScaleO
            "grid_shape", "heads_figure", "layer_figures", "mp4_problem", "parse_scale", "read_metadata", "render", "save", "save_animation",
            "scale_factor", "view_figure"]
 
-ScaleOption = Union[str, int]
+ScaleOption = str | int
 """``"print"``, ``"native"`` or an integer factor (1 .. :data:`MAX_FACTOR`)."""
 PRINT_LONG_SIDE = 2048
 """``scale="print"``: the panel area's long side is at least this many pixels."""
@@ -469,7 +470,7 @@ def _colorbar(fig, cax, scale: ColourScale, label: str, orientation: str, nticks
 
 
 def build(spec: FigureSpec, *, k: int | None = None, image_k: int | None = None, vector: bool = False,
-          reserve: tuple[int, int] = (0, 0)) -> "Figure":
+          reserve: tuple[int, int] = (0, 0)) -> Figure:
     """The matplotlib :class:`~matplotlib.figure.Figure` of ``spec`` (no pyplot, no global state).
 
     Args:
@@ -522,7 +523,7 @@ def build(spec: FigureSpec, *, k: int | None = None, image_k: int | None = None,
         if panel.badge:
             ax.text(0.02, 0.98, panel.badge, transform=ax.transAxes, ha="left", va="top", fontsize=TEXT_PT + 1,
                     parse_math=False, gid=f"badge-{i}",
-                    bbox=dict(boxstyle="round,pad=0.25", facecolor="white", edgecolor="none", alpha=0.85))
+                    bbox={"boxstyle": "round,pad=0.25", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
         r, c = divmod(i, spec.ncols)
         label = panel.label or (spec.col_labels[c] if spec.col_labels is not None and r == 0 else None)
         if label:
@@ -539,7 +540,7 @@ def build(spec: FigureSpec, *, k: int | None = None, image_k: int | None = None,
     return fig
 
 
-def figure_texts(fig: "Figure") -> list[str]:
+def figure_texts(fig: Figure) -> list[str]:
     """Every text drawn on ``fig`` (title and caption lines, labels, badges, colour-bar ticks and labels)."""
     from matplotlib.text import Text
 
@@ -731,7 +732,7 @@ def read_metadata(path: str | os.PathLike) -> dict[str, str]:
     if data[4:8] == b"ftyp":
         return _mp4_comment(data, p)
     head = data[:4096].lstrip()
-    if head.startswith(b"<?xml") or head.startswith(b"<svg"):
+    if head.startswith((b"<?xml", b"<svg")):
         import xml.etree.ElementTree as ET
 
         try:
@@ -802,11 +803,11 @@ def _pdf_info(data: bytes, p: Path) -> dict[str, str]:
     if not m:
         return {}
     num = m[-1].group(1)
-    o = re.search(rb"(?<![0-9])" + num + rb"\s+0\s+obj\s*<<(.*?)>>\s*endobj", data, re.S)
+    o = re.search(rb"(?<![0-9])" + num + rb"\s+0\s+obj\s*<<(.*?)>>\s*endobj", data, re.DOTALL)
     if o is None:
         raise ValueError(f"{p}: its document information cannot be found")
     body, out = o.group(1), {}
-    for km in re.finditer(rb"/([^\s/<>()\[\]{}%]+)\s*(\((?:\\.|[^\\)])*\)|<[0-9A-Fa-f\s]*>)", body, re.S):
+    for km in re.finditer(rb"/([^\s/<>()\[\]{}%]+)\s*(\((?:\\.|[^\\)])*\)|<[0-9A-Fa-f\s]*>)", body, re.DOTALL):
         key = re.sub(rb"#([0-9A-Fa-f]{2})", lambda h: bytes([int(h.group(1), 16)]), km.group(1)).decode("latin-1")
         out[key] = _pdf_string(km.group(2))
     return out
@@ -815,7 +816,7 @@ def _pdf_info(data: bytes, p: Path) -> dict[str, str]:
 def pdf_pages(data: bytes) -> list[tuple[float, float, float, float]]:
     """The MediaBox ``(x0, y0, x1, y1)`` in points of every page object of a PDF (for checks)."""
     boxes = []
-    for m in re.finditer(rb"/Type\s*/Page\b(?!s)(.*?)(?:endobj)", data, re.S):
+    for m in re.finditer(rb"/Type\s*/Page\b(?!s)(.*?)(?:endobj)", data, re.DOTALL):
         b = re.search(rb"/MediaBox\s*\[\s*([-\d.\s]+)\]", m.group(0))
         if b:
             boxes.append(tuple(float(x) for x in b.group(1).split()))
@@ -979,7 +980,7 @@ def _mp4_bytes(frames: list[np.ndarray], fps: float, info: dict[str, str]) -> by
 
 
 # ----------------------------------------------------------------------------------------------- from a session
-def _view_panel(s: "Session", scale: ColourScale | None, badge: str | None = None) -> Panel:
+def _view_panel(s: Session, scale: ColourScale | None, badge: str | None = None) -> Panel:
     r, o = s.result, s.options
     values = s.image_map()
     mask = s.mask()
@@ -991,7 +992,7 @@ def _view_panel(s: "Session", scale: ColourScale | None, badge: str | None = Non
                  badge=badge, outlined=tuple(s.patch_rect(i * gw + j) for i, j in s.artefact_patches()))
 
 
-def _caption(s: "Session", extra: str = "") -> str:
+def _caption(s: Session, extra: str = "") -> str:
     r = s.result
     parts = [r.model_name, Path(r.source).name or str(r.source)]
     if extra:
@@ -999,7 +1000,7 @@ def _caption(s: "Session", extra: str = "") -> str:
     return " · ".join(parts)
 
 
-def view_figure(session: "Session", *, badge: str | None = None) -> FigureSpec | None:
+def view_figure(session: Session, *, badge: str | None = None) -> FigureSpec | None:
     """The session's current view as a figure: the map on the photo in the window's colours, the query-patch box
     and the mask where the window draws them, the title the canvas shows (view, target, layer, heads, mask) and
     the colour bar with the view's quantity, unit and ticks; the caption names the model, the image and the colour
@@ -1018,7 +1019,7 @@ def view_figure(session: "Session", *, badge: str | None = None) -> FigureSpec |
                       colorbar=o.colorbar, colorbar_label=session.quantity_text(), scale=scale)
 
 
-def heads_figure(session: "Session", *, all_layers: bool = False) -> FigureSpec | None:
+def heads_figure(session: Session, *, all_layers: bool = False) -> FigureSpec | None:
     """Every head of the current attention layer (``all_layers``: every layer x every head, with row and column
     labels) on one colour scale, as the heads panel shows them (robust percentile of all tiles, artefact patches
     left out of the levels when the options say so); a grid with no empty cell, a title naming what is shown, the
@@ -1050,7 +1051,7 @@ def heads_figure(session: "Session", *, all_layers: bool = False) -> FigureSpec 
                           row_labels=tuple(f"layer {i}" for i in range(L)),
                           col_labels=tuple(f"head {h}" for h in range(H)), colorbar=True,
                           colorbar_label="attention weight", scale=scale)
-    rows, cols = grid_shape(H, r.image_size)
+    _, cols = grid_shape(H, r.image_size)
     panels = tuple(Panel(photo=r.rgb, values=v, scale=scale, opacity=o.opacity, label=f"head {h}")
                    for h, v in enumerate(img))
     title = f"{what} · layer {layer} · {H} heads"
@@ -1058,7 +1059,7 @@ def heads_figure(session: "Session", *, all_layers: bool = False) -> FigureSpec 
                       colorbar_label="attention weight", scale=scale)
 
 
-def layer_figures(session: "Session") -> list[FigureSpec]:
+def layer_figures(session: Session) -> list[FigureSpec]:
     """One figure per layer of the current view (its layer slider: the layer, or the start layer of a cumulative
     view), every frame on one colour scale shared across the layers (a typed fixed range is kept), the layer drawn
     in a badge on the image and named in the title.

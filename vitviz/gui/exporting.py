@@ -7,8 +7,9 @@ only when the user says so); every failure is shown in one error dialog naming t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from vitviz import imaging
 from vitviz.gui.dialogs import write_asking
