@@ -349,8 +349,11 @@ def _scales(cells: list[Cell], shared: bool, o: ViewOptions) -> str:
                           percentile=o.percentile, cmap=o.cmap)
         for c in group:
             c.scale = scale
+    rule = f"robust {o.percentile:g}th percentile{', log' if o.log_scale else ''}{note}"
+    if all(len(g) == 1 for g in groups.values()) and len(groups) > 1:
+        return f"each panel on its own scale ({rule})"
     per = "each view's panels" if len(groups) > 1 else "every panel"
-    return f"one scale for {per} (robust {o.percentile:g}th percentile{', log' if o.log_scale else ''}{note})"
+    return f"one scale for {per} ({rule})"
 
 
 def _texts(spec: CompareSpec, cells: list[Cell], title: str, scale_note: str, base: Session) -> tuple[str, str]:
@@ -382,25 +385,22 @@ def comparison_figure(comp: Comparison) -> "FigureSpec":
     query-patch box where the view uses it, the mask), row and column labels (the panel labels in the ``"layers"``
     and ``"classes"`` layouts), one colour bar when all panels share a scale (else one under each panel), the title
     and the caption. The options' ``caption`` and ``colorbar`` switch those off."""
-    from vitviz.figures import FigureSpec, Panel
+    from vitviz.figures import FigureSpec, _view_panel
 
-    panels = []
-    for c in comp.cells:
-        s, o = c.session, c.session.options
-        values = s.image_map() if c.map is not None else None
-        mask = s.mask() if values is not None else None
-        y0, x0, y1, x1 = s.crop_rect_yx()
-        label = c.label
-        if values is None:
-            label = f"{label + ': ' if label else ''}not available"
-        panels.append(Panel(photo=s.result.rgb, values=values, scale=c.scale if values is not None else None,
-                            opacity=o.opacity, label=label,
-                            marker=s.patch_rect(o.query) if values is not None and s.shows_query() else None,
-                            mask=mask, mask_rect=(x0, y0, x1 - x0, y1 - y0) if mask is not None else None,
-                            mask_style=o.mask_style))
     o = comp.cells[0].session.options
     quantities = {c.session.quantity_text() for c in comp.cells if c.scale is not None}
+    one_label = len(quantities) == 1
+    panels = []
+    for c in comp.cells:
+        s = c.session
+        label = c.label
+        if c.scale is None:
+            label = f"{label + ': ' if label else ''}not available"
+        # the window's own picture of this panel (map, query box, mask, artefact outlines), in the panel's scale
+        p = _view_panel(s, c.scale)
+        panels.append(replace(p, label=label, marker=p.marker if c.scale is not None else None,
+                              colorbar_label=None if one_label else s.quantity_text()))
     return FigureSpec(panels=tuple(panels), ncols=comp.ncols, title=comp.title if o.caption else None,
                       caption=comp.caption if o.caption else None, row_labels=comp.row_labels,
                       col_labels=comp.col_labels, colorbar=o.colorbar,
-                      colorbar_label=quantities.pop() if len(quantities) == 1 else "", scale=comp.shared)
+                      colorbar_label=quantities.pop() if one_label else "", scale=comp.shared)

@@ -36,7 +36,7 @@ def test_grid_of_images_by_views_with_labels(qtbot, window, three):
     c = cw.comparison
     assert (c.nrows, c.ncols) == (2, 3) and len(cw.panels) == 6
     assert [w.text() for w in cw.col_label_widgets] == ["[CLS] attention", "Rollout", "Relevance"]
-    assert [w.text().split(" (")[0] for w in cw.row_label_widgets] == ["im0.png", "im1.png"]
+    assert [w.toolTip().split(" (")[0] for w in cw.row_label_widgets] == ["im0.png", "im1.png"]
     grid = cw.grid
     for panel, cell in zip(cw.panels, c.cells):  # each panel at its row and column (below / right of the labels)
         idx = grid.indexOf(panel)

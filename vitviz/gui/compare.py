@@ -116,7 +116,9 @@ class ComparePanel(QWidget):
             self.label.setText(text)
         self.label.setVisible(bool(self.label.text()))
         self.label.setToolTip(s.title())
-        self.canvas.set_marker(s.patch_rect(o.query))  # the selected patch, in every panel (linked selection)
+        # the selected patch where the view uses it (as on the main canvas); the hover outline links every panel
+        self.canvas.set_marker(s.patch_rect(o.query) if cell.scale is not None and s.shows_query() else None)
+        self.canvas.set_artefacts(s.artefact_patches(), r.grid)
         self.scale_bar.setVisible(own_bar and cell.scale is not None)
         if own_bar and cell.scale is not None:
             self.scale_bar.set_scale(cell.scale, s.quantity_text())
@@ -487,10 +489,11 @@ class CompareWindow(QMainWindow):
             self.grid.addWidget(lab, 0, left + j)
             self.col_label_widgets.append(lab)
         for i, text in enumerate(comp.row_labels or ()):
-            lab = QLabel(text)
+            # not word-wrapped: a height-for-width label makes the scroll area size the grid by its preferred
+            # heights (panels three times too tall); a long name is split at its " (" instead
+            lab = QLabel(text.replace(" (", "\n(", 1))
+            lab.setToolTip(text)
             lab.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            lab.setWordWrap(True)
-            lab.setMaximumWidth(160)
             lab.setStyleSheet("font-weight: bold; color: rgb(235, 235, 238);")
             self.grid.addWidget(lab, top + i, 0)
             self.row_label_widgets.append(lab)
