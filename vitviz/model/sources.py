@@ -71,10 +71,10 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
     repo = hub_repo(text)
     if repo is not None:
         return f"hub:{repo}"
-    raise CheckpointError(f"{text}: no such file or directory, and not a model name: 'demo' (the bundled model), "
-                          f"a curated model ({', '.join(catalog.HUB_BY_KEY)}), a torchvision name "
-                          f"({', '.join(PRETRAINED)}), a Hugging Face Hub id (timm/MODEL.TAG, hf-hub:OWNER/NAME or "
-                          f"OWNER/NAME, e.g. facebook/dinov2-small) or an architecture for random weights "
+    raise CheckpointError(f"{text}: no such file or directory, and not a pretrained name: a curated model "
+                          f"({', '.join(catalog.HUB_BY_KEY)}), a torchvision name ({', '.join(PRETRAINED)}), a Hugging "
+                          f"Face Hub id (timm/MODEL.TAG, hf-hub:OWNER/NAME or OWNER/NAME, e.g. facebook/dinov2-small), "
+                          f"'demo' (the bundled model) or an architecture for random weights "
                           f"({', '.join(list_models())}); 'vitviz models' lists the named ones")
 
 
