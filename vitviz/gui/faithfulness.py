@@ -16,27 +16,35 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPixmap
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton, QSizePolicy,
-    QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+    QAbstractItemView, QComboBox, QFrame, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton, QScrollArea,
+    QSizePolicy, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
 from vitviz.gui.mosaic import BACKGROUND
 
+EXPLAIN = ("Patches are ranked by each map and removed (deletion: replaced by the baseline, most salient first) or "
+           "revealed (insertion: starting from the baseline image) a whole patch at a time; each curve is the model's "
+           "probability of the target class after each step, its area (AUC) the score. A faithful map makes the "
+           "probability fall fast when deleting (low AUC) and rise fast when inserting (high AUC). Random rankings "
+           "of the patches are the floor (Petsiuk et al. 2018).")
 SEEDS = 5  # random rankings per mode: a ViT-Ti/16 table is then ~350 forwards
 STEPS = 20
 BASELINES = ("mean", "blur")
 BASELINE_TEXT = {"mean": "mean (grey)", "blur": "blurred image"}
-VIEW_NAMES = {"cls_last": "[CLS] attention, last layer", "rollout": "Rollout", "grad_rollout": "Gradient rollout",
+VIEW_NAMES = {"cls_last": "[CLS], last layer", "rollout": "Rollout", "grad_rollout": "Gradient rollout",
               "relevance": "Relevance"}
 VIEW_COLORS = {"cls_last": (255, 170, 60), "rollout": (90, 170, 255), "grad_rollout": (110, 220, 120),
                "relevance": (240, 100, 200)}
 OTHER_COLORS = [(255, 230, 90), (120, 230, 230), (250, 120, 110), (190, 150, 255)]
 RANDOM_COLOR = (175, 175, 175)
 BEST = "★"
-LEGEND_ENTRY = 150  # px a legend entry takes (the columns follow the width)
+LEGEND_SAMPLE = 20  # px of a legend entry's line sample
+LEGEND_SPACING = 10
+PLOT_MIN_HEIGHT = 240  # px: two plots, their axes and a two-row legend
+EDGE = 0.05  # axis room beyond 0 and 1 (pyqtgraph drops the label of a tick on a gridded plot's edge)
 STALE_STYLE = "color: rgb(255, 190, 90);"
 NOTE_STYLE = "color: rgb(200, 200, 200);"
 
@@ -96,18 +104,18 @@ class FaithfulnessPanel(QWidget):
         self._progress = (0, 0)
         self._row_keys: list[str | None] = []
 
-        lay = QVBoxLayout(self)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        self.scroll = QScrollArea()  # a short dock scrolls the tab rather than squeezing the table or the plots
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        outer.addWidget(self.scroll)
+        body = QWidget()
+        self.scroll.setWidget(body)
+        lay = QVBoxLayout(body)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.setSpacing(3)
-        self.title = QLabel("Faithfulness of the maps: deletion and insertion curves")
-        self.title.setWordWrap(True)
-        self.title.setToolTip(
-            "Patches are ranked by each map and removed (deletion: replaced by the baseline, most salient first) or "
-            "revealed (insertion: starting from the baseline image) a whole patch at a time; the curve is the "
-            "model's probability of the target class after each step, its area (AUC) the score. A faithful map "
-            "makes the probability fall fast when deleting (low AUC) and rise fast when inserting (high AUC). "
-            "Random rankings of the patches are the floor (Petsiuk et al. 2018).")
-        lay.addWidget(self.title)
 
         row = QHBoxLayout()
         row.setSpacing(4)
@@ -124,47 +132,23 @@ class FaithfulnessPanel(QWidget):
         self.run_button.setToolTip("Measure the curves for the image and target on screen")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("Stop the measurement")
-        self.progress = QProgressBar()
-        self.progress.setTextVisible(True)
-        self.progress.setMaximumHeight(18)
-        self.progress.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        steps_label = QLabel("Steps")
-        base_label = QLabel("Baseline")
-        for w in (steps_label, self.steps_spin, base_label, self.baseline_combo, self.run_button,
+        for w in (QLabel("Steps"), self.steps_spin, QLabel("Baseline"), self.baseline_combo, self.run_button,
                   self.cancel_button):
             row.addWidget(w)
-        row.addWidget(self.progress, 1)
-        row.addStretch(0)
+        row.addStretch(1)
         lay.addLayout(row)
+        self.progress = QProgressBar()
+        self.progress.setTextVisible(True)
+        self.progress.setMaximumHeight(16)
+        lay.addWidget(self.progress)
 
         self.status = QLabel("")
         self.status.setWordWrap(True)
+        self.status.setToolTip(EXPLAIN)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.status)
 
-        # the curves: deletion and insertion side by side, one shared legend under them
-        self.plot_widget = pg.GraphicsLayoutWidget()
-        self.plot_widget.setBackground(BACKGROUND)
-        self.plot_widget.setMinimumHeight(150)
-        self.del_plot = self.plot_widget.addPlot(row=0, col=0)
-        self.ins_plot = self.plot_widget.addPlot(row=0, col=1)
-        for plot, mode, verb in ((self.del_plot, "Deletion", "removed"), (self.ins_plot, "Insertion", "revealed")):
-            plot.setTitle(f"{mode}", size="9pt")
-            plot.setLabel("bottom", f"fraction of patches {verb}")
-            plot.showGrid(x=True, y=True, alpha=0.2)
-            plot.setMenuEnabled(False)
-            plot.setMouseEnabled(False, False)
-            plot.hideButtons()
-            plot.setXRange(0, 1, padding=0.02)
-            plot.setYRange(0, 1, padding=0.02)
-        self.del_plot.setLabel("left", "probability of the target class")
-        self.ins_plot.setYLink(self.del_plot)
-        self.legend = pg.LegendItem(colCount=2, horSpacing=10, verSpacing=-6, labelTextSize="8pt")
-        self.plot_widget.addItem(self.legend, row=1, col=0, colspan=2)
-        self.plot_widget.installEventFilter(self)
-        self._curves: list[Any] = []  # items drawn for the shown table
-
-        # the AUC table
+        # the AUC table: every row in view (its height follows the rows)
         self.table = QTableWidget(0, 3)
         self.table.setHorizontalHeaderLabels(["Map", "Deletion AUC ↓", "Insertion AUC ↑"])
         hh = self.table.horizontalHeader()
@@ -174,29 +158,47 @@ class FaithfulnessPanel(QWidget):
         self.table.horizontalHeaderItem(1).setToolTip("Area under the deletion curve: lower is better")
         self.table.horizontalHeaderItem(2).setToolTip("Area under the insertion curve: higher is better")
         self.table.verticalHeader().setVisible(False)
+        self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setWordWrap(False)
         self.table.cellClicked.connect(self._on_row)
-        self.table_note = QLabel(f"Deletion: lower is better · insertion: higher is better · {BEST} best of the "
-                                 "maps · random: mean ± sd over the rankings · click a row to show its map")
+        lay.addWidget(self.table)
+        self.table_note = QLabel(f"↓ lower is better, ↑ higher · {BEST} best · grey: no better than random · "
+                                 "click a row to show its map")
         self.table_note.setWordWrap(True)
         self.table_note.setStyleSheet(NOTE_STYLE)
-        table_box = QWidget()
-        tl = QVBoxLayout(table_box)
-        tl.setContentsMargins(0, 0, 0, 0)
-        tl.setSpacing(1)
-        tl.addWidget(self.table, 1)
-        tl.addWidget(self.table_note)
+        lay.addWidget(self.table_note)
+        self._fit_table(len(VIEW_NAMES) + 1)
 
-        self.splitter = QSplitter(Qt.Orientation.Vertical)
-        self.splitter.addWidget(self.plot_widget)
-        self.splitter.addWidget(table_box)
-        self.splitter.setStretchFactor(0, 3)
-        self.splitter.setStretchFactor(1, 2)
-        self.splitter.setChildrenCollapsible(False)
-        lay.addWidget(self.splitter, 1)
+        # the curves: deletion and insertion side by side, one shared legend under them
+        self.plot_widget = pg.GraphicsLayoutWidget()
+        self.plot_widget.setBackground(BACKGROUND)
+        self.plot_widget.setMinimumHeight(PLOT_MIN_HEIGHT)
+        # whatever height is left (its 640 x 480 size hint would make the tab scroll in any dock)
+        self.plot_widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
+        self.del_plot = self.plot_widget.addPlot(row=0, col=0)
+        self.ins_plot = self.plot_widget.addPlot(row=0, col=1)
+        for plot, mode, verb in ((self.del_plot, "Deletion", "removed"), (self.ins_plot, "Insertion", "revealed")):
+            plot.setTitle(mode, size="9pt")
+            plot.setLabel("bottom", f"fraction of patches {verb}", **{"font-size": "8pt"})
+            plot.getAxis("left").enableAutoSIPrefix(False)
+            plot.getAxis("bottom").enableAutoSIPrefix(False)
+            plot.showGrid(x=True, y=True, alpha=0.2)
+            plot.setMenuEnabled(False)
+            plot.setMouseEnabled(False, False)
+            plot.hideButtons()
+            plot.setXRange(-EDGE, 1 + EDGE, padding=0)  # a little room so that the 0 and 1 labels are drawn
+        self.del_plot.setLabel("left", "p(target class)", **{"font-size": "8pt"})
+        self.del_plot.getAxis("left").setToolTip("the model's probability of the target class (softmax)")
+        self.ins_plot.setYLink(self.del_plot)
+        self._y_range(1.0)
+        self.legend = self._new_legend(1)
+        self._legend_entries: list[tuple[Any, str]] = []
+        self.plot_widget.installEventFilter(self)
+        self._curves: list[Any] = []  # items drawn for the shown table
+        lay.addWidget(self.plot_widget, 1)
 
         self.run_button.clicked.connect(self.run)
         self.cancel_button.clicked.connect(self.cancel)
@@ -301,8 +303,7 @@ class FaithfulnessPanel(QWidget):
             parts.append(f"Measuring {forwards_estimate(self.steps, 4, self.seeds)} perturbed images…")
         elif not stale and self.shown is not None:
             t = self.shown
-            parts.append(f"{Path(t.source).name} · target {t.label} (p = {t.probability:.2f}) · {t.steps} steps · "
-                         f"{t.baseline} baseline · {t.random_deletion.seeds} random rankings")
+            parts.append(f"Target {t.label} (p = {t.probability:.2f}) · {t.random_deletion.seeds} random rankings")
         else:
             parts.append(f"Not measured for this {'image and target' if self.shown is None else _what_changed(self.shown_key, key)}"
                          f" yet: press Run (about {forwards_estimate(self.steps, 4, self.seeds)} model forwards).")
@@ -326,14 +327,11 @@ class FaithfulnessPanel(QWidget):
         self.shown_key, self.shown = key, table
         self._draw_curves(table)
         self._fill_table(table)
-        r = self._result()
-        if r is not None and table.target == getattr(r, "target", None):
-            self.title.setText(f"Faithfulness of the maps · target {table.label} (p = {table.probability:.2f})")
 
     def _draw_curves(self, t) -> None:
         for plot in (self.del_plot, self.ins_plot):
             plot.clear()
-        self.legend.clear()
+        self._legend_entries = []
         self._curves = []
         top = 1e-6
         for plot, rb in ((self.del_plot, t.random_deletion), (self.ins_plot, t.random_insertion)):
@@ -349,7 +347,7 @@ class FaithfulnessPanel(QWidget):
                 self._curves.append(item)
             top = max(top, float(np.max(mean + sd)))
             if plot is self.del_plot:
-                self.legend.addItem(line, f"random ({rb.seeds}): mean ± sd")
+                random_line = line
         for i, v in enumerate(t.views):
             if v.deletion is None:
                 continue
@@ -360,9 +358,23 @@ class FaithfulnessPanel(QWidget):
                 self._curves.append(item)
                 top = max(top, float(np.max(curve.scores)))
                 if plot is self.del_plot:
-                    self.legend.addItem(item, view_name(v.key, v.title))
-        self.del_plot.setYRange(0, min(1.0, top * 1.05), padding=0.02)
-        self._legend_columns()
+                    self._legend_entries.append((item, view_name(v.key, v.title)))
+        self._legend_entries.append((random_line, "random ± sd"))
+        self._set_legend(self._legend_columns_for(self.plot_widget.width()), force=True)
+        self._y_range(min(1.0, top * 1.05))
+        self._fit_legend()
+
+    def _y_range(self, top: float) -> None:
+        """Probabilities: from 0 (with room for the 0 label) to just above the highest point drawn."""
+        self.del_plot.setYRange(-EDGE * top, top, padding=0)
+
+    def _fit_table(self, rows: int) -> None:
+        """The table as tall as its header and ``rows`` rows: every row in view, no scroll bar."""
+        vh = self.table.verticalHeader()
+        h = sum(vh.sectionSize(i) for i in range(self.table.rowCount())) if self.table.rowCount() else 0
+        h += max(0, rows - self.table.rowCount()) * vh.defaultSectionSize()
+        hh = self.table.horizontalHeader().sizeHint().height()
+        self.table.setFixedHeight(hh + h + 2 * self.table.frameWidth() + 2)
 
     def _fill_table(self, t) -> None:
         best_del, best_ins = t.best()
@@ -418,6 +430,7 @@ class FaithfulnessPanel(QWidget):
             self.table.setItem(n, col, item)
         self._row_keys.append(None)
         self.table.resizeRowsToContents()
+        self._fit_table(self.table.rowCount())
         self.table.blockSignals(False)
 
     def _select_current_row(self) -> None:
@@ -453,15 +466,43 @@ class FaithfulnessPanel(QWidget):
 
     def eventFilter(self, obj, ev) -> bool:
         if obj is self.plot_widget and ev.type() == QEvent.Type.Resize:
-            QTimer.singleShot(0, self._legend_columns)
+            QTimer.singleShot(0, self._fit_legend)
         return super().eventFilter(obj, ev)
 
-    def _legend_columns(self) -> None:
-        """As many legend entries a row as fit the width (a wider legend would squeeze the plots)."""
-        n = max(1, len(self.legend.items))
-        cols = max(1, min(n, (self.plot_widget.width() - 20) // LEGEND_ENTRY))
-        if cols != self.legend.columnCount:
-            self.legend.setColumnCount(cols)
+    def _new_legend(self, cols: int):
+        legend = pg.LegendItem(colCount=cols, horSpacing=LEGEND_SPACING, verSpacing=-6, labelTextSize="8pt")
+        self.plot_widget.addItem(legend, row=1, col=0, colspan=2)
+        return legend
+
+    def _set_legend(self, cols: int, force: bool = False) -> None:
+        """A new legend of ``cols`` columns (pyqtgraph's ``setColumnCount`` keeps the old grid's width)."""
+        if not force and cols == self.legend.columnCount:
+            return
+        self.plot_widget.removeItem(self.legend)
+        self.legend = self._new_legend(cols)
+        for item, name in self._legend_entries:
+            self.legend.addItem(item, name)
+        # lay the plots out again in the view's width (a wider legend before may have widened the layout)
+        size = self.plot_widget.size()
+        self.plot_widget.setRange(QRectF(0, 0, size.width(), size.height()), padding=0, disableAutoPixel=False)
+
+    def _legend_columns_for(self, width: int) -> int:
+        """The most columns whose entries (filled row by row) fit ``width`` px."""
+        from PySide6.QtGui import QFont, QFontMetrics
+
+        font = QFont(self.font())
+        font.setPointSizeF(8.0)
+        fm = QFontMetrics(font)
+        w = [fm.horizontalAdvance(name) + LEGEND_SAMPLE + 3 * LEGEND_SPACING for _item, name in self._legend_entries]
+        for cols in range(max(1, len(w)), 1, -1):
+            if sum(max(w[j::cols]) for j in range(cols)) <= width - 16:
+                return cols
+        return 1
+
+    def _fit_legend(self) -> None:
+        """As many legend entries a row as fit the width (a wider legend would widen the plots past the panel)."""
+        if self._legend_entries:
+            self._set_legend(self._legend_columns_for(self.plot_widget.width()))
 
     # ------------------------------------------------------------------ for tests
     def cell_text(self, row: int, col: int) -> str:

@@ -1,4 +1,5 @@
-"""The plots tab: mean attention distance, position-embedding similarity, patch-embedding filters, entropy.
+"""The plots tab: mean attention distance, position-embedding similarity, patch-embedding filters, entropy, and
+faithfulness (:mod:`vitviz.gui.faithfulness`).
 
 Every plot says what it shows: a title (these are statistics of *this image*, not the paper's dataset averages), axes
 from 0 for non-negative quantities, a legend or a colour bar. The tile grids keep their tiles at least
@@ -17,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.gui.canvas import highlight_rect
+from vitviz.gui.faithfulness import FaithfulnessPanel
 from vitviz.gui.mosaic import (
     BACKGROUND, MIN_TILE, Mosaic, MosaicScroll, ScaleBar, colorize_shared, shared_scale, upscale,
 )
@@ -180,6 +182,11 @@ class PlotsPanel(QTabWidget):
         self.ent_widget.scene().sigMouseClicked.connect(self._on_entropy_click)
         self.addTab(_titled(self.ent_title, self.ent_widget), "Entropy")
         self.setTabToolTip(3, "Mean attention entropy per layer and head for this image; click a cell")
+        # faithfulness (vitviz.gui.faithfulness): run on request; the window attaches it to its controller
+        self.faithfulness = FaithfulnessPanel()
+        self.addTab(self.faithfulness, "Faithfulness")
+        self.setTabToolTip(4, "Deletion and insertion curves of the maps for this image and target: which map "
+                              "reflects what the model uses (press Run)")
         self._result_id = None
         self._session = None
         self._shape = (0, 0)
@@ -191,6 +198,7 @@ class PlotsPanel(QTabWidget):
         r = session.result
         if r is None:
             return
+        self.faithfulness.refresh(session)
         o = session.options
         if id(r) != self._result_id:
             self._result_id = id(r)

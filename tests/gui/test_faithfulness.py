@@ -1,0 +1,321 @@
+"""The plots panel's Faithfulness tab (vitviz.gui.faithfulness) on the bundled demo model: run, table, best marks,
+cancel, kept tables, stale marking, row clicks, errors, models without a classifier (offscreen, few steps)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gui_helpers import Recorder, make_image, open_and_wait
+
+STEPS, SEEDS = 4, 2
+VIEW_ROWS = ["cls_last", "rollout", "grad_rollout", "relevance"]
+
+
+@pytest.fixture
+def demo_window(qtbot, settings):
+    from vitviz.demo import load_demo_model
+    from vitviz.gui.app import make_app
+    from vitviz.gui.main_window import MainWindow
+
+    make_app()
+    rec = Recorder()
+    w = MainWindow(settings=settings, model=load_demo_model(), model_key="demo", dialogs=rec)
+    w.recorder = rec
+    qtbot.addWidget(w)
+    w.resize(1400, 900)
+    w.show()
+    qtbot.waitExposed(w)
+    tab = w.plots.faithfulness
+    w.plots.setCurrentWidget(tab)
+    tab.steps_spin.setValue(STEPS)
+    tab.seeds = SEEDS
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def samples():
+    from vitviz.demo import sample_images
+
+    s = sample_images()
+    assert len(s) >= 2, "the demo's sample images are missing"
+    return s
+
+
+def _run(qtbot, w, timeout=60000):
+    from PySide6.QtCore import Qt
+
+    tab = w.plots.faithfulness
+    assert tab.run_button.isEnabled()
+    with qtbot.waitSignal(w.controller.evaluationReady, timeout=timeout):
+        qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
+    return tab.shown
+
+
+def _num(text: str) -> float:
+    return float(text.replace("★", "").split("±")[0].strip())
+
+
+def _click_row(qtbot, tab, row):
+    from PySide6.QtCore import Qt
+
+    rect = tab.table.visualItemRect(tab.table.item(row, 0))
+    qtbot.mouseClick(tab.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+
+
+def _submissions(monkeypatch, w):
+    """Count the evaluation jobs handed to the worker."""
+    runner = w.controller.runner
+    calls = []
+    real = runner.submit
+
+    def submit(kind, fn, **kw):
+        if kind == "evaluate":
+            calls.append(kw.get("subject"))
+        return real(kind, fn, **kw)
+
+    monkeypatch.setattr(runner, "submit", submit)
+    return calls
+
+
+def test_tab_is_registered_and_waits_for_run(qtbot, demo_window, samples):
+    w = demo_window
+    tab = w.plots.faithfulness
+    assert w.plots.tabText(w.plots.indexOf(tab)) == "Faithfulness"
+    open_and_wait(qtbot, w, samples[0])
+    # it does not run by itself: nothing kept, nothing running, Run offered
+    assert tab.shown is None and w.controller.evaluating is None and not w.controller.evaluations
+    assert tab.run_button.isEnabled() and "press Run" in tab.status.text()
+    assert not tab.progress.isVisible() and not tab.cancel_button.isVisible()
+    assert tab.del_plot.getAxis("bottom").labelText == "fraction of patches removed"
+    assert tab.ins_plot.getAxis("bottom").labelText == "fraction of patches revealed"
+    assert "target class" in tab.del_plot.getAxis("left").labelText
+
+
+def test_run_fills_the_table_with_the_numbers_of_evaluate_views(qtbot, demo_window, samples):
+    from vitviz.evaluate import evaluate_views
+
+    w = demo_window
+    tab = w.plots.faithfulness
+    open_and_wait(qtbot, w, samples[0])
+    t = _run(qtbot, w)
+    assert tab.shown_key == tab.current_key and tab.table.isEnabled()
+    assert not tab.progress.isVisible() and not tab.cancel_button.isVisible()
+    # five rows (four maps and the random rankings), each with both columns
+    assert tab.table.rowCount() == 5
+    assert [v.key for v in t.views] == VIEW_ROWS
+    assert tab.cell_text(4, 0).startswith("Random rankings")
+    # the numbers are those of the library run on the same result (an independent call)
+    ref = evaluate_views(w.controller.pipeline, w.session.result, steps=STEPS, baseline="mean", seeds=SEEDS)
+    for row, v in enumerate(ref.views):
+        assert _num(tab.cell_text(row, 1)) == pytest.approx(v.deletion_auc, abs=6e-4)
+        assert _num(tab.cell_text(row, 2)) == pytest.approx(v.insertion_auc, abs=6e-4)
+    rd, ri = ref.random_deletion, ref.random_insertion
+    assert tab.cell_text(4, 1) == f"{rd.auc_mean:.3f} ± {rd.auc_std:.3f}"
+    assert tab.cell_text(4, 2) == f"{ri.auc_mean:.3f} ± {ri.auc_std:.3f}"
+    # best per column marked where the numbers say so: the lowest deletion AUC, the highest insertion AUC
+    dels = [t.views[i].deletion_auc for i in range(4)]
+    inss = [t.views[i].insertion_auc for i in range(4)]
+    for col, best_row in ((1, int(np.argmin(dels))), (2, int(np.argmax(inss)))):
+        for row in range(5):
+            item = tab.table.item(row, col)
+            marked = "★" in item.text()
+            assert marked == (row == best_row), (col, row, item.text())
+            assert item.font().bold() == (row == best_row)
+    # the curves: one line per map in each plot, and the random mean, with a legend entry each
+    names = [label.text for _sample, label in tab.legend.items]
+    assert len(names) == 5 and any("random" in n for n in names)
+    for plot, attr in ((tab.del_plot, "deletion"), (tab.ins_plot, "insertion")):
+        ys = [item.getData()[1] for item in plot.listDataItems()]
+        for v in t.views:
+            curve = getattr(v, attr)
+            assert any(len(y) == STEPS + 1 and np.allclose(y, curve.scores) for y in ys), (attr, v.key)
+        rb = getattr(t, f"random_{attr}")
+        assert any(np.allclose(y, rb.scores.mean(0)) for y in ys if len(y) == STEPS + 1)
+
+
+def test_cancel_stops_the_job_and_leaves_a_clean_tab(qtbot, demo_window, samples):
+    from PySide6.QtCore import Qt
+
+    from vitviz.gui.faithfulness import forwards_estimate
+
+    w = demo_window
+    tab = w.plots.faithfulness
+    open_and_wait(qtbot, w, samples[0])
+    w.controller.evaluation_batch = 2  # many batches: the job is cancelled between two of them
+    tab.steps_spin.setValue(12)
+    images = []
+    hook = w.model.register_forward_hook(lambda _m, args, _out: images.append(int(args[0].shape[0])))
+    try:
+        with qtbot.waitSignal(w.controller.evaluationProgress, timeout=30000):
+            qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
+        assert tab.progress.isVisible() and tab.cancel_button.isVisible() and not tab.run_button.isEnabled()
+        qtbot.mouseClick(tab.cancel_button, Qt.MouseButton.LeftButton)
+        # at once: no progress, no Cancel, Run offered again, and said so
+        assert not tab.progress.isVisible() and not tab.cancel_button.isVisible()
+        assert tab.run_button.isEnabled() and "Cancelled" in tab.status.text()
+        qtbot.waitUntil(lambda: not w.controller.runner.is_busy(), timeout=30000)
+    finally:
+        hook.remove()
+    total = forwards_estimate(12, 4, SEEDS)
+    assert 0 < sum(images) < total / 2  # stopped early, not run to the end in the background
+    assert tab.shown is None and not w.controller.evaluations and w.controller.evaluating is None
+    qtbot.wait(50)  # nothing arrives later
+    assert tab.shown is None and tab.table.rowCount() == 0
+    # and the next Run works
+    w.controller.evaluation_batch = None
+    assert _run(qtbot, w) is not None and tab.table.rowCount() == 5 and "Cancelled" not in tab.status.text()
+
+
+def test_a_kept_table_is_shown_again_without_a_new_job(qtbot, demo_window, samples, monkeypatch):
+    w = demo_window
+    tab = w.plots.faithfulness
+    jobs = _submissions(monkeypatch, w)
+    open_and_wait(qtbot, w, samples[0])
+    first = _run(qtbot, w)
+    assert len(jobs) == 1
+    open_and_wait(qtbot, w, samples[1])
+    # another image: the table shown is stale (dimmed, said), Run offered
+    assert tab.shown is first and tab.shown_key != tab.current_key
+    assert not tab.table.isEnabled() and tab.run_button.isEnabled()
+    assert "image" in tab.status.text() and "press Run" in tab.status.text()
+    # back to the first image: its table at once, no job
+    open_and_wait(qtbot, w, samples[0])
+    assert tab.shown is first and tab.shown_key == tab.current_key and tab.table.isEnabled()
+    assert len(jobs) == 1 and w.controller.evaluating is None
+    # Run on a kept table does not run either
+    tab.run()
+    assert len(jobs) == 1 and tab.shown is first
+
+
+def test_stale_after_an_option_or_target_change(qtbot, demo_window, samples):
+    w = demo_window
+    tab = w.plots.faithfulness
+    r = open_and_wait(qtbot, w, samples[0])
+    t = _run(qtbot, w)
+    key = tab.shown_key
+    tab.steps_spin.setValue(STEPS + 2)
+    assert tab.shown_key != tab.current_key and not tab.table.isEnabled() and tab.run_button.isEnabled()
+    assert "steps and baseline" in tab.status.text()
+    tab.steps_spin.setValue(STEPS)  # back: the same table, current again
+    assert tab.shown_key == tab.current_key == key and tab.table.isEnabled()
+    tab.baseline_combo.setCurrentIndex(tab.baseline_combo.findData("blur"))
+    assert tab.shown_key != tab.current_key and "steps and baseline" in tab.status.text()
+    tab.baseline_combo.setCurrentIndex(tab.baseline_combo.findData("mean"))
+    assert tab.shown_key == tab.current_key
+    # another target class: re-run by the window, then the table is stale
+    other = int(np.argsort(r.probabilities.numpy())[-2])
+    with qtbot.waitSignal(w.resultShown, timeout=30000):
+        w.set_target(other)
+    assert w.session.result.target == other
+    assert tab.shown is t and tab.shown_key != tab.current_key and "target" in tab.status.text()
+    assert not tab.table.isEnabled()
+    t2 = _run(qtbot, w)
+    assert t2.target == other and tab.table.isEnabled()
+
+
+def test_row_click_shows_the_map_of_that_row(qtbot, demo_window, samples):
+    w = demo_window
+    tab = w.plots.faithfulness
+    open_and_wait(qtbot, w, samples[0])
+    # the user's own rollout settings differ from those the table's maps are computed with
+    w._set(view="rollout", head_fusion="max", discard_ratio=0.5, start_layer=1, ignore_artefacts=True)
+    t = _run(qtbot, w)
+    L = w.session.result.num_layers
+    rows = {v.key: i for i, v in enumerate(t.views)}
+    _click_row(qtbot, tab, rows["rollout"])
+    o = w.session.options
+    assert (o.view, o.head_fusion, o.discard_ratio, o.start_layer, o.ignore_artefacts) == ("rollout", "mean", 0.0,
+                                                                                          0, False)
+    np.testing.assert_allclose(w.session.current_map(), t.views[rows["rollout"]].saliency, rtol=1e-5, atol=1e-7)
+    assert tab.table.selectionModel().isRowSelected(rows["rollout"])
+    _click_row(qtbot, tab, rows["cls_last"])
+    o = w.session.options
+    assert (o.view, o.layer, o.head) == ("cls", L - 1, "mean")
+    np.testing.assert_allclose(w.session.current_map(), t.views[rows["cls_last"]].saliency, rtol=1e-5, atol=1e-7)
+    for key in ("grad_rollout", "relevance"):
+        _click_row(qtbot, tab, rows[key])
+        assert w.session.options.view == key
+        np.testing.assert_allclose(w.session.current_map(), t.views[rows[key]].saliency, rtol=1e-5, atol=1e-7)
+    # the random row has no map: nothing changes
+    _click_row(qtbot, tab, 4)
+    assert w.session.options.view == "relevance"
+    assert w.recorder.errors == []
+
+
+def test_errors_are_shown_not_raised(qtbot, demo_window, samples, monkeypatch):
+    import vitviz.evaluate as E
+
+    w = demo_window
+    tab = w.plots.faithfulness
+    open_and_wait(qtbot, w, samples[0])
+
+    def broken(*_a, **_k):
+        raise ValueError("the perturbed batch could not be built")
+
+    monkeypatch.setattr(E, "evaluate_views", broken)
+    with qtbot.waitSignal(w.errorShown, timeout=30000):
+        tab.run()
+    (title, message), = w.recorder.errors
+    assert "faithfulness" in title and "could not be built" in message and samples[0].name in message
+    assert "Could not measure" in tab.status.text() and "could not be built" in tab.status.text()
+    assert tab.run_button.isEnabled() and not tab.progress.isVisible() and tab.shown is None
+    assert w.controller.evaluating is None and not w.controller.evaluations
+    # the window carries on: the next run (the library back) fills the table
+    monkeypatch.undo()
+    assert _run(qtbot, w) is not None and "Could not" not in tab.status.text()
+
+
+def test_a_new_image_cancels_a_running_evaluation(qtbot, demo_window, samples):
+    from PySide6.QtCore import Qt
+
+    w = demo_window
+    tab = w.plots.faithfulness
+    open_and_wait(qtbot, w, samples[0])
+    w.controller.evaluation_batch = 2
+    tab.steps_spin.setValue(12)
+    with qtbot.waitSignal(w.controller.evaluationProgress, timeout=30000):
+        qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
+    r = open_and_wait(qtbot, w, samples[1])  # served without waiting for the whole table
+    assert r.source == str(samples[1])
+    assert w.controller.evaluating is None and not tab.progress.isVisible()
+    assert "another image" in tab.status.text() and tab.run_button.isEnabled()
+    qtbot.waitUntil(lambda: not w.controller.runner.is_busy(), timeout=30000)
+    assert not w.controller.evaluations
+
+
+def test_a_model_without_a_classifier_says_why(qtbot, settings, tmp_path):
+    from vitviz.gui.main_window import MainWindow
+    from vitviz.model import create_model
+
+    m = create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
+                     num_classes=0).eval()
+    rec = Recorder()
+    w = MainWindow(settings=settings, model=m, dialogs=rec)
+    qtbot.addWidget(w)
+    w.show()
+    path = tmp_path / "p.png"
+    make_image(path)
+    open_and_wait(qtbot, w, path)
+    tab = w.plots.faithfulness
+    w.plots.setCurrentWidget(tab)
+    assert not tab.run_button.isEnabled()
+    assert "no classifier" in tab.status.text()
+    tab.run()  # refused quietly, no job
+    assert w.controller.evaluating is None and rec.errors == []
+    w.close()
+
+
+def test_forwards_estimate_counts_the_distinct_images(tiny_model):
+    """The count the tab announces is the number of distinct perturbed images the library evaluates."""
+    from PIL import Image
+
+    from vitviz.evaluate import evaluate_views
+    from vitviz.gui.faithfulness import forwards_estimate
+
+    rng = np.random.default_rng(0)
+    img = Image.fromarray((rng.random((40, 40, 3)) * 255).astype(np.uint8))
+    for steps, seeds in ((3, 2), (5, 1)):
+        seen = []
+        evaluate_views(tiny_model, img, steps=steps, seeds=seeds, progress=lambda d, t: seen.append(t))
+        assert seen and forwards_estimate(steps, 4, seeds) / 2 < seen[-1] <= forwards_estimate(steps, 4, seeds)
