@@ -219,6 +219,13 @@ def test_adapted_model_answers_what_the_pipeline_asks(tmp_path):
     # a Pipeline takes the bare module too (adapted on the way in)
     r2 = Pipeline(model).run(img)
     torch.testing.assert_close(r2.attentions, r.attentions)
+    # the faithfulness measures take it too (perturbation curves, block randomisation on a copy)
+    from vitviz.evaluate import evaluate_views, randomisation_check
+
+    table = evaluate_views(adapted, img, ["rollout", "relevance"], steps=3, seeds=2)
+    assert [v.key for v in table.views] == ["rollout", "relevance"] and all(v.unavailable is None for v in table.views)
+    check = randomisation_check(adapted, adapted.spec.preprocess(img), "relevance", target=None)
+    assert check.correlations.shape == (2,) and len(adapted.blocks) == 2
     # capture of the wrapper equals capture of the module
     x = torch.randn(1, 3, 32, 32)
     torch.testing.assert_close(capture_module(adapted, x).attentions, capture(model, x).attentions)

@@ -981,6 +981,12 @@ class AdaptedModel(nn.Module):
         t = getattr(self.module.get_submodule(owner) if owner else self.module, leaf)
         return t[None] if t.ndim == 2 else t
 
+    @property
+    def blocks(self) -> list[nn.Module]:
+        """The module's transformer blocks, in layer order (what :mod:`vitviz.evaluate` randomises)."""
+        mods = dict(self.module.named_modules())
+        return [mods[n] for n in self.layout.blocks]
+
     def pos_embed_for(self, grid: tuple[int, int]) -> torch.Tensor:
         """The position embedding when ``grid`` is the nominal one (the module's own resampling is unknown)."""
         pos = self.pos_embed
