@@ -252,38 +252,30 @@ def _text_width_pt(s: str, size: float) -> float:
 
 
 def wrap_text(text: str, size: float, width_pt: float) -> list[str]:
-    """Lines of ``text`` no wider than ``width_pt`` at ``size`` pt: broken after a ``" · "`` separator where one
-    fits (the separator stays at the line's end), else at spaces; ``" ".join(lines) == text`` for a single-spaced
-    text."""
+    """Lines of ``text`` no wider than ``width_pt`` at ``size`` pt (a single word wider than that stays whole),
+    filled word by word; a line is broken after a ``" · "`` separator (which stays at its end, even a little over
+    the width) rather than inside a part when it is then still at least 60% full. ``" ".join(lines) == text`` for a
+    single-spaced text."""
     out: list[str] = []
     for para in text.splitlines() or [""]:
-        parts = para.split(" · ")
-        line = ""
-        for i, part in enumerate(parts):
-            piece = part + (" ·" if i < len(parts) - 1 else "")
-            trial = f"{line} {piece}" if line else piece
-            if not line or _text_width_pt(trial, size) <= width_pt:
-                line = trial
-                continue
-            out.extend(_split_long(line, size, width_pt))  # a piece wider than a line: broken at spaces
-            line = piece
-        out.extend(_split_long(line, size, width_pt))
+        line: list[str] = []
+        for word in para.split(" "):
+            line.append(word)
+            while len(line) > 1 and _text_width_pt(" ".join(line), size) > width_pt:
+                cut = len(line) - 1  # before the word that overflows
+                for k in range(cut, 0, -1):
+                    if line[k - 1] == "·" and _text_width_pt(" ".join(line[:k]), size) >= 0.6 * width_pt:
+                        cut = k
+                        break
+                if line[cut] == "·":  # never start a line with the separator: it ends this one (a little over)
+                    cut += 1
+                out.append(" ".join(line[:cut]))
+                line = line[cut:]
+                if not line:
+                    break
+        if line or not out:
+            out.append(" ".join(line))
     return out
-
-
-def _split_long(line: str, size: float, width_pt: float) -> list[str]:
-    if _text_width_pt(line, size) <= width_pt or " " not in line:
-        return [line]
-    words, cur, res = line.split(" "), "", []
-    for w in words:
-        trial = f"{cur} {w}" if cur else w
-        if cur and _text_width_pt(trial, size) > width_pt:
-            res.append(cur)
-            cur = w
-        else:
-            cur = trial
-    res.append(cur)
-    return res
 
 
 # ----------------------------------------------------------------------------------------------- layout
