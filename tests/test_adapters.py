@@ -327,3 +327,17 @@ def test_cli_help_says_the_file_is_run(capsys):
         main(["--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "file.py:ClassName" in out and "imports and runs that file" in out and "weights_only=True" in out
+
+
+def test_adapt_a_vitviz_vit():
+    from vitviz.adapters import adapt
+    from vitviz.model import ViT
+
+    vit = ViT(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, num_classes=3)
+    assert adapt(vit) is vit and vit.spec.input_size == (32, 32)  # built with ViT(...): a default spec
+    adapt(vit, labels=["a", "b", "c"], preprocess="inception")
+    assert vit.spec.labels == ("a", "b", "c") and vit.spec.preprocess.mean == (0.5, 0.5, 0.5)
+    with pytest.raises(ValueError, match="labels has 2 names but the model has 3 classes"):
+        adapt(vit, labels=["a", "b"])
+    with pytest.raises(ValueError, match=r"options \['attention'\] apply to other modules"):
+        adapt(vit, attention="blocks.*.attn")

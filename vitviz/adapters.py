@@ -1013,6 +1013,14 @@ def adapt(model: nn.Module, **kwargs: Any) -> nn.Module:
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         if kwargs:
             raise ValueError(f"options {sorted(kwargs)} apply to other modules, not to a vitviz ViT")
+        if spec is None and getattr(model, "config", None) is not None:  # built with ViT(...): a default spec
+            from vitviz.model.spec import ModelSpec
+            from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+
+            h, w = model.config.img_size
+            spec = model.spec = ModelSpec(config=model.config, name=type(model).__name__, preprocess=Preprocess(
+                resize=h if h == w else (h, w), crop=(h, w), interpolation="bicubic", mean=IMAGENET_MEAN,
+                std=IMAGENET_STD))
         if changes:
             from vitviz.model.checkpoints.common import resolve_preprocess
 
