@@ -88,3 +88,18 @@ def test_show_refuses_a_model_without_attention_before_any_window(settings):
         vitviz.show(torch.nn.Linear(3, 3), _sample(), block=False, settings=settings)
     with pytest.raises(ValueError, match="no such image file"):
         vitviz.show(ViTC(), "/nonexistent/cat.png", block=False, settings=settings)
+
+
+def test_show_does_not_block_in_ipython_with_the_qt_loop(qtbot, style_c, settings, errors, monkeypatch):
+    """Under IPython with ``%gui qt`` (its shell says active_eventloop='qt'), show returns the open window at once."""
+    import sys
+    import types
+
+    shell = types.SimpleNamespace(active_eventloop="qt")
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    w = vitviz.show(style_c, _sample(), settings=settings)  # block=None: decided by the running loop
+    qtbot.addWidget(w)
+    assert w.isVisible()
+    qtbot.waitUntil(lambda: errors or w.session.result is not None, timeout=30000)
+    assert not errors
+    w.close()
