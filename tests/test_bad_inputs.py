@@ -746,7 +746,7 @@ def test_corrupt_window_settings_do_not_stop_the_window(qtbot, tmp_path, content
     assert len(rec.errors) == int(remembered_missing), rec.errors
     if remembered_missing:
         assert "/nonexistent/model.safetensors: no such file" in rec.errors[0][1], rec.errors
-    assert w.model_key == "demo" and w.device == "cpu" and w.precision == "fp32"
+    assert w.model_key == "demo" and w.device == "cpu" and w.precision == "auto"  # the default
     img = Path(tmp_path / "x.png")
     Image.fromarray(np.full((40, 50, 3), 128, np.uint8)).save(img)
     with qtbot.waitSignal(w.resultShown, timeout=30000):

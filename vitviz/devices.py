@@ -56,8 +56,21 @@ def normalise_device(device: str) -> str:
 
 
 def available_precisions(device: str) -> list[str]:
-    """fp32 and bf16 everywhere; fp16 only on a GPU (CPU half matmuls are slow or missing)."""
-    return ["fp32", "bf16"] + (["fp16"] if not device.startswith("cpu") else [])
+    """auto, fp32 and bf16 everywhere; fp16 only on a GPU (CPU half matmuls are slow or missing)."""
+    return ["auto", "fp32", "bf16"] + (["fp16"] if not device.startswith("cpu") else [])
+
+
+def precision_label(precision: str, device: str = "cpu") -> str:
+    """How a menu or the status bar names a precision: ``"auto (bf16)"`` says what auto chose. Never imports torch:
+    before torch is loaded a GPU's choice is not known yet and ``"auto"`` is shown as such."""
+    if precision != "auto":
+        return precision
+    if normalise_device(device).startswith("cpu") or torch_loaded():
+        try:
+            return f"auto ({resolve_precision('auto', device)})"
+        except Exception:  # noqa: BLE001 - a device torch does not know: say no more than "auto"
+            return "auto"
+    return "auto"
 
 
 def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:

@@ -317,9 +317,10 @@ class Pipeline:
 
     def run_batch(self, images: Sequence[Any], *, sources: Sequence[str] | None = None,
                   target: int | Sequence[int] | None = None, gradients: bool = True) -> list[InferenceResult]:
-        """Several images at once: one forward and (with ``gradients``) one backward for the whole batch, then each
-        image's analyses. :meth:`run` is this with one image, so a map is the same whichever way it was made (up to
-        the float round-off of a larger matrix product).
+        """Several images at once: one forward and (with ``gradients``) one backward for the whole batch, then the
+        analyses of the batch in one sweep (:func:`vitviz.analysis.analyse_batch`). :meth:`run` is this with one
+        image, so a map is the same whichever way it was made (up to the float round-off of a larger matrix
+        product).
 
         Args:
             images: PIL images, :class:`vitviz.imaging.LoadedImage` s or :class:`PreparedImage` s (from
@@ -335,7 +336,7 @@ class Pipeline:
             One :class:`InferenceResult` per image, in order; each image's tensors are slices of the batch's
             (the batch's buffers live as long as any of its results).
         """
-        from vitviz.analysis import analyse_image
+        from vitviz.analysis import analyse_batch
         from vitviz.capture import capture
 
         prepared = [im if isinstance(im, PreparedImage) else self.prepare(im) for im in images]
@@ -351,6 +352,7 @@ class Pipeline:
         for i, p in enumerate(prepared):
             groups.setdefault(tuple(p.x.shape), []).append(i)
         caps: list[Any] = [None] * n
+        analyses: list[Any] = [None] * n
         for idx in groups.values():
             x = torch.stack([prepared[i].x for i in idx]).to(device=self.device, dtype=DTYPES[self.precision])
             t = [targets[i] for i in idx]
@@ -362,16 +364,17 @@ class Pipeline:
                     raise ValueError("give a target for every image of the batch, or for none")
             with torch.inference_mode(False):
                 cap = capture(self.model, x, target=want, store_dtype=torch.float32)
+            # the analyses of the whole group in one sweep over the layers (vitviz.analysis.analyse_batch)
+            sweep = [None] * len(idx)
+            if cap.num_prefix_tokens >= 1:
+                sweep = analyse_batch(cap.attentions, cap.attention_grads, grid=tuple(cap.grid),
+                                      patch_size=cap.patch_size, num_prefix_tokens=cap.num_prefix_tokens)
             for b, i in enumerate(idx):
-                caps[i] = cap.image(b)
+                caps[i], analyses[i] = cap.image(b), sweep[b]
             del cap
         results = []
         registers = int(getattr(getattr(self.model, "config", None), "num_reg_tokens", 0) or 0)
-        for p, cap, source in zip(prepared, caps, sources):
-            analyses = None
-            if cap.num_prefix_tokens >= 1:
-                analyses = analyse_image(cap.attentions, cap.attention_grads, grid=tuple(cap.grid),
-                                         patch_size=cap.patch_size, num_prefix_tokens=cap.num_prefix_tokens)
+        for p, cap, source, an in zip(prepared, caps, sources, analyses):
             results.append(InferenceResult(
                 source=source,
                 rgb=p.rgb,
@@ -382,7 +385,7 @@ class Pipeline:
                 device=self.device,
                 precision=self.precision,
                 labels=getattr(self.spec, "labels", None),
-                analyses=analyses,
+                analyses=an,
                 num_registers=registers,
                 num_classes=int(getattr(self.model, "num_classes", 0) or 0) if hasattr(self.model, "num_classes")
                 else None,

@@ -61,7 +61,15 @@ def test_declined_download_does_nothing(qtbot, window, monkeypatch):
 
 def test_precision_change_reruns_in_bf16(qtbot, window, image_path):
     open_and_wait(qtbot, window, image_path)
-    assert window.model_bar.precision_combo.count() == 2  # fp32, bf16 on the CPU (fp16 only on a GPU)
+    combo = window.model_bar.precision_combo
+    # auto, fp32, bf16 on the CPU (fp16 only on a GPU); "auto" names what it chooses here
+    from vitviz.devices import resolve_precision
+
+    assert [combo.itemData(i) for i in range(combo.count())] == ["auto", "fp32", "bf16"]
+    auto = f"auto ({resolve_precision('auto', 'cpu')})"
+    assert combo.itemText(0) == "auto" and combo.itemData(0, Qt.ItemDataRole.ToolTipRole).startswith(auto)
+    assert window.precision_menu.actions()[0].text() == auto
+    assert auto in window.model_label.text() or window.precision != "auto"
     with qtbot.waitSignal(window.resultShown, timeout=30000):
         window.set_precision("bf16")
     assert window.precision == "bf16"

@@ -343,7 +343,7 @@ def test_settings_round_trip(qtbot, tiny_model, settings, tmp_path):
     assert w2.controls.cmap_combo.currentText() == "viridis"
     assert w2.width() == size[0] == 731  # (heights are clamped to the offscreen screen)
     assert w2.prefs.last_folder() == str(tmp_path)
-    assert w2.device == "cpu" and w2.precision == "fp32"
+    assert w2.device == "cpu" and w2.precision == "auto"  # the default, remembered as the choice "auto"
     assert settings.value("model") == f"file:{ckpt}"
     w2.show()
     assert not w2._docks["plots"].isVisible()

@@ -22,7 +22,7 @@ _LAZY = {
     "embedding_filters": "embeddings", "position_embedding_similarity": "embeddings", "token_similarity": "embeddings",
     "map_to_image": "mapping", "upsample": "mapping",
     "relevance": "lrp",
-    "ImageAnalyses": "sweep", "analyse_image": "sweep",
+    "ImageAnalyses": "sweep", "analyse_batch": "sweep", "analyse_image": "sweep",
     "attention_rollout": "rollout", "cls_attention": "rollout", "gradient_rollout": "rollout",
     "query_attention": "rollout", "rollout_transitions": "rollout",
 }

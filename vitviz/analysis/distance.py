@@ -29,9 +29,10 @@ def patch_distances(grid: tuple[int, int], patch_size: float) -> torch.Tensor:
 
 def distance_sums_(x: torch.Tensor, p: int, dist: torch.Tensor, buf: torch.Tensor, num: torch.Tensor,
                    den: torch.Tensor) -> None:
-    """One layer of one image, ``x [H, N, N]``: ``num[h, i] = sum_j P_hij dist_ij`` and ``den[h, i] = sum_j P_hij``
-    over the patch block ``P = x[:, p:, p:]`` (``buf [H, M, M]`` is scratch)."""
-    P = x[:, p:, p:]
+    """One layer of one image, ``x [H, N, N]`` (or of a batch, ``[B, H, N, N]``): ``num[..., h, i] = sum_j P_hij
+    dist_ij`` and ``den[..., h, i] = sum_j P_hij`` over the patch block ``P = x[..., p:, p:]`` (``buf [..., H, M, M]``
+    is scratch)."""
+    P = x[..., p:, p:]
     torch.mul(P, dist, out=buf)
     torch.sum(buf, -1, out=num)
     torch.sum(P, -1, out=den)
@@ -45,14 +46,16 @@ def distance_from_sums(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
 
 
 def entropy_sum_(x: torch.Tensor, buf: torch.Tensor, out: torch.Tensor) -> None:
-    """One layer of one image, ``x [H, N, N]``: ``out[h] = sum_ij x_hij log2 x_hij`` (0 log 0 = 0; ``buf [H, N, N]``
-    is scratch). log2 is the fastest log here; the clamp pass runs only when a zero (or invalid input) made a NaN."""
-    H, N = x.shape[0], x.shape[-1]
+    """One layer of one image, ``x [H, N, N]`` (or of a batch, ``[B, H, N, N]``): ``out[..., h] = sum_ij x_hij log2
+    x_hij`` (0 log 0 = 0; ``buf`` of ``x``'s shape is scratch; ``out`` contiguous). log2 is the fastest log here; the
+    clamp pass runs only when a zero (or invalid input) made a NaN."""
+    N = x.shape[-1]
+    flat = out.view(-1)
     torch.log2(x, out=buf).mul_(x)
-    torch.sum(buf.view(H, N * N), -1, out=out)
-    if out.isnan().any():  # a * log2(max(a, tiny)) is exactly 0 at a == 0
+    torch.sum(buf.view(-1, N * N), -1, out=flat)
+    if flat.isnan().any():  # a * log2(max(a, tiny)) is exactly 0 at a == 0
         torch.clamp(x, min=torch.finfo(x.dtype).tiny, out=buf).log2_().mul_(x)
-        torch.sum(buf.view(H, N * N), -1, out=out)
+        torch.sum(buf.view(-1, N * N), -1, out=flat)
 
 
 def entropy_from_sums(sums: torch.Tensor, num_keys: int) -> torch.Tensor:

@@ -49,7 +49,7 @@ class Controller(QObject):
     evaluationProgress = Signal(int, int)
     evaluationStopped = Signal(object, str)
 
-    def __init__(self, parent: QObject | None = None, *, device: str = "cpu", precision: str = "fp32"):
+    def __init__(self, parent: QObject | None = None, *, device: str = "cpu", precision: str = "auto"):
         super().__init__(parent)
         self.runner = TaskRunner(self)
         self.pipeline = None  # a vitviz.pipeline.Pipeline once a model is loaded (torch is imported then)
@@ -59,7 +59,8 @@ class Controller(QObject):
         # before torch is imported (start-up) a remembered GPU is kept as a wish and checked when the model loads
         known = available_devices(probe=False)
         self.device = device if device in known or (not torch_loaded() and _plausible(device)) else "cpu"
-        self.precision = precision if precision in available_precisions(self.device) else "fp32"
+        # "auto" (the default) stays "auto": the pipeline resolves it (bf16 where the hardware has it)
+        self.precision = precision if precision in available_precisions(self.device) else "auto"
         self.requested: str | None = None  # the image most recently asked for (PageDown counts from it)
         self.memory_images: dict[str, Any] = {}  # name -> PIL image, for images given in memory (vitviz.show)
         self._waiting: tuple[str, Any, int | None, bool] | None = None  # an image waiting for a model
@@ -119,7 +120,7 @@ class Controller(QObject):
             if dev not in available_devices():
                 note = "; ".join(filter(None, [note, f"device {dev} is not available here: using the CPU"]))
                 dev = "cpu"
-                prec = prec if prec in available_precisions(dev) else "fp32"
+                prec = prec if prec in available_precisions(dev) else "auto"
             return ref, Pipeline(model, device=dev, precision=prec), note
 
         self.loading = ref
@@ -136,7 +137,7 @@ class Controller(QObject):
     def set_device(self, device: str) -> None:
         if device == self.device:
             return
-        precision = self.precision if self.precision in available_precisions(device) else "fp32"
+        precision = self.precision if self.precision in available_precisions(device) else "auto"
         self._move(device, precision)
 
     def set_precision(self, precision: str) -> None:
@@ -149,7 +150,7 @@ class Controller(QObject):
             self.modelChanged.emit("")
             return
         model, ref = self.pipeline.model, self.ref
-        old = (self.device, self.precision)
+        old = (self.pipeline.device, self.pipeline.precision)  # what the model is in now ("auto" resolved)
 
         def work(job: Job):
             import torch
@@ -217,7 +218,7 @@ class Controller(QObject):
         if kind == "model":
             self.loading = None
             ref, pipeline, note = result
-            self.device, self.precision = pipeline.device, pipeline.precision
+            self.device, self.precision = pipeline.device, pipeline.precision_choice
             self.busy.emit("", False)
             self.adopt(pipeline, ref, note)
         elif kind == "infer":

@@ -90,7 +90,7 @@ class Prefs:
         return str(self.qsettings.value("device", "cpu"))
 
     def precision(self) -> str:
-        return str(self.qsettings.value("precision", "fp32"))
+        return str(self.qsettings.value("precision", "auto"))  # bf16 where the hardware has it
 
     def save_model(self, ref: str, device: str, precision: str) -> None:
         s = self.qsettings

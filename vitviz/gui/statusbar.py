@@ -68,5 +68,8 @@ class StatusParts:
         cfg = getattr(model, "config", None)
         arch = f"L{cfg.depth} H{cfg.num_heads} P{cfg.patch_size}" if cfg is not None else ""
         size_text = f"{size[0]}×{size[1]}" if size else "?"
-        self.model_label.setText(f"<b>{title}</b> · {size_text} · {arch} · {device} · {precision}")
+        from vitviz.devices import precision_label
+
+        self.model_label.setText(f"<b>{title}</b> · {size_text} · {arch} · {device} · "
+                                 f"{precision_label(precision, device)}")
         self.model_label.setToolTip(spec.describe() if hasattr(spec, "describe") else title)

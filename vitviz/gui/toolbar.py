@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QActionGroup
 from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QWidget, QHBoxLayout
 
-from vitviz.devices import available_devices, available_precisions, device_description
+from vitviz.devices import available_devices, available_precisions, device_description, precision_label
 
 
 class ModelBar(QWidget):
@@ -97,12 +97,16 @@ class ModelBar(QWidget):
         self.precision_combo.blockSignals(True)
         self.precision_combo.clear()
         for p in available_precisions(device):
-            a = self.precision_menu.addAction(p)
+            a = self.precision_menu.addAction(precision_label(p, device))  # "auto (bf16)": what auto chose
             a.setCheckable(True)
             a.setChecked(p == precision)
             a.triggered.connect(lambda _=False, p=p: self.precisionChosen.emit(p))
             pgroup.addAction(a)
-            self.precision_combo.addItem(p, p)
+            self.precision_combo.addItem(p, p)  # short: the toolbar's width; the menu and status bar say more
+            if p == "auto":
+                self.precision_combo.setItemData(self.precision_combo.count() - 1,
+                                                 f"{precision_label(p, device)}: bf16 where the hardware multiplies "
+                                                 "bf16 natively, fp32 elsewhere", Qt.ItemDataRole.ToolTipRole)
         self.precision_combo.setCurrentIndex(max(0, self.precision_combo.findData(precision)))
         self.precision_combo.blockSignals(False)
         self.device_combo.blockSignals(True)
