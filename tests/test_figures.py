@@ -384,9 +384,8 @@ def test_matplotlib_stays_out_of_start_up():
 
 @pytest.mark.real_weights
 def test_the_cat_relevance_figure_with_real_weights(tmp_path):
-    from conftest import SHARED_WEIGHTS
-
-    path = SHARED_WEIGHTS / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
+    weights = Path(__file__).resolve().parents[2] / "shared" / "weights"  # as conftest.SHARED_WEIGHTS
+    path = weights / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
     if not path.exists():
         pytest.skip("no ../shared/weights")
     skimage = pytest.importorskip("skimage.data")
