@@ -28,7 +28,7 @@ _LAZY = {
     "Capture": "vitviz.capture", "CaptureError": "vitviz.capture",
     "load_image": "vitviz.imaging", "ImageError": "vitviz.imaging", "Preprocess": "vitviz.preprocess",
     "Pipeline": "vitviz.pipeline", "InferenceResult": "vitviz.pipeline",
-    "show": "vitviz.show_model", "AdaptedModel": "vitviz.adapters",
+    "show": "vitviz.gui.show", "AdaptedModel": "vitviz.adapters",
 }
 _SUBMODULES = ("analysis", "capture", "model", "imaging", "preprocess", "demo", "session", "pipeline", "views",
                "adapters")
