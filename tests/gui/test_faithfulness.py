@@ -316,6 +316,6 @@ def test_forwards_estimate_counts_the_distinct_images(tiny_model):
     rng = np.random.default_rng(0)
     img = Image.fromarray((rng.random((40, 40, 3)) * 255).astype(np.uint8))
     for steps, seeds in ((3, 2), (5, 1)):
-        seen = []
-        evaluate_views(tiny_model, img, steps=steps, seeds=seeds, progress=lambda d, t: seen.append(t))
+        seen: list[int] = []
+        evaluate_views(tiny_model, img, steps=steps, seeds=seeds, progress=lambda _d, t, seen=seen: seen.append(t))
         assert seen and forwards_estimate(steps, 4, seeds) / 2 < seen[-1] <= forwards_estimate(steps, 4, seeds)

@@ -44,7 +44,7 @@ BEST = "★"
 LEGEND_SAMPLE = 20  # px of a legend entry's line sample
 LEGEND_SPACING = 10
 PLOT_MIN_HEIGHT = 240  # px: two plots, their axes and a two-row legend
-EDGE = 0.05  # axis room beyond 0 and 1 (pyqtgraph drops the label of a tick on a gridded plot's edge)
+EDGE = 0.03  # axis room beyond 0 and 1
 STALE_STYLE = "color: rgb(255, 190, 90);"
 NOTE_STYLE = "color: rgb(200, 200, 200);"
 
@@ -132,15 +132,18 @@ class FaithfulnessPanel(QWidget):
         self.run_button.setToolTip("Measure the curves for the image and target on screen")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("Stop the measurement")
-        for w in (QLabel("Steps"), self.steps_spin, QLabel("Baseline"), self.baseline_combo, self.run_button,
-                  self.cancel_button):
+        for w in (QLabel("Steps"), self.steps_spin, QLabel("Baseline"), self.baseline_combo, self.run_button):
             row.addWidget(w)
         row.addStretch(1)
         lay.addLayout(row)
+        prow = QHBoxLayout()  # while running: progress and Cancel (a row of their own: the dock may be narrow)
+        prow.setSpacing(4)
         self.progress = QProgressBar()
         self.progress.setTextVisible(True)
-        self.progress.setMaximumHeight(16)
-        lay.addWidget(self.progress)
+        self.progress.setMaximumHeight(18)
+        prow.addWidget(self.progress, 1)
+        prow.addWidget(self.cancel_button)
+        lay.addLayout(prow)
 
         self.status = QLabel("")
         self.status.setWordWrap(True)
@@ -183,9 +186,10 @@ class FaithfulnessPanel(QWidget):
         for plot, mode, verb in ((self.del_plot, "Deletion", "removed"), (self.ins_plot, "Insertion", "revealed")):
             plot.setTitle(mode, size="9pt")
             plot.setLabel("bottom", f"fraction of patches {verb}", **{"font-size": "8pt"})
-            plot.getAxis("left").enableAutoSIPrefix(False)
-            plot.getAxis("bottom").enableAutoSIPrefix(False)
-            plot.showGrid(x=True, y=True, alpha=0.2)
+            for side in ("left", "bottom"):
+                plot.getAxis(side).enableAutoSIPrefix(False)
+                # the 0 and 1 labels at the ends are drawn (pyqtgraph drops them on a gridded plot: no grid)
+                plot.getAxis(side).setStyle(hideOverlappingLabels=False)
             plot.setMenuEnabled(False)
             plot.setMouseEnabled(False, False)
             plot.hideButtons()
