@@ -199,6 +199,10 @@ def test_hugging_face_sdpa_and_eager_agree_with_its_own_attentions():
     eager = capture(model, x, target=[1, 2])  # its own softmax
     assert rel_err(fused.attention_grads, eager.attention_grads) <= TOL
     assert fused.grid == (4, 4) and fused.patch_size == 8 and fused.num_prefix_tokens == 1
+    # as a model of the window: its input size from config.image_size, its class names from config.id2label
+    model.config.id2label = {i: name for i, name in enumerate(["ant", "bee", "cat", "dog", "eel"])}
+    adapted = AdaptedModel(model, preprocess="inception")
+    assert adapted.spec.input_size == (32, 32) and adapted.spec.labels == ("ant", "bee", "cat", "dog", "eel")
 
 
 def test_adapted_model_answers_what_the_pipeline_asks(tmp_path):

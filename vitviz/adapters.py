@@ -886,6 +886,18 @@ def _find_pos_embed(module: nn.Module, dim: int | None) -> str | None:
     return None
 
 
+def _own_labels(module: nn.Module, num_classes: int) -> tuple[str, ...] | None:
+    """Class names the module carries (a Hugging Face ``config.id2label`` that is not ``LABEL_k``), or None."""
+    id2label = getattr(getattr(module, "config", None), "id2label", None)
+    if not isinstance(id2label, Mapping) or len(id2label) != num_classes:
+        return None
+    try:
+        names = tuple(str(id2label[i]) for i in range(num_classes))
+    except KeyError:
+        return None
+    return None if all(re.fullmatch(r"LABEL_\d+", n) for n in names) else names
+
+
 class AdaptedModel(nn.Module):
     """Any ViT module, with what vitviz's pipeline and window read from a model.
 
@@ -950,9 +962,13 @@ class AdaptedModel(nn.Module):
                                 source_path=source_path, layout=self.layout.describe())
         if check:
             self.check()
-            if labs is None and self.num_classes == 1000:
-                self.spec = AdaptedSpec(preprocess=pre, labels=imagenet_labels(), name=self.spec.name,
-                                        source_path=source_path, layout=self.spec.layout)
+            if labs is None:
+                own = _own_labels(module, self.num_classes)
+                if own is None and self.num_classes == 1000:
+                    own = imagenet_labels()
+                if own is not None:
+                    self.spec = AdaptedSpec(preprocess=pre, labels=own, name=self.spec.name,
+                                            source_path=source_path, layout=self.spec.layout)
         if self.spec.labels is not None and self.num_classes and len(self.spec.labels) != self.num_classes:
             raise ValueError(f"labels has {len(self.spec.labels)} names but {self.spec.name} has {self.num_classes} "
                              "classes")
