@@ -326,7 +326,7 @@ def test_settings_round_trip(qtbot, tiny_model, settings, tmp_path):
     w = MainWindow(settings=settings, model=tiny_model, model_key=f"file:{ckpt}")
     qtbot.addWidget(w)
     w.show()
-    w.resize(731, 517)
+    w.resize(781, 517)  # above the window's minimum width (the plots tab bar shows all five tabs)
     w.controls.cmap_combo.setCurrentText("viridis")
     w.controls.opacity_slider.setValue(35)
     w.controls.interp_combo.setCurrentIndex(1)
@@ -341,7 +341,7 @@ def test_settings_round_trip(qtbot, tiny_model, settings, tmp_path):
     o = w2.session.options
     assert (o.cmap, o.opacity, o.interpolation, o.view) == ("viridis", 0.35, "bilinear", "rollout")
     assert w2.controls.cmap_combo.currentText() == "viridis"
-    assert w2.width() == size[0] == 731  # (heights are clamped to the offscreen screen)
+    assert w2.width() == size[0] == 781  # (heights are clamped to the offscreen screen)
     assert w2.prefs.last_folder() == str(tmp_path)
     assert w2.device == "cpu" and w2.precision == "auto"  # the default, remembered as the choice "auto"
     assert settings.value("model") == f"file:{ckpt}"
