@@ -240,6 +240,16 @@ def test_adapted_model_errors():
         AdaptedModel(Custom(), attention="layers.*.mixer")
     a = AdaptedModel(Custom(), attention="layers.*.mixer", input_size=16, preprocess="inception")
     assert a.spec.preprocess.mean == (0.5, 0.5, 0.5) and a.num_prefix_tokens == 2
+    feats = AdaptedModel(Custom(), attention="layers.*.mixer", input_size=16, features=True)
+    from PIL import Image
+
+    from vitviz.pipeline import Pipeline
+
+    r = Pipeline(feats).run(Image.new("RGB", (20, 20)))
+    assert feats.num_classes == 0 and r.attention_grads is None and r.top_k() == []
+    from vitviz import views
+
+    assert "no classifier" in views.get("relevance").unavailable(r)
     with pytest.raises(ValueError, match="labels has 3 names but Custom has 4 classes"):
         AdaptedModel(Custom(), attention="layers.*.mixer", input_size=16, labels=["a", "b", "c"])
 

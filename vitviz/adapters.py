@@ -711,6 +711,8 @@ def capture_module(
         ValueError: bad ``images`` or ``target``.
     """
     if isinstance(model, AdaptedModel):
+        if model.features and isinstance(target, str) and target == "top":
+            target = None  # a feature model: no class to differentiate (as capture() for a ViT without a head)
         opts = dict(model.options)
         given = dict(attention=attention, blocks=blocks, patch_size=patch_size, grid=grid,
                      num_prefix_tokens=num_prefix_tokens)
@@ -910,6 +912,8 @@ class AdaptedModel(nn.Module):
         input_size: the side of the square input (default: ``img_size`` / ``image_size`` of the module or its config,
             else the position embedding's grid times the patch size).
         attention, blocks, patch_size, grid, num_prefix_tokens: as :func:`capture_module`.
+        features: the module's output is features, not class scores: no predictions and no gradient views (their
+            reason is said in the window).
         check: run one forward pass on a blank image now (nothing is left to fail later, and the class count, head
             count and prefix tokens are known before a window opens).
 
@@ -921,7 +925,8 @@ class AdaptedModel(nn.Module):
     def __init__(self, module: nn.Module, *, preprocess: Any = None, labels: Sequence[str] | None = None,
                  name: str | None = None, input_size: int | None = None, attention: Pattern | None = None,
                  blocks: Pattern | None = None, patch_size: int | None = None, grid: tuple[int, int] | None = None,
-                 num_prefix_tokens: int | None = None, source_path: str | None = None, check: bool = True):
+                 num_prefix_tokens: int | None = None, source_path: str | None = None, features: bool = False,
+                 check: bool = True):
         super().__init__()
         from vitviz.model.checkpoints.common import imagenet_labels, resolve_preprocess
         from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
@@ -960,9 +965,12 @@ class AdaptedModel(nn.Module):
         labs = None if labels is None else tuple(str(s) for s in labels)
         self.spec = AdaptedSpec(preprocess=pre, labels=labs, name=name or type(module).__name__,
                                 source_path=source_path, layout=self.layout.describe())
+        self.features = bool(features)
+        if features and labs is not None:
+            raise ValueError("labels name classes, but features=True says the output holds none")
         if check:
             self.check()
-            if labs is None:
+            if labs is None and not features:
                 own = _own_labels(module, self.num_classes)
                 if own is None and self.num_classes == 1000:
                     own = imagenet_labels()
@@ -980,7 +988,7 @@ class AdaptedModel(nn.Module):
         c = int(self.patch_embed.proj.in_channels) if self.patch_embed is not None else len(
             self.spec.preprocess.mean)
         cap = capture_module(self, torch.zeros(1, c, h, w))
-        self.num_classes = int(cap.logits.shape[1])
+        self.num_classes = 0 if self.features else int(cap.logits.shape[1])
         self.num_prefix_tokens = cap.num_prefix_tokens
         self.patch_size = cap.patch_size
         if self.patch_embed is not None:
