@@ -319,3 +319,17 @@ def test_forwards_estimate_counts_the_distinct_images(tiny_model):
         seen: list[int] = []
         evaluate_views(tiny_model, img, steps=steps, seeds=seeds, progress=lambda _d, t, seen=seen: seen.append(t))
         assert seen and forwards_estimate(steps, 4, seeds) / 2 < seen[-1] <= forwards_estimate(steps, 4, seeds)
+
+
+def test_no_measurement_while_a_model_loads(qtbot, demo_window, samples, monkeypatch):
+    w = demo_window
+    tab = w.plots.faithfulness
+    jobs = _submissions(monkeypatch, w)
+    open_and_wait(qtbot, w, samples[0])
+    with qtbot.waitSignal(w.resultShown, timeout=60000):  # the new model, then the image again with it
+        w.controller.load("demo")
+        tab.run()  # refused: the result on screen is about to belong to another model
+        assert jobs == [] and w.controller.evaluating is None
+        assert "being loaded" in tab.status.text() and not tab.run_button.isEnabled()
+    assert tab.run_button.isEnabled()
+    assert _run(qtbot, w) is not None and jobs == [samples[0].name]

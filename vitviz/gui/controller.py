@@ -276,6 +276,8 @@ class Controller(QObject):
             return None, "open an image first"
         if self.pipeline is None:
             return None, "no model is loaded"
+        if self.runner.is_busy("model"):
+            return None, "a model is being loaded or moved"
         made = self._made_by.get(id(result))
         if made is None or made[0]() is not result:
             return None, "this result was not made by the window's model"

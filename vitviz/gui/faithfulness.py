@@ -219,6 +219,7 @@ class FaithfulnessPanel(QWidget):
         controller.evaluationStopped.connect(self._on_stopped)
         controller.failed.connect(self._on_failed)
         controller.modelChanged.connect(lambda _note: self._sync())
+        controller.busy.connect(lambda _text, _cancellable: self._sync())  # a model load starts or stops
 
     @property
     def steps(self) -> int:
@@ -267,7 +268,7 @@ class FaithfulnessPanel(QWidget):
         if kind == "evaluate":
             first = message.strip().splitlines()
             self._note = f"Could not measure: {first[-1] if first else 'unknown error'}"
-            self._sync()
+        self._sync()
 
     # ------------------------------------------------------------------ state
     def _result(self):
