@@ -61,6 +61,16 @@ def test_show_draws_a_map_for_a_style_c_model(qtbot, style_c, settings, errors):
     w.close()
 
 
+def test_show_keeps_the_models_precision(qtbot, style_c, settings, errors):
+    settings.setValue("precision", "bf16")  # the window's remembered choice does not cast the caller's model
+    w = vitviz.show(style_c, _sample(), block=False, settings=settings)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: errors or w.session.result is not None, timeout=30000)
+    assert not errors and w.precision == "fp32" and w.session.result.precision == "fp32"
+    assert next(style_c.parameters()).dtype == torch.float32
+    w.close()
+
+
 def test_show_blocks_until_the_window_closes(qtbot, style_c, settings, errors):
     from PySide6.QtWidgets import QApplication
 

@@ -92,11 +92,8 @@ class Controller(QObject):
     # ------------------------------------------------------------------ models
     def adopt(self, model: Any, ref: str, note: str | None = None) -> None:
         """Use ``model`` (already built) now; re-runs the waiting or current image."""
-        from vitviz.pipeline import DTYPES, Pipeline
+        from vitviz.pipeline import Pipeline
 
-        if not isinstance(model, Pipeline) and ref == "memory":  # the caller's own model keeps its precision
-            dt = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
-            self.precision = next((k for k, v in DTYPES.items() if v == dt), self.precision)
         self.pipeline = model if isinstance(model, Pipeline) else Pipeline(model, device=self.device,
                                                                            precision=self.precision)
         self.ref = ref

@@ -118,8 +118,16 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
     app = make_app()
     if block is None:
         block = not _qt_loop_running()
-    device = str(next((p.device for p in m.parameters()), "cpu"))
-    win = MainWindow(settings=settings, model=m, model_key="memory", device=device, load_samples=not items)
+    from vitviz.pipeline import DTYPES, Pipeline
+
+    # the caller's model stays on its device and in its precision (the window's remembered choice would cast it)
+    first = next((p for p in m.parameters() if p.is_floating_point()), None)
+    device = str(first.device) if first is not None else "cpu"
+    precision = next((k for k, v in DTYPES.items() if first is not None and v == first.dtype), "fp32")
+    pipe = Pipeline(m, device=device, precision=precision)
+    win = MainWindow(settings=settings, model=pipe, model_key="memory", device=device, load_samples=not items)
+    win.controller.device, win.controller.precision = device, precision
+    win.controller.modelChanged.emit("")  # the model bar and status bar say so
     for name, pil in items:
         if pil is not None:
             win.controller.memory_images[name] = pil
