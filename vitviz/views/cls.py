@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.analysis._common import fuse_heads
 from vitviz.views.base import View, as_grid, pool_row
 
 
@@ -18,6 +17,8 @@ class ClsAttention(View):
         p, grid = result.num_prefix_tokens, result.grid
         row = pool_row(result)
         if row is not None:  # the pooling head's attention [H, N] over the last layer's output (every layer alike)
+            from vitviz.analysis._common import fuse_heads  # here: importing the views must not import torch
+
             m = fuse_heads(row[:, p:].float(), options.head, dim=0).reshape(grid)
         elif p > 0:
             m = A.cls_attention(result.attentions, options.layer, options.head, grid=grid, num_prefix_tokens=p)
