@@ -12,9 +12,9 @@ import torch
 from textbook_models import (
     CONFIG_D,
     Custom,
+    VisionTransformer,
     ViTC,
     ViTForClassfication,
-    VisionTransformer,
     explicit_b,
     explicit_c,
     explicit_custom,

@@ -7,9 +7,9 @@ import pytest
 import torch
 from textbook_models import (
     CONFIG_D,
+    VisionTransformer,
     ViTC,
     ViTForClassfication,
-    VisionTransformer,
     rel_err,
     train,
 )

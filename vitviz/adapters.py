@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -370,7 +369,7 @@ class _Recorder(TorchFunctionMode):
     module and replaces ``scaled_dot_product_attention`` there by :func:`sdpa_explicit`. Being a torch-function mode,
     it also keeps PyTorch's fused fast paths (TransformerEncoderLayer, MultiheadAttention) from bypassing modules."""
 
-    def __init__(self, run: "_Run"):
+    def __init__(self, run: _Run):
         super().__init__()
         self.run = run
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 from PIL import Image
 from PySide6.QtCore import QTimer
+from textbook_models import ViTC, train
 
 import vitviz
-from textbook_models import ViTC, train
 
 
 @pytest.fixture(autouse=True)

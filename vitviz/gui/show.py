@@ -138,7 +138,7 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
         _OPEN.append(win)
 
         class _Forget(QObject):
-            def eventFilter(self, obj, event):  # noqa: N802 - Qt's name
+            def eventFilter(self, obj, event):
                 if event.type() == QEvent.Type.Close and obj in _OPEN:
                     _OPEN.remove(obj)
                 return False
@@ -153,7 +153,7 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
     loop = QEventLoop()
 
     class _QuitOnClose(QObject):
-        def eventFilter(self, obj, event):  # noqa: N802 - Qt's name
+        def eventFilter(self, obj, event):
             if event.type() == QEvent.Type.Close:
                 QTimer.singleShot(0, loop.quit)
             return False
