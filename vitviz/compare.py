@@ -207,7 +207,8 @@ def build_comparison(spec: CompareSpec, base: Session,
     Args:
         results: the runs of :func:`needed_runs`, keyed ``(image, target)``.
         pool: the map caches of earlier builds (``{id(result): (result, cache)}``), reused when the same results
-            come back; seeded with ``base``'s own cache for its result.
+            come back. (Not the window's own cache: its keys do not name the result, and it is emptied for the
+            next image while a comparison may still show this one.)
 
     Raises:
         ValueError: nothing to compare (no result, no view or class chosen, a view that does not change with the
@@ -218,8 +219,6 @@ def build_comparison(spec: CompareSpec, base: Session,
     if r is None:
         raise ValueError("nothing to compare: open an image first")
     results = dict(results or {})
-    if pool is not None and pool.get(id(r), (None,))[0] is not r:
-        pool[id(r)] = (r, base._cache)  # the window's own maps of its result
 
     def get(src: str, target: int | None) -> "InferenceResult":
         if src == r.source and (target is None or target == r.target):

@@ -21,6 +21,7 @@ def three(tmp_path):
 
 
 def _open_compare(qtbot, window, spec=None):
+    window.dialogs = window.dialogs_recorder  # an error is recorded (and asserted on), never a modal dialog
     cw = window.show_compare(spec)
     qtbot.addWidget(cw)
     qtbot.waitUntil(lambda: cw.comparison is not None and len(cw.panels) == len(cw.comparison.cells)
@@ -116,7 +117,6 @@ def test_classes_layout_and_exported_figure(qtbot, window, three, tmp_path):
     assert len(cw.panels) == 4 and (c.nrows, c.ncols) == (2, 2)
     assert [p.label.text().split(" (")[0] for p in cw.panels] == [r.label(k) for k in classes]
     assert cw.all_bar.isVisible()  # one view: one scale, one bar for the whole grid
-    window.dialogs = window.dialogs_recorder
     out = cw.export(str(tmp_path / "grid.svg"))
     assert out is not None and window.dialogs_recorder.errors == []
     text = out.read_text(encoding="utf-8")

@@ -511,6 +511,8 @@ class CompareWindow(QMainWindow):
         self.all_bar = ScaleBar()
         self.all_bar.setVisible(False)
         self.grid.addWidget(self.all_bar, top + comp.nrows + 1, left, 1, comp.ncols)
+        for w in self.col_label_widgets + self.row_label_widgets + self.panels:
+            w.show()  # at once: a widget added to a shown parent is otherwise shown by a queued call
         for i in range(comp.nrows):
             self.grid.setRowStretch(top + i, 1)
         for j in range(comp.ncols):
