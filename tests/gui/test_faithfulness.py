@@ -306,6 +306,13 @@ def test_a_model_without_a_classifier_says_why(qtbot, settings, tmp_path):
     w.close()
 
 
+def test_the_tab_measures_the_default_views():
+    from vitviz.evaluate import DEFAULT_VIEWS
+    from vitviz.gui.faithfulness import VIEWS
+
+    assert VIEWS == DEFAULT_VIEWS == tuple(VIEW_ROWS)
+
+
 def test_forwards_estimate_counts_the_distinct_images(tiny_model):
     """The count the tab announces is the number of distinct perturbed images the library evaluates."""
     from PIL import Image

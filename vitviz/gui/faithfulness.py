@@ -30,6 +30,7 @@ EXPLAIN = ("Patches are ranked by each map and removed (deletion: replaced by th
            "probability of the target class after each step, its area (AUC) the score. A faithful map makes the "
            "probability fall fast when deleting (low AUC) and rise fast when inserting (high AUC). Random rankings "
            "of the patches are the floor (Petsiuk et al. 2018).")
+VIEWS = ("cls_last", "rollout", "grad_rollout", "relevance")  # evaluate.DEFAULT_VIEWS (importing it imports torch)
 SEEDS = 5  # random rankings per mode: a ViT-Ti/16 table is then ~350 forwards
 STEPS = 20
 BASELINES = ("mean", "blur")
@@ -173,7 +174,7 @@ class FaithfulnessPanel(QWidget):
         self.table_note.setWordWrap(True)
         self.table_note.setStyleSheet(NOTE_STYLE)
         lay.addWidget(self.table_note)
-        self._fit_table(len(VIEW_NAMES) + 1)
+        self._fit_table(len(VIEWS) + 1)
 
         # the curves: deletion and insertion side by side, one shared legend under them
         self.plot_widget = pg.GraphicsLayoutWidget()
@@ -241,7 +242,7 @@ class FaithfulnessPanel(QWidget):
         if c is None or r is None:
             return
         self._note = ""
-        self._progress = (0, forwards_estimate(self.steps, 4, self.seeds))
+        self._progress = (0, self._forwards())
         c.evaluate(r, steps=self.steps, baseline=self.baseline, seeds=self.seeds)
         self._sync()
 
@@ -305,13 +306,13 @@ class FaithfulnessPanel(QWidget):
         if key is None:
             parts.append(f"Not available: {why}." if why else "Not available.")
         elif running and c.evaluating == key:
-            parts.append(f"Measuring {forwards_estimate(self.steps, 4, self.seeds)} perturbed images…")
+            parts.append(f"Measuring {self._forwards()} perturbed images…")
         elif not stale and self.shown is not None:
             t = self.shown
             parts.append(f"Target {t.label} (p = {t.probability:.2f}) · {t.random_deletion.seeds} random rankings")
         else:
-            parts.append(f"Not measured for this {'image and target' if self.shown is None else _what_changed(self.shown_key, key)}"
-                         f" yet: press Run (about {forwards_estimate(self.steps, 4, self.seeds)} model forwards).")
+            what = "image and target" if self.shown is None else _what_changed(self.shown_key, key)
+            parts.append(f"Not measured for this {what} yet: press Run (about {self._forwards()} model forwards).")
         if running and key is not None and c.evaluating != key:
             parts.append("Measuring another image, target or options meanwhile.")
         if stale:
@@ -321,6 +322,9 @@ class FaithfulnessPanel(QWidget):
         if self._note:
             parts.append(self._note)
         return " ".join(parts)
+
+    def _forwards(self) -> int:
+        return forwards_estimate(self.steps, len(VIEWS), self.seeds)
 
     def _set_stale(self, stale: bool) -> None:
         self.table.setEnabled(not stale and self.shown is not None)
