@@ -355,3 +355,89 @@ def test_adapt_a_vitviz_vit():
         adapt(vit, labels=["a", "b"])
     with pytest.raises(ValueError, match=r"options \['attention'\] apply to other modules"):
         adapt(vit, attention="blocks.*.attn")
+
+
+class _LinearPatches(torch.nn.Module):
+    """Patches cut with unfold + Linear (no Conv2d), ``prefix`` learned prefix tokens, one attention layer."""
+
+    def __init__(self, prefix=1, patch=8, dim=16):
+        super().__init__()
+        self.patch, self.prefix = patch, torch.nn.Parameter(torch.randn(1, prefix, dim))
+        self.to_tokens = torch.nn.Linear(3 * patch * patch, dim)
+        self.blocks = torch.nn.ModuleList([torch.nn.TransformerEncoderLayer(dim, 2, 32, batch_first=True)])
+        self.head = torch.nn.Linear(dim, 3)
+
+    def forward(self, x):
+        t = self.to_tokens(torch.nn.functional.unfold(x, self.patch, stride=self.patch).transpose(1, 2))
+        t = torch.cat([self.prefix.expand(len(t), -1, -1), t], 1)
+        for b in self.blocks:
+            t = b(t)
+        return self.head(t[:, 0])
+
+
+def test_grid_without_a_patch_convolution():
+    x = torch.randn(1, 3, 32, 32)
+    cap = capture(_LinearPatches(prefix=1).eval(), x)  # 17 tokens on 32 px: 4x4 patches of 8 px and one [CLS]
+    assert cap.grid == (4, 4) and cap.patch_size == 8 and cap.num_prefix_tokens == 1
+    two = _LinearPatches(prefix=2).eval()  # 18 tokens: no square grid with 0 or 1 prefix tokens -> ask
+    with pytest.raises(CaptureError, match="found no patch-embedding convolution.*pass patch_size="):
+        capture(two, x)
+    assert capture(two, x, patch_size=8).num_prefix_tokens == 2
+
+
+def test_returned_copies_of_the_attention_have_no_gradient():
+    import textbook_models as tm
+
+    class CopyingAttention(tm.FasterMultiHeadAttention):
+        def forward(self, x, output_attentions=False):
+            out, probs = super().forward(x, output_attentions=output_attentions)
+            return out, (probs.clone() if probs is not None else None)  # not what the output is computed from
+
+    model = ViTForClassfication(CONFIG_D).eval()
+    for blk in model.encoder.blocks:
+        own = blk.attention
+        blk.attention = CopyingAttention(CONFIG_D)
+        blk.attention.load_state_dict(own.state_dict())
+    x = torch.randn(1, 3, 32, 32)
+    assert capture(model, x).attentions.shape == (2, 1, 4, 17, 17)  # the values are right
+    with pytest.raises(CaptureError, match="do not depend on the attention tensors that were seen"):
+        capture(model, x, target=0)  # but they have no gradient: said, not zeros
+
+
+def test_blocks_that_do_not_chain_are_refused():
+    """lucidrains-style layers (ModuleList of [attention branch, feed-forward branch]): no module's output is the
+    block's, so the found 'blocks' (the attention branches) do not feed each other; said, not wrong tokens."""
+
+    class Attention(torch.nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.qkv, self.out = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            return self.out(torch.softmax(q[:, None] @ k[:, None].transpose(-2, -1), dim=-1) @ v[:, None])[:, 0]
+
+    class Residual(torch.nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            return x + self.fn(x)
+
+    class Model(torch.nn.Module):
+        def __init__(self, dim=16):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, dim, 8, 8)
+            self.layers = torch.nn.ModuleList(torch.nn.ModuleList([Residual(Attention(dim)), Residual(
+                torch.nn.Linear(dim, dim))]) for _ in range(2))
+
+        def forward(self, x):
+            t = self.conv(x).flatten(2).transpose(1, 2)
+            for attn, ff in self.layers:
+                t = ff(attn(t))
+            return t.mean(1)
+
+    with pytest.raises(CaptureError, match=r"the input of layers.1.0 is not the output of layers.0.0: these modules "
+                                           r"are not the transformer blocks"):
+        capture(Model().eval(), torch.randn(1, 3, 16, 16))

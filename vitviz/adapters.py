@@ -19,9 +19,9 @@ looks for, in this order (:func:`find_layout`):
    and Hugging Face's ``ViTAttention`` / ``ViTSelfAttention`` among them. As in 1; a boolean ``fused_attn`` flag
    (timm) is switched off for the pass so that the module's own explicit path runs.
 
-Transformer blocks are the largest ancestors of the attention modules that hold no other attention module (route 3:
-the longest list of same-class modules), or ``blocks=``; their outputs are the tokens (``tokens[0]`` is the input of
-the first block). The patch grid is read from the patch-embedding convolution's output (a ``Conv2d`` with
+Transformer blocks are the largest ancestors of the attention modules that hold no other attention module and are
+called (not a ModuleList; route 3: the outermost list of same-class modules), or ``blocks=``; their outputs are the
+tokens (``tokens[0]`` is the input of the first block), and each block must take exactly what the one before gave. The patch grid is read from the patch-embedding convolution's output (a ``Conv2d`` with
 kernel = stride that the images go through), or computed from ``patch_size=`` / ``grid=``; the prefix-token count
 is the attention's token count minus the patches. Every inference is checked against what the pass actually did
 (each attention module fired exactly once, rows sum to 1, token counts agree, the user's numbers agree with the
@@ -146,19 +146,25 @@ def _innermost(mods: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]
     return [(n, m) for n, m in mods if not any(o != n and o.startswith(n + ".") for o in names)]
 
 
-def _blocks_for(attention: Sequence[str]) -> list[str] | None:
-    """For each attention path, its largest ancestor (not the root) holding no other attention module; None when an
-    attention module is its own block (the blocks cannot be told apart from the attention)."""
+def _blocks_for(model: nn.Module, attention: Sequence[str]) -> list[str] | None:
+    """For each attention path, its largest ancestor (not the root, not a ModuleList / ModuleDict, which are never
+    called) holding no other attention module; None when an attention module would be its own block (the blocks
+    cannot be told apart from the attention). Whether these pass their output on to each other is checked during
+    the pass."""
+    modules = dict(model.named_modules())
     out = []
     for a in attention:
         parts = a.split(".")
         best = None
-        for k in range(1, len(parts) + 1):
+        for k in range(1, len(parts)):
             anc = ".".join(parts[:k])
-            if not any(o != a and (o == anc or o.startswith(anc + ".")) for o in attention):
-                best = anc
-                break
-        if best is None or best == a:
+            if any(o != a and (o == anc or o.startswith(anc + ".")) for o in attention):
+                continue
+            if isinstance(modules.get(anc), (nn.ModuleList, nn.ModuleDict)):
+                continue
+            best = anc
+            break
+        if best is None:
             return None
         out.append(best)
     return out
@@ -249,7 +255,7 @@ def find_layout(model: nn.Module, *, attention: Pattern | None = None, blocks: P
             raise CaptureError(f"{name}: found no list of transformer blocks (an nn.ModuleList or nn.Sequential of "
                                "same-class modules): pass blocks='path.to.blocks'")
     else:
-        bl = _blocks_for(layers)
+        bl = _blocks_for(model, layers)
         if bl is None:
             raise CaptureError(f"{name}: cannot tell the transformer blocks apart from the attention modules "
                                f"({_short(layers)}): pass blocks='path.to.blocks.*' (their outputs are the tokens)")
@@ -464,6 +470,28 @@ class _Run:
             self.live[i] = live
 
     def tokens(self, index: int, t: Any, what: str, seq_first: bool = False) -> None:
+        t = self._as_tokens(t, what, seq_first)
+        if self.tok_buf is None:
+            self.tok_buf = torch.empty((self.L + 1, self.B, int(t.shape[1]), int(t.shape[2])), dtype=self.store_dtype,
+                                       device=self.store_device)
+        if tuple(t.shape) != tuple(self.tok_buf.shape[1:]):
+            raise CaptureError(f"{self.name}: {what} has shape {tuple(t.shape)}, but the tokens before it had "
+                               f"{tuple(self.tok_buf.shape[1:])}")
+        self.tok_buf[index].copy_(t.detach())
+
+    def check_chain(self, i: int, t: Any) -> None:
+        """Block ``i`` (> 0) must take what block ``i - 1`` gave: else these are not the transformer blocks."""
+        if self.tok_buf is None or self.block_count[i - 1] != 1:
+            return  # reported by check_counts
+        what = f"the input of {self.layout.blocks[i]}"
+        t = self._as_tokens(t, what, self.seq_first[i]).detach()
+        prev = self.tok_buf[i]
+        if tuple(t.shape) != tuple(prev.shape) or not torch.equal(t.to(device=prev.device, dtype=prev.dtype), prev):
+            raise CaptureError(f"{self.name}: {what} is not the output of {self.layout.blocks[i - 1]}: these modules "
+                               "are not the transformer blocks (their outputs would not be the tokens); name them: "
+                               "blocks='path.to.blocks.*'")
+
+    def _as_tokens(self, t: Any, what: str, seq_first: bool) -> torch.Tensor:
         if isinstance(t, (tuple, list)) and t:
             t = t[0]
         if isinstance(t, Mapping):
@@ -474,14 +502,7 @@ class _Run:
         B = self.B
         if t.shape[1] == B and (t.shape[0] != B or seq_first):  # sequence-first [N, B, D] (batch_first=False)
             t = t.transpose(0, 1)
-        if self.tok_buf is None:
-            check_tokens = int(t.shape[1])
-            self.tok_buf = torch.empty((self.L + 1, self.B, check_tokens, int(t.shape[2])), dtype=self.store_dtype,
-                                       device=self.store_device)
-        if tuple(t.shape) != tuple(self.tok_buf.shape[1:]):
-            raise CaptureError(f"{self.name}: {what} has shape {tuple(t.shape)}, but the tokens before it had "
-                               f"{tuple(self.tok_buf.shape[1:])}")
-        self.tok_buf[index].copy_(t.detach())
+        return t
 
     # ---------------------------------------------------------------- hooks
     def install(self) -> None:
@@ -501,12 +522,20 @@ class _Run:
                 self.handles.append(m.register_forward_pre_hook(functools.partial(self._enter, i)))
                 self.handles.append(m.register_forward_hook(functools.partial(self._leave, i), always_call=True))
 
+        def first_input(args, kwargs):
+            return args[0] if args else next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
+
         def embed_hook(module, args, kwargs):
             self.embed_count += 1
-            t = args[0] if args else next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
-            self.tokens(0, t, f"the input of {layout.blocks[0]}", self.seq_first[0])
+            self.tokens(0, first_input(args, kwargs), f"the input of {layout.blocks[0]}", self.seq_first[0])
 
         self.handles.append(blocks[0].register_forward_pre_hook(embed_hook, with_kwargs=True))
+        for i, b in enumerate(blocks[1:], start=1):
+            def chain_hook(module, args, kwargs, i=i):
+                if self.block_count[i] == 0:
+                    self.check_chain(i, first_input(args, kwargs))
+
+            self.handles.append(b.register_forward_pre_hook(chain_hook, with_kwargs=True))
         for i, b in enumerate(blocks):
             def block_hook(module, args, out, i=i):
                 self.block_count[i] += 1
