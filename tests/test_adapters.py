@@ -441,3 +441,29 @@ def test_blocks_that_do_not_chain_are_refused():
     with pytest.raises(CaptureError, match=r"the input of layers.1.0 is not the output of layers.0.0: these modules "
                                            r"are not the transformer blocks"):
         capture(Model().eval(), torch.randn(1, 3, 16, 16))
+
+
+_TINY = __import__("pathlib").Path(__file__).resolve().parent.parent.parent / "shared" / "weights" / \
+    "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
+
+
+@pytest.mark.real_weights
+@pytest.mark.skipif(not _TINY.is_file(), reason=f"real weights not present at {_TINY}")
+def test_real_vit_tiny_as_a_timm_module_equals_vitviz():
+    """The real ViT-Ti/16 as timm's own module, captured through the adapters (timm's fused attention switched off for
+    the pass), against vitviz's own ViT loaded from the same file: attention, tokens and gradients on a photo."""
+    import timm
+    from safetensors.torch import load_file
+    from skimage import data
+
+    from vitviz.model import load_checkpoint
+
+    ours = load_checkpoint(_TINY)
+    x = ours.spec.preprocess(__import__("PIL.Image", fromlist=["Image"]).fromarray(data.chelsea()))[None]
+    ref = capture(ours, x, target=285)
+    assert int(ref.logits.argmax()) == 285
+    tm = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=1000).eval()
+    tm.load_state_dict(load_file(str(_TINY)))
+    got = capture(tm, x, target=285)
+    assert rel_err(got.attentions, ref.attentions) <= 1e-4 and rel_err(got.attention_grads, ref.attention_grads) <= 1e-3
+    assert rel_err(got.tokens, ref.tokens) <= 1e-4 and tm.blocks[0].attn.fused_attn  # its flag restored
