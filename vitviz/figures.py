@@ -93,6 +93,8 @@ class Panel:
             outlines them).
         colorbar_label: the quantity and unit of this panel's own colour bar (a figure without a shared scale
             whose panels show different quantities, e.g. a comparison of views); None: the figure's.
+        own_colorbar: draw this panel's own colour bar (a figure without a shared scale); False, e.g., for all but
+            the last panel of a column that shares one scale (the room stays, so rows keep one height).
     """
 
     photo: np.ndarray
@@ -107,6 +109,7 @@ class Panel:
     badge: str | None = None
     outlined: tuple[tuple[float, float, float, float], ...] = ()
     colorbar_label: str | None = None
+    own_colorbar: bool = True
 
     def __post_init__(self) -> None:
         p = np.asarray(self.photo)
@@ -524,7 +527,7 @@ def build(spec: FigureSpec, *, k: int | None = None, image_k: int | None = None,
         if spec.row_labels is not None and c == 0:
             fig.text((x - round(4 * u)) / W, 1 - (y + h / 2) / H, spec.row_labels[r], ha="right", va="center",
                      fontsize=TEXT_PT, parse_math=False, gid=f"row-{r}")
-        if L.small_bars and panel.scale is not None:
+        if L.small_bars and panel.scale is not None and panel.own_colorbar:
             _colorbar(fig, fig.add_axes(rect(*L.small_bars[i])), panel.scale,
                       spec.colorbar_label if panel.colorbar_label is None else panel.colorbar_label, "horizontal", 3)
     if L.bar is not None:
