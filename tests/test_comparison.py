@@ -166,6 +166,14 @@ def test_exported_comparison_has_every_panel_and_label(world, tmp_path):
     for label in comp.col_labels + comp.row_labels:
         assert label in words, label
     assert comp.title.split(" · ")[0] in words
+    # each column shares one scale: one colour bar per column, under its last panel, naming the view's quantity
+    built = figures.build(fig)
+    assert len(built.axes) == 8 + 4
+    bars = [ax for ax in built.axes if ax.get_xlabel()]
+    assert sorted(ax.get_xlabel() for ax in bars) == sorted(c.session.quantity_text() for c in comp.cells[4:])
+    # each panel on its own scale: a bar under every panel
+    own = cmp.comparison_figure(cmp.build_comparison(replace(spec, shared_scale=False), base, world["run"](spec)))
+    assert len(figures.build(own).axes) == 8 + 8
     png = figures.save(fig, tmp_path / "grid.png", scale="native")
     with Image.open(png) as im:
         size = im.size

@@ -397,8 +397,10 @@ def comparison_figure(comp: Comparison) -> "FigureSpec":
             label = f"{label + ': ' if label else ''}not available"
         # the window's own picture of this panel (map, query box, mask, artefact outlines), in the panel's scale
         p = _view_panel(s, c.scale)
+        # a column that shares one scale (images x views) gets one bar, under its last panel
+        last = c.row == comp.nrows - 1 or not (comp.spec.layout == "views" and comp.spec.shared_scale)
         panels.append(replace(p, label=label, marker=p.marker if c.scale is not None else None,
-                              colorbar_label=None if one_label else s.quantity_text()))
+                              colorbar_label=None if one_label else s.quantity_text(), own_colorbar=last))
     return FigureSpec(panels=tuple(panels), ncols=comp.ncols, title=comp.title if o.caption else None,
                       caption=comp.caption if o.caption else None, row_labels=comp.row_labels,
                       col_labels=comp.col_labels, colorbar=o.colorbar,
