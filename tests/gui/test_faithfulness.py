@@ -104,15 +104,15 @@ def test_run_fills_the_table_with_the_numbers_of_evaluate_views(qtbot, demo_wind
     # five rows (four maps and the random rankings), each with both columns
     assert tab.table.rowCount() == 5
     assert [v.key for v in t.views] == VIEW_ROWS
-    assert tab.cell_text(4, 0).startswith("Random rankings")
+    assert tab.cell_text(4, 0).startswith("Random")
     # the numbers are those of the library run on the same result (an independent call)
     ref = evaluate_views(w.controller.pipeline, w.session.result, steps=STEPS, baseline="mean", seeds=SEEDS)
     for row, v in enumerate(ref.views):
         assert _num(tab.cell_text(row, 1)) == pytest.approx(v.deletion_auc, abs=6e-4)
         assert _num(tab.cell_text(row, 2)) == pytest.approx(v.insertion_auc, abs=6e-4)
     rd, ri = ref.random_deletion, ref.random_insertion
-    assert tab.cell_text(4, 1) == f"{rd.auc_mean:.3f} ± {rd.auc_std:.3f}"
-    assert tab.cell_text(4, 2) == f"{ri.auc_mean:.3f} ± {ri.auc_std:.3f}"
+    assert tab.cell_text(4, 1) == f"{rd.auc_mean:.3f}\n± {rd.auc_std:.3f}"
+    assert tab.cell_text(4, 2) == f"{ri.auc_mean:.3f}\n± {ri.auc_std:.3f}"
     # best per column marked where the numbers say so: the lowest deletion AUC, the highest insertion AUC
     dels = [t.views[i].deletion_auc for i in range(4)]
     inss = [t.views[i].insertion_auc for i in range(4)]
@@ -340,3 +340,40 @@ def test_no_measurement_while_a_model_loads(qtbot, demo_window, samples, monkeyp
         assert "being loaded" in tab.status.text() and not tab.run_button.isEnabled()
     assert tab.run_button.isEnabled()
     assert _run(qtbot, w) is not None and jobs == [samples[0].name]
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1600, 1000)])
+def test_the_tab_fits_its_dock(qtbot, demo_window, samples, size):
+    """Every row of the table in view, nothing wider than the dock (running and done), plots inside their view."""
+    from PySide6.QtCore import QRect, Qt
+
+    from vitviz.gui import geometry
+
+    w = demo_window
+    tab = w.plots.faithfulness
+    open_and_wait(qtbot, w, samples[0])
+    geometry.fit_to(w, QRect(0, 0, *size))  # the window and its docks as on a screen of that size
+    qtbot.wait(50)
+    w.layout().activate()
+    qtbot.wait(50)
+    w.controller.evaluation_batch = 2
+    tab.steps_spin.setValue(12)
+    with qtbot.waitSignal(w.controller.evaluationProgress, timeout=30000):
+        qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
+    qtbot.wait(20)
+    body, view = tab.scroll.widget(), tab.scroll.viewport()
+    assert body.width() <= view.width() and tab.cancel_button.geometry().right() <= body.width()  # running
+    assert tab.progress.width() >= 40
+    tab.cancel()
+    qtbot.waitUntil(lambda: not w.controller.runner.is_busy(), timeout=30000)
+    w.controller.evaluation_batch = None
+    tab.steps_spin.setValue(STEPS)
+    _run(qtbot, w)
+    qtbot.wait(20)
+    assert body.width() <= view.width()
+    rows = sum(tab.table.rowHeight(i) for i in range(tab.table.rowCount()))
+    assert tab.table.viewport().height() >= rows and not tab.table.verticalScrollBar().isVisible()
+    assert tab.table.horizontalHeader().length() <= tab.table.viewport().width()
+    ci = tab.plot_widget.ci
+    assert ci.geometry().width() <= tab.plot_widget.viewport().width() + 1  # the legend does not widen the plots
+    assert tab.plot_widget.height() >= tab.plot_widget.minimumHeight()

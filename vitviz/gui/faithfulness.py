@@ -34,7 +34,7 @@ VIEWS = ("cls_last", "rollout", "grad_rollout", "relevance")  # evaluate.DEFAULT
 SEEDS = 5  # random rankings per mode: a ViT-Ti/16 table is then ~350 forwards
 STEPS = 20
 BASELINES = ("mean", "blur")
-BASELINE_TEXT = {"mean": "mean (grey)", "blur": "blurred image"}
+BASELINE_TEXT = {"mean": "mean", "blur": "blur"}
 VIEW_NAMES = {"cls_last": "[CLS], last layer", "rollout": "Rollout", "grad_rollout": "Gradient rollout",
               "relevance": "Relevance"}
 VIEW_COLORS = {"cls_last": (255, 170, 60), "rollout": (90, 170, 255), "grad_rollout": (110, 220, 120),
@@ -133,17 +133,20 @@ class FaithfulnessPanel(QWidget):
         self.run_button.setToolTip("Measure the curves for the image and target on screen")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("Stop the measurement")
-        for w in (QLabel("Steps"), self.steps_spin, QLabel("Baseline"), self.baseline_combo, self.run_button):
+        for w in (QLabel("Steps"), self.steps_spin, QLabel("Baseline"), self.baseline_combo):
             row.addWidget(w)
         row.addStretch(1)
         lay.addLayout(row)
-        prow = QHBoxLayout()  # while running: progress and Cancel (a row of their own: the dock may be narrow)
+        prow = QHBoxLayout()  # Run, and while running the progress and Cancel (two short rows fit a narrow dock)
         prow.setSpacing(4)
         self.progress = QProgressBar()
         self.progress.setTextVisible(True)
         self.progress.setMaximumHeight(18)
+        self.progress.setMinimumWidth(40)
+        prow.addWidget(self.run_button)
         prow.addWidget(self.progress, 1)
         prow.addWidget(self.cancel_button)
+        prow.addStretch(0)
         lay.addLayout(prow)
 
         self.status = QLabel("")
@@ -154,7 +157,7 @@ class FaithfulnessPanel(QWidget):
 
         # the AUC table: every row in view (its height follows the rows)
         self.table = QTableWidget(0, 3)
-        self.table.setHorizontalHeaderLabels(["Map", "Deletion AUC ↓", "Insertion AUC ↑"])
+        self.table.setHorizontalHeaderLabels(["Map", "Deletion\nAUC ↓", "Insertion\nAUC ↑"])
         hh = self.table.horizontalHeader()
         hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         hh.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
@@ -428,12 +431,13 @@ class FaithfulnessPanel(QWidget):
                 item.setData(Qt.ItemDataRole.UserRole, is_best)
                 self.table.setItem(i, col, item)
         n = len(rows)
-        name = QTableWidgetItem(f"Random rankings ({rd.seeds})")
+        name = QTableWidgetItem(f"Random ({rd.seeds})")
         name.setIcon(_swatch(RANDOM_COLOR, dashed=True))
-        name.setToolTip("The same curves for random rankings of the patches: the floor any map must beat")
+        name.setToolTip(f"The same curves for {rd.seeds} random rankings of the patches (mean ± standard "
+                        "deviation): the floor any map must beat")
         self.table.setItem(n, 0, name)
         for col, rb in ((1, rd), (2, ri)):
-            item = QTableWidgetItem(f"{rb.auc_mean:.3f} ± {rb.auc_std:.3f}")
+            item = QTableWidgetItem(f"{rb.auc_mean:.3f}\n± {rb.auc_std:.3f}")  # two lines: a narrow dock
             item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             item.setToolTip(f"mean ± standard deviation over {rb.seeds} random rankings")
             self.table.setItem(n, col, item)
