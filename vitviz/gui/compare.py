@@ -471,12 +471,12 @@ class CompareWindow(QMainWindow):
         self.drawn.emit()
 
     def _relayout(self, comp: cmp.Comparison) -> None:
-        while self.grid.count():
-            item = self.grid.takeAt(0)
-            w = item.widget()
-            if w is not None:
-                w.setParent(None)
-                w.deleteLater()
+        # a new grid each time: a QGridLayout keeps the row and column stretches (and count) of a larger grid
+        self.grid_host = QWidget()
+        self.grid = QGridLayout(self.grid_host)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setSpacing(4)
+        self.scroll.setWidget(self.grid_host)  # the old grid and its panels are deleted with their host
         self.panels, self.column_bars = [], []
         top = 1 if comp.col_labels else 0
         left = 1 if comp.row_labels else 0
@@ -511,7 +511,7 @@ class CompareWindow(QMainWindow):
         self.all_bar = ScaleBar()
         self.all_bar.setVisible(False)
         self.grid.addWidget(self.all_bar, top + comp.nrows + 1, left, 1, comp.ncols)
-        for w in self.col_label_widgets + self.row_label_widgets + self.panels:
+        for w in [self.grid_host] + self.col_label_widgets + self.row_label_widgets + self.panels:
             w.show()  # at once: a widget added to a shown parent is otherwise shown by a queued call
         for i in range(comp.nrows):
             self.grid.setRowStretch(top + i, 1)
