@@ -35,7 +35,8 @@ def test_dataset_curve_beside_this_image(qtbot, window, image_path, tmp_path):
     assert "data set: mean of heads" in plots.legend_labels() and "data set: each head" in plots.legend_labels()
     assert [f"h{h}" for h in range(H)] == plots.legend_labels()[:H]
     title = plots.dist_title.text()
-    assert "this image (filled)" in title and "12 images of tiny test ViT" in title
+    assert "this image (filled)" in title and "data set of 12 images" in title
+    assert "12 images of tiny test ViT" in plots.dist_title.toolTip()
     assert plots.dist_plot.getViewBox().viewRange()[1][1] >= 500.0
     # the next image keeps the data set's curve
     window.session.set_result(r)
