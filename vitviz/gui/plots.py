@@ -389,10 +389,10 @@ class PlotsPanel(QTabWidget):
         hollow = pg.ScatterPlotItem(size=8, pen=pg.mkPen((200, 200, 200), width=1.5), brush=pg.mkBrush(None))
         self.dist_legend.addItem(hollow, "data set: each head")
         self._dataset_legend = ["data set: mean of heads", "data set: each head"]
-        self.dist_title.setText(f"{base} (filled) and {name} (hollow: each head's mean over the images; dashed: "
-                                "the mean of the heads)")
-        self.dist_title.setToolTip(f"{self.dataset_path}: mean attention distance per layer and head over "
-                                   f"{ds.images} images (sd over the images in the CSV)")
+        self.dist_title.setText(f"{base} (filled) · data set of {ds.images} image{'s' * (ds.images != 1)} "
+                                "(hollow: each head's mean; dashed: mean of heads)")
+        self.dist_title.setToolTip(f"{self.dataset_path}: mean attention distance per layer and head over {name} "
+                                   "(the standard deviations over the images are in the CSV)")
         if self._dist_top is not None:
             self._dist_top = max(self._dist_top, float(np.nanmax(ds.distance_mean)) * 1.08)
 
