@@ -441,6 +441,18 @@ def _colormap(scale: ColourScale):
     return cmap.with_extremes(under=lut[0], over=lut[-1])
 
 
+def _spaced(ticks: list[tuple[float, str]], scale: ColourScale, width_pt: float, size: float) -> list[tuple[float, str]]:
+    """Every k-th of ``ticks`` (smallest k) whose labels, centred on a bar ``width_pt`` long, keep a gap of half
+    their size between them."""
+    x = scale.normalise(np.asarray([v for v, _ in ticks], dtype=np.float64)) * width_pt
+    w = [_text_width_pt(t, size) for _, t in ticks]
+    for k in range(1, len(ticks) + 1):
+        idx = list(range(0, len(ticks), k))
+        if all(x[b] - x[a] >= (w[a] + w[b]) / 2 + size / 2 for a, b in zip(idx, idx[1:])):
+            return [ticks[i] for i in idx]
+    return ticks[:1]
+
+
 def _colorbar(fig, cax, scale: ColourScale, label: str, orientation: str, nticks: int) -> Any:
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import LogNorm, Normalize
@@ -453,6 +465,8 @@ def _colorbar(fig, cax, scale: ColourScale, label: str, orientation: str, nticks
     cb.solids.set_rasterized(False)  # vector colour bar in SVG / PDF (matplotlib rasterises long ones)
     cb.solids.set_edgecolor("face")  # no hairlines between the colour steps
     ticks = scale.ticks(nticks)
+    if orientation == "horizontal":  # labels side by side under a small bar: every k-th one, so none overlap
+        ticks = _spaced(ticks, scale, cax.get_position().width * fig.get_figwidth() * 72, TICK_PT - 0.5)
     cb.set_ticks([v for v, _ in ticks], labels=[t for _, t in ticks])
     cb.ax.minorticks_off()
     cb.ax.tick_params(labelsize=TICK_PT if orientation == "vertical" else TICK_PT - 0.5, length=3, width=0.6,
