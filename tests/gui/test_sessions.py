@@ -197,3 +197,28 @@ def test_saving_refuses_what_could_not_be_reopened(qtbot, window, image_path, tm
     window.dialogs.errors.clear()
     assert not window.open_session(str(out))
     assert "handed to vitviz by a script" in window.dialogs.errors[-1][1]
+
+
+def test_a_session_opens_at_its_saved_precision(qtbot, win, files, tiny_model):
+    """A session saved at fp32 (here headlessly, as 'vitviz' scripts would) shows the same maps in a window that
+    runs at another precision: the model is opened afresh at the saved one."""
+    from vitviz.imaging import load_image
+    from vitviz.model import load_checkpoint
+    from vitviz.pipeline import Pipeline
+    from vitviz.session import Session
+
+    open_and_wait(qtbot, win, files["images"][1])
+    win.set_precision("bf16")
+    qtbot.waitUntil(lambda: win.controller.pipeline.precision == "bf16" and not win.controller.is_busy(),
+                    timeout=30000)
+    a = files["images"][0]
+    s = Session()
+    s.add_images([a])
+    s.set_result(Pipeline(load_checkpoint(files["ckpt"]), precision="fp32").run(load_image(a), source=a, target=3))
+    s.set_options(view="relevance", start_layer=1)
+    path = st.save_state(st.capture_state(s, f"file:{files['ckpt']}", precision="fp32"), files["folder"] / "p.json")
+    with qtbot.waitSignal(win.resultShown, timeout=60000):
+        assert win.open_session(str(path))
+    assert win.controller.pipeline.precision == "fp32" and win.precision == "fp32"
+    np.testing.assert_array_equal(win.session.current_map(), s.current_map())
+    assert win.session.result.target == 3

@@ -54,9 +54,12 @@ class Sessions(QObject):
         if compare is None:
             cw = getattr(w, "compare_window", None)
             compare = cw.spec if cw is not None and cw.isVisible() else None
-        spec = getattr(w.controller.pipeline, "spec", None) if w.controller.pipeline is not None else None
-        return st.capture_state(w.session, w.model_key, model_name=w.controller.title(), device=w.device,
-                                precision=w.precision, preprocess=getattr(spec, "preprocess", None),
+        pipeline = w.controller.pipeline
+        spec = getattr(pipeline, "spec", None) if pipeline is not None else None
+        return st.capture_state(w.session, w.model_key, model_name=w.controller.title(),
+                                device=getattr(pipeline, "device", w.device),
+                                precision=getattr(pipeline, "precision", w.precision),  # "auto" resolved
+                                preprocess=getattr(spec, "preprocess", None),
                                 heads_all_layers=w.heads.all_layers, compare=compare, hashes=hashes)
 
     def why_not_reopenable(self) -> str | None:
@@ -133,9 +136,15 @@ class Sessions(QObject):
             return False
         from vitviz.gui.dialogs import confirm_download
 
+        from vitviz.devices import available_precisions
+
         c = w.controller
         ref = state.model
-        new_model = ref != w.model_key or c.pipeline is None
+        # the maps depend on the precision: the saved one where this device has it (then the model is opened
+        # afresh at it, leaving the window's own untouched until everything succeeded)
+        want = state.precision if state.precision in available_precisions(c.device) else None
+        new_model = (ref != w.model_key or c.pipeline is None
+                     or (want is not None and want != getattr(c.pipeline, "precision", None)))
         if new_model and not confirm_download(w.dialogs, ref):
             w.statusBar().showMessage("Session not opened: its model was not downloaded", 8000)
             return False
@@ -154,7 +163,7 @@ class Sessions(QObject):
 
                 model, note = open_model(ref, progress=job.report, show_bar=False)
                 note = "; ".join(filter(None, [note, st.with_preprocess(model, state)]))
-                dev, prec = device, precision
+                dev, prec = device, want or precision
                 if dev not in available_devices():
                     note = "; ".join(filter(None, [note, f"device {dev} is not available here: using the CPU"]))
                     dev = "cpu"
@@ -185,13 +194,16 @@ class Sessions(QObject):
             notes.append(f"{Path(changed[0]).name} has changed since the session was saved: the maps may differ")
         if state.model.startswith("random:"):
             notes.append("its model has random weights, drawn anew: the maps differ from the saved ones")
-        if state.precision != c.precision or state.device != c.device:
-            notes.append(f"saved on {state.device} ({state.precision}), shown on {c.device} ({c.precision})")
+        shown = pipeline if pipeline is not None else c.pipeline
+        if (state.precision, state.device) != (shown.precision, shown.device):
+            notes.append(f"saved on {state.device} ({state.precision}), shown on {shown.device} ({shown.precision}):"
+                         f" the maps may differ slightly")
         self._notes = notes
         self.pending = state
         source = state.image.path
         if pipeline is not None:
             c.requested = source  # the window must not re-run its old image with the new model meanwhile
+            c.device, c.precision = pipeline.device, pipeline.precision_choice  # as the controller does for a load
             c.adopt(pipeline, state.model, note)
         c.run(source, None, target=state.target, remember=False)
 
