@@ -3,6 +3,7 @@
 Usage::
 
     vitviz [IMAGE ...] [--model PATH_OR_NAME] [--device DEVICE]   open the GUI
+    vitviz SESSION.vitviz.json                                      the GUI showing a saved session (vitviz.state)
     vitviz [IMAGE ...] --model FILE.py:CLASS [--weights CKPT] [--init JSON]
                                                                     the GUI on your own model class (runs FILE.py)
     vitviz info CHECKPOINT [CHECKPOINT ...] [--num-heads N] [--preprocess imagenet|inception]
@@ -56,7 +57,8 @@ def _gui_parser() -> argparse.ArgumentParser:
                "'vitviz evaluate CHECKPOINT IMAGE...'.",
     )
     p.add_argument("--version", action="version", version=f"vitviz {__version__}")
-    p.add_argument("images", nargs="*", metavar="IMAGE", help="image files to open")
+    p.add_argument("images", nargs="*", metavar="IMAGE",
+                   help="image files to open, or a saved session (.vitviz.json) to show again")
     p.add_argument("--model", "-m", metavar="PATH_OR_NAME",
                    help="checkpoint file/directory, or a model name: a curated one such as dino-s8 ('vitviz "
                         "models'), a timm name (timm/vit_small_patch14_reg4_dinov2.lvd142m, hf-hub:...), a Hugging "
