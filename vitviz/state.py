@@ -157,7 +157,8 @@ def capture_state(session: "Session", model_ref: str, *, model_name: str = "", d
     Args:
         preprocess: the model's preprocessing (``pipeline.spec.preprocess``), recorded so that a reopened model
             prepares the images the same way.
-        hashes: record each image file's SHA-256 (a changed image is reported when the state is opened).
+        hashes: record the SHA-256 of the shown image's file and of the comparison's images (a changed image is
+            reported when the state is opened).
 
     Raises:
         StateError: nothing is shown yet.
@@ -168,20 +169,20 @@ def capture_state(session: "Session", model_ref: str, *, model_name: str = "", d
     paths = [str(p) for p in session.images]
     if r.source not in paths:
         paths.append(str(r.source))
+    for p in compare.images if compare is not None else ():  # the comparison's rows are images of the session
+        if p not in paths:
+            paths.append(str(p))
+    # the images the picture is made of are hashed (the shown one, the comparison's): a folder of photos is not
+    # read again at every export
+    pictured = {str(r.source)} | set(compare.images if compare is not None else ())
     refs = []
     for p in paths:
         q = Path(p)
         is_file = q.is_file()
-        absolute = str(q.resolve()) if is_file else p
-        refs.append(ImageRef(path=absolute, sha256=file_sha256(q) if is_file and hashes else None))
+        sha = file_sha256(q) if is_file and hashes and p in pictured else None
+        refs.append(ImageRef(path=str(q.resolve()) if is_file else p, sha256=sha))
     current = paths.index(str(r.source))
-    if compare is not None:  # the comparison's rows name images by path: keep them in the image list
-        for p in compare.images:
-            if p not in paths:
-                paths.append(p)
-                q = Path(p)
-                refs.append(ImageRef(path=str(q.resolve()) if q.is_file() else p,
-                                     sha256=file_sha256(q) if q.is_file() and hashes else None))
+    if compare is not None:
         compare = replace(compare, images=tuple(refs[paths.index(p)].path for p in compare.images))
     return SessionState(model=model_ref, images=tuple(refs), current=current, options=session.options,
                         target=r.target, target_label=r.label(r.target) if r.target is not None else "",
