@@ -53,8 +53,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from vitviz.session import Session
 
 __all__ = ["FORMAT", "METADATA_KEY", "SUFFIX", "VERSION", "ImageRef", "SessionState", "StateError", "apply_state",
-           "capture_state", "changed_images", "with_preprocess", "figure_metadata", "file_sha256", "from_dict", "locate", "parse_state",
-           "read_state", "reproduce", "save_state", "state_json", "to_dict"]
+           "capture_state", "changed_images", "figure_metadata", "file_sha256", "from_dict", "locate", "parse_state",
+           "read_state", "reproduce", "save_state", "state_json", "to_dict", "with_preprocess"]
 
 FORMAT = "vitviz-session"
 VERSION = 1
@@ -602,7 +602,8 @@ def _from_dict(d: Any, origin: str) -> SessionState:
     compare = _compare(d.get("compare"), [i.path for i in images])
     return SessionState(model=ref, images=tuple(images), current=current, options=options, target=target,
                         target_label=target_label, model_name=model_name, device=device, precision=precision,
-                        model_relative=model_relative, preprocess=preprocess, heads_all_layers=heads_all, compare=compare,
+                        model_relative=model_relative, preprocess=preprocess, heads_all_layers=heads_all,
+                        compare=compare,
                         written_by=written_by, origin=origin)
 
 
