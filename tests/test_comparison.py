@@ -1,6 +1,7 @@
 """Comparison grids (vitviz.compare): layouts, each panel's map against the window's own computation, shared and
 per-panel colour scales against vitviz.scales, and the exported figure's panels and labels."""
 
+import itertools
 import re
 from dataclasses import replace
 
@@ -35,7 +36,7 @@ def world(tmp_path, tiny_model):
     def run(spec):
         return {(src, t): pipe.run(load_image(src), source=src, target=t) for src, t in cmp.needed_runs(spec, base)}
 
-    return dict(pipe=pipe, paths=paths, base=base, run=run)
+    return {"pipe": pipe, "paths": paths, "base": base, "run": run}
 
 
 def _alone(result, options):
@@ -161,7 +162,7 @@ def test_exported_comparison_has_every_panel_and_label(world, tmp_path):
     svg = figures.save(fig, tmp_path / "grid.svg")
     text = svg.read_text(encoding="utf-8")
     assert len(re.findall(r"<image\b", text)) == 8  # one embedded picture per panel
-    words = " ".join(re.sub(r"<[^>]+>", " ", t) for t in re.findall(r"<text\b.*?</text>", text, re.S))
+    words = " ".join(re.sub(r"<[^>]+>", " ", t) for t in re.findall(r"<text\b.*?</text>", text, re.DOTALL))
     words = words.replace("&amp;", "&")
     for label in comp.col_labels + comp.row_labels:
         assert label in words, label
@@ -182,7 +183,7 @@ def test_exported_comparison_has_every_panel_and_label(world, tmp_path):
         boxes = sorted((t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()),
                        key=lambda b: b.x0)
         assert boxes
-        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), ax.get_xlabel()
+        assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes)), ax.get_xlabel()
     png = figures.save(fig, tmp_path / "grid.png", scale="native")
     with Image.open(png) as im:
         size = im.size
@@ -209,4 +210,4 @@ def test_small_colour_bars_never_overlap_their_tick_labels():
         boxes = sorted((t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()),
                        key=lambda b: b.x0)
         assert len(boxes) >= 2
-        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))
+        assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes))

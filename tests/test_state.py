@@ -44,7 +44,8 @@ def setup(tmp_path, tiny_model):
                   cmap="viridis", opacity=0.45, interpolation="bilinear", colorbar=False, caption=True,
                   ignore_artefacts=True, scale_excludes_artefacts=False, scale="per_map", percentile=98.0,
                   log_scale=False, mask_keep=0.6, mask_style="dim")
-    return dict(folder=folder, ckpt=ckpt, ref=f"file:{ckpt}", images=(a, b), session=s, pipe=pipe, target=target)
+    return {"folder": folder, "ckpt": ckpt, "ref": f"file:{ckpt}", "images": (a, b), "session": s, "pipe": pipe,
+            "target": target}
 
 
 def _maps(session):

@@ -21,9 +21,10 @@ each panel's scale is what the window would use for it alone (its scale mode).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -90,7 +91,7 @@ class Cell:
     row: int
     col: int
     label: str | None = None
-    scale: "ColourScale | None" = None
+    scale: ColourScale | None = None
 
     @property
     def map(self) -> np.ndarray | None:
@@ -125,24 +126,24 @@ class Comparison:
         return self.cells[row * self.ncols + col]
 
     @property
-    def shared(self) -> "ColourScale | None":
+    def shared(self) -> ColourScale | None:
         """The one colour scale of every panel with a map, when they all share it (else None)."""
         scales = {id(c.scale): c.scale for c in self.cells if c.scale is not None}
         return next(iter(scales.values())) if len(scales) == 1 else None
 
 
 # ----------------------------------------------------------------------------------------------- defaults
-def default_layers(view: views.View, result: "InferenceResult", n: int = 4) -> tuple[int, ...]:
+def default_layers(view: views.View, result: InferenceResult, n: int = 4) -> tuple[int, ...]:
     """``n`` evenly spaced values of the view's layer slider, first and last included (all of them when fewer)."""
     if view.slider is None:
         return ()
     lo, hi = (0, result.num_layers - 1) if view.slider == "start_layer" else view.layer_range(result)
     if hi - lo + 1 <= n:
         return tuple(range(lo, hi + 1))
-    return tuple(dict.fromkeys(int(round(lo + i * (hi - lo) / (n - 1))) for i in range(n)))
+    return tuple(dict.fromkeys(round(lo + i * (hi - lo) / (n - 1)) for i in range(n)))
 
 
-def default_classes(result: "InferenceResult", n: int = 4) -> tuple[int, ...]:
+def default_classes(result: InferenceResult, n: int = 4) -> tuple[int, ...]:
     """The ``n`` most probable classes of ``result`` (its target first when it is not among them)."""
     if result.attention_grads is None:
         return ()
@@ -183,7 +184,7 @@ def _options(o: ViewOptions) -> dict[str, Any]:
     return {f.name: getattr(o, f.name) for f in fields(ViewOptions)}
 
 
-def _cell_session(result: "InferenceResult", options: ViewOptions, pool: dict | None) -> Session:
+def _cell_session(result: InferenceResult, options: ViewOptions, pool: dict | None) -> Session:
     """A document showing ``result`` with ``options``. The documents of one result share one map cache (its keys
     name the view and the options), kept in ``pool`` across builds."""
     s = Session()
@@ -200,7 +201,7 @@ def _cell_session(result: "InferenceResult", options: ViewOptions, pool: dict | 
 
 
 def build_comparison(spec: CompareSpec, base: Session,
-                     results: Mapping[tuple[str, int | None], "InferenceResult"] | None = None, *,
+                     results: Mapping[tuple[str, int | None], InferenceResult] | None = None, *,
                      pool: dict | None = None) -> Comparison:
     """Lay out ``spec`` over the window's document ``base`` (its result, options and image list).
 
@@ -220,7 +221,7 @@ def build_comparison(spec: CompareSpec, base: Session,
         raise ValueError("nothing to compare: open an image first")
     results = dict(results or {})
 
-    def get(src: str, target: int | None) -> "InferenceResult":
+    def get(src: str, target: int | None) -> InferenceResult:
         if src == r.source and (target is None or target == r.target):
             return r
         if (src, target) not in results:
@@ -303,7 +304,7 @@ def build_comparison(spec: CompareSpec, base: Session,
                       row_labels=row_labels, col_labels=col_labels, scale_note=scale_note, notes=notes)
 
 
-def _target_text(result: "InferenceResult") -> str:
+def _target_text(result: InferenceResult) -> str:
     return result.label(result.target) if result.target is not None else "no target"
 
 
@@ -379,7 +380,7 @@ def _texts(spec: CompareSpec, cells: list[Cell], title: str, scale_note: str, ba
 
 
 # ----------------------------------------------------------------------------------------------- the figure
-def comparison_figure(comp: Comparison) -> "FigureSpec":
+def comparison_figure(comp: Comparison) -> FigureSpec:
     """The comparison as a :class:`vitviz.figures.FigureSpec`: every panel in the window's colours (its scale, the
     query-patch box where the view uses it, the mask), row and column labels (the panel labels in the ``"layers"``
     and ``"classes"`` layouts), one colour bar when all panels share a scale (else one under each panel), the title

@@ -40,16 +40,17 @@ import math
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from vitviz.session import SCALE_MODES, ViewOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.compare import CompareSpec
-    from vitviz.preprocess import Preprocess
     from vitviz.pipeline import InferenceResult, Pipeline
+    from vitviz.preprocess import Preprocess
     from vitviz.session import Session
 
 __all__ = ["FORMAT", "METADATA_KEY", "SUFFIX", "VERSION", "ImageRef", "SessionState", "StateError", "apply_state",
@@ -70,8 +71,7 @@ MAX_TEXT = 4096  # characters of a path or name
 MAX_DEPTH = 16  # JSON nesting (the schema needs 3)
 MAX_INDEX = 1_000_000  # layers, patches, classes
 IN_MEMORY_MODEL = "memory"  # the reference of a model handed to the window by a script (vitviz.show, tests)
-_MODEL_REF = re.compile(r"[a-z][a-z0-9_-]*:.+", re.S)  # KIND:VALUE (vitviz.model.sources: file, pretrained, hub ...)
-_KEY_OPTIONS = ("view", "layer", "head", "query", "start_layer")
+_MODEL_REF = re.compile(r"[a-z][a-z0-9_-]*:.+", re.DOTALL)  # KIND:VALUE (vitviz.model.sources: file, hub ...)
 
 
 class StateError(ValueError):
@@ -132,9 +132,9 @@ class SessionState:
     device: str = "cpu"
     precision: str = "fp32"
     model_relative: str | None = None
-    preprocess: "Preprocess | None" = None
+    preprocess: Preprocess | None = None
     heads_all_layers: bool = False
-    compare: "CompareSpec | None" = None
+    compare: CompareSpec | None = None
     written_by: str = ""
     origin: str = field(default="", compare=False)
 
@@ -149,9 +149,9 @@ class SessionState:
 
 
 # ----------------------------------------------------------------------------------------------- from the window
-def capture_state(session: "Session", model_ref: str, *, model_name: str = "", device: str = "cpu",
-                  precision: str = "fp32", preprocess: "Preprocess | None" = None, heads_all_layers: bool = False,
-                  compare: "CompareSpec | None" = None, hashes: bool = True) -> SessionState:
+def capture_state(session: Session, model_ref: str, *, model_name: str = "", device: str = "cpu",
+                  precision: str = "fp32", preprocess: Preprocess | None = None, heads_all_layers: bool = False,
+                  compare: CompareSpec | None = None, hashes: bool = True) -> SessionState:
     """The state of ``session`` (its shown result, images and options) with the model ``model_ref``.
 
     Args:
@@ -342,7 +342,7 @@ def read_state(path: str | os.PathLike) -> SessionState:
 
 
 def _is_figure(head: bytes, p: Path) -> bool:
-    if head.startswith(b"\x89PNG") or head.startswith(b"%PDF"):
+    if head.startswith((b"\x89PNG", b"%PDF")):
         return True
     return p.suffix.lower() == ".svg"
 
@@ -607,11 +607,11 @@ def _from_dict(d: Any, origin: str) -> SessionState:
                         written_by=written_by, origin=origin)
 
 
-def _preprocess(v: Any, where: str) -> "Preprocess":
+def _preprocess(v: Any, where: str) -> Preprocess:
     from vitviz.preprocess import Preprocess
 
     d = _obj(v, where, ("resize", "crop", "interpolation", "mean", "std"), ("resize", "crop", "mean", "std"))
-    side = lambda x, n: _int(x, n, 1, 16384)  # noqa: E731
+    side = lambda x, n: _int(x, n, 1, 16384)
     r = d["resize"]
     resize: Any = side(r, where + ".resize") if not isinstance(r, list) else \
         tuple(side(x, f"{where}.resize[{i}]") for i, x in enumerate(_pair(r, where + ".resize")))
@@ -642,7 +642,7 @@ def with_preprocess(model: Any, state: SessionState) -> str | None:
     return "the model prepares images as when the session was saved (its file says otherwise)"
 
 
-def _compare(v: Any, paths: list[str]) -> "CompareSpec | None":
+def _compare(v: Any, paths: list[str]) -> CompareSpec | None:
     if v is None:
         return None
     from vitviz.compare import LAYOUTS, CompareSpec
@@ -752,7 +752,7 @@ def changed_images(state: SessionState, which: list[int] | None = None) -> list[
 
 
 # ----------------------------------------------------------------------------------------------- reopening
-def apply_state(state: SessionState, session: "Session", result: "InferenceResult") -> None:
+def apply_state(state: SessionState, session: Session, result: InferenceResult) -> None:
     """Make ``session`` show ``state`` with ``result`` (the state's image through its model and target): the image
     list, the options (clamped to the model like any option the window sets) and the result."""
     session.images = list(state.paths)
@@ -760,8 +760,8 @@ def apply_state(state: SessionState, session: "Session", result: "InferenceResul
     session.set_result(result)
 
 
-def reproduce(state: SessionState, *, pipeline: "Pipeline | None" = None, device: str = "cpu",
-              precision: str | None = None) -> tuple["Session", "Pipeline"]:
+def reproduce(state: SessionState, *, pipeline: Pipeline | None = None, device: str = "cpu",
+              precision: str | None = None) -> tuple[Session, Pipeline]:
     """Rebuild the session ``state`` describes, headlessly: open its model (unless ``pipeline`` is given), run its
     image with its target, set its options.
 

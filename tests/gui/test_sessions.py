@@ -20,7 +20,7 @@ def files(tmp_path, tiny_model):
     for i in range(2):
         make_image(tmp_path / f"im{i}.png", seed=i)
         images.append(str(tmp_path / f"im{i}.png"))
-    return dict(ckpt=ckpt, images=images, folder=tmp_path)
+    return {"ckpt": ckpt, "images": images, "folder": tmp_path}
 
 
 @pytest.fixture
@@ -41,9 +41,9 @@ def win(qtbot, tiny_model, settings, files):
 
 def _snapshot(w):
     s = w.session
-    return dict(options=s.options, source=s.result.source, target=s.result.target, images=list(s.images),
-                map=s.current_map().copy(), image_map=s.image_map().copy(), model=w.model, key=w.model_key,
-                heads_all=w.heads.all_layers)
+    return {"options": s.options, "source": s.result.source, "target": s.result.target, "images": list(s.images),
+            "map": s.current_map().copy(), "image_map": s.image_map().copy(), "model": w.model, "key": w.model_key,
+            "heads_all": w.heads.all_layers}
 
 
 def _same(w, snap):

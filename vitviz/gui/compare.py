@@ -21,13 +21,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QAction, QColor
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QGraphicsRectItem, QGridLayout, QHBoxLayout, QLabel,
-                               QMainWindow, QMenu, QPushButton, QScrollArea, QSizePolicy, QToolButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QGraphicsRectItem,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QPushButton,
+    QScrollArea,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from vitviz import compare as cmp
 from vitviz import views
-from vitviz.gui.canvas import Canvas, highlight_rect, outline
+from vitviz.gui.canvas import Canvas, outline
 from vitviz.gui.mosaic import BACKGROUND, ScaleBar
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,7 +53,7 @@ DEFAULT_VIEWS = ("cls", "rollout", "grad_rollout", "relevance")
 HOVER_COLOR = QColor(255, 255, 255)
 
 
-def default_spec(win: "MainWindow") -> cmp.CompareSpec:
+def default_spec(win: MainWindow) -> cmp.CompareSpec:
     """The first comparison: the main window's view beside three others, for up to four open images."""
     s = win.session
     keys = [v.key for v in views.all_views()]
@@ -157,7 +169,7 @@ class CompareWindow(QMainWindow):
 
     drawn = Signal()
 
-    def __init__(self, main: "MainWindow", spec: cmp.CompareSpec | None = None):
+    def __init__(self, main: MainWindow, spec: cmp.CompareSpec | None = None):
         super().__init__(main)
         self.setWindowFlag(Qt.WindowType.Window, True)
         self.setWindowTitle("Compare — vitviz")

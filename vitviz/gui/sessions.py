@@ -37,7 +37,7 @@ def is_session_file(path: str) -> bool:
 class Sessions(QObject):
     """Saving and opening sessions for one window (``win.sessions``)."""
 
-    def __init__(self, win: "MainWindow"):
+    def __init__(self, win: MainWindow):
         super().__init__(win)
         self.win = win
         self.pending: st.SessionState | None = None  # opened: waiting for its image's result
@@ -134,9 +134,8 @@ class Sessions(QObject):
         except st.StateError as e:
             w.show_error(title, str(e))
             return False
-        from vitviz.gui.dialogs import confirm_download
-
         from vitviz.devices import available_precisions
+        from vitviz.gui.dialogs import confirm_download
 
         c = w.controller
         ref = state.model
