@@ -154,3 +154,24 @@ def test_layout_controls_switch_and_keep_a_valid_spec(qtbot, window, three):
     right = max(p.geometry().right() for p in cw.panels)
     bottom = max(p.geometry().bottom() for p in cw.panels)
     assert right > 0.9 * view.width() and bottom > 0.7 * view.height(), (right, bottom, view.size())
+
+
+def test_an_unreadable_image_is_named_and_not_retried(qtbot, window, three, tmp_path):
+    open_and_wait(qtbot, window, three[0])
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"not a png at all")
+    spec = cmp.CompareSpec(layout="views", views=("cls",), images=(three[0], str(bad)))
+    window.dialogs = window.dialogs_recorder
+    cw = window.show_compare(spec)
+    qtbot.addWidget(cw)
+    qtbot.waitUntil(lambda: "broken.png" in cw.message.text(), timeout=30000)
+    assert "not an image file" in cw.message.text() and cw.message.isVisible()
+    asked = []
+    cw._request = lambda missing: asked.append(missing)
+    window.set_layer(1)  # the main window redraws: the grid does not ask for the broken image again
+    window.set_layer(2)
+    assert asked == [] and "broken.png" in cw.message.text()
+    assert window.dialogs_recorder.errors == []
+    cw.set_spec(cmp.CompareSpec(layout="views", views=("cls",), images=(three[0],)))
+    qtbot.waitUntil(lambda: cw.comparison is not None and len(cw.panels) == 1, timeout=30000)
+    assert not cw.message.isVisible()

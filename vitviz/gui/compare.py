@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 KIND = "compare"  # the worker's job kind
 BATCH = 8  # images per forward when analysing other images or classes
-KEEP_RESULTS = 24  # results kept for comparisons (each holds the attention of every layer)
+KEEP_RESULTS = 12  # results kept for comparisons (each holds every layer's attention: ~50 MB for a ViT-B)
 MIN_PANEL = (170, 130)  # px: smaller panels scroll
 DEFAULT_VIEWS = ("cls", "rollout", "grad_rollout", "relevance")
 HOVER_COLOR = QColor(255, 255, 255)
@@ -178,6 +178,7 @@ class CompareWindow(QMainWindow):
         self.results: dict[tuple[str, int | None], Any] = {}
         self._pool: dict = {}
         self._asked: set = set()  # runs submitted and not yet back
+        self._failed: dict[tuple[str, int | None], str] = {}  # runs that failed: not asked again for this spec
         self.comparison: cmp.Comparison | None = None
         self.panels: list[ComparePanel] = []
         self.column_bars: list[ScaleBar] = []
@@ -320,6 +321,7 @@ class CompareWindow(QMainWindow):
     def set_spec(self, spec: cmp.CompareSpec) -> None:
         """Show ``spec`` (e.g. from an opened session)."""
         self.spec = spec
+        self._failed.clear()
         self._sync_controls()
         self.refresh()
 
@@ -366,6 +368,7 @@ class CompareWindow(QMainWindow):
         self.results.clear()
         self._pool.clear()
         self._asked.clear()
+        self._failed.clear()
         if self.isVisible():
             self.refresh()
 
@@ -386,20 +389,26 @@ class CompareWindow(QMainWindow):
 
             from vitviz.imaging import load_image
 
-            out = {}
-            todo = list(missing)
+            out, failed = {}, {}
+            todo = []
+            for src, t in missing:  # an unreadable image is named, the others are still compared
+                try:
+                    image = (Image.fromarray(np.ascontiguousarray(base_rgb), "RGB")
+                             if src == base_src and not os.path.isfile(src) else load_image(src))
+                except Exception as e:  # noqa: BLE001 - ImageError names the file and the problem
+                    failed[(src, t)] = str(e)
+                else:
+                    todo.append(((src, t), image))
             for i in range(0, len(todo), BATCH):
                 if job.cancelled:
-                    return pipeline, None
+                    return pipeline, None, failed
                 part = todo[i:i + BATCH]
-                images = [Image.fromarray(np.ascontiguousarray(base_rgb), "RGB")
-                          if src == base_src and not os.path.isfile(src) else load_image(src) for src, _ in part]
-                targets = [t for _, t in part]  # all None (other images, top class) or all classes
-                res = pipeline.run_batch(images, sources=[src for src, _ in part],
+                targets = [t for (_, t), _ in part]  # all None (other images, top class) or all classes
+                res = pipeline.run_batch([im for _, im in part], sources=[src for (src, _), _ in part],
                                          target=None if None in targets else targets)
-                out.update(zip(part, res))
+                out.update(zip([k for k, _ in part], res))
                 job.report(min(len(todo), i + BATCH), len(todo))
-            return pipeline, out
+            return pipeline, out, failed
 
         n = len(missing)
         self._show_message(f"Analysing {n} {'image' if self.spec.layout == 'views' else 'class'}"
@@ -409,10 +418,11 @@ class CompareWindow(QMainWindow):
     def _on_done(self, kind: str, payload: Any, job) -> None:
         if kind != KIND:
             return
-        pipeline, out = payload
+        pipeline, out, failed = payload
         self._asked.clear()
         if out is None or pipeline is not self.main.controller.pipeline:
             return  # cancelled, or another model since
+        self._failed.update(failed)
         self.results.update(out)
         if len(self.results) > KEEP_RESULTS:  # keep the newest
             for k in list(self.results)[:len(self.results) - KEEP_RESULTS]:
@@ -424,8 +434,9 @@ class CompareWindow(QMainWindow):
             return
         from vitviz.gui.worker import split_detail
 
-        self._asked.clear()
         text, _ = split_detail(message)
+        self._failed.update({k: text for k in self._asked})  # not asked again until the choice changes
+        self._asked.clear()
         self._show_message(f"{title}: {text}")
 
     # ------------------------------------------------------------------ drawing
@@ -444,6 +455,11 @@ class CompareWindow(QMainWindow):
             return
         runs = cmp.needed_runs(self.spec, base)
         missing = [k for k in runs if k not in self.results]
+        failed = [k for k in missing if k in self._failed]
+        if failed:
+            self._show_message("Cannot compare: " + "; ".join(dict.fromkeys(self._failed[k] for k in failed))
+                               + (" (untick it under Images)" if self.spec.layout == "views" else ""))
+            return
         if missing:
             if set(missing) != self._asked:
                 self._request(missing)
