@@ -343,3 +343,20 @@ def test_a_target_the_model_lacks_fails_when_run(setup, tmp_path):
     with pytest.raises(Exception, match="7"):
         st.reproduce(st.read_state(path))
 
+
+
+def test_reading_a_session_does_not_import_torch(tmp_path):
+    """Reading and checking a session file is cheap: no torch (the window opens and checks it before any model)."""
+    import subprocess
+    import sys
+
+    img = _photo(tmp_path / "x.png", 0)
+    doc = {"format": "vitviz-session", "version": 1, "model": {"ref": "demo"}, "images": [{"path": img}],
+           "current": 0, "options": {"view": "relevance", "cmap": "viridis"}}
+    path = tmp_path / "s.vitviz.json"
+    path.write_text(json.dumps(doc))
+    code = ("import sys; from vitviz import state; "
+            f"s = state.locate(state.read_state({str(path)!r})); assert s.options.view == 'relevance'; "
+            "assert 'torch' not in sys.modules, 'torch imported'; print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
