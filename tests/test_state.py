@@ -358,5 +358,5 @@ def test_reading_a_session_does_not_import_torch(tmp_path):
     code = ("import sys; from vitviz import state; "
             f"s = state.locate(state.read_state({str(path)!r})); assert s.options.view == 'relevance'; "
             "assert 'torch' not in sys.modules, 'torch imported'; print('ok')")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
