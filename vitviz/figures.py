@@ -441,16 +441,22 @@ def _colormap(scale: ColourScale):
     return cmap.with_extremes(under=lut[0], over=lut[-1])
 
 
-def _spaced(ticks: list[tuple[float, str]], scale: ColourScale, width_pt: float, size: float) -> list[tuple[float, str]]:
-    """Every k-th of ``ticks`` (smallest k) whose labels, centred on a bar ``width_pt`` long, keep a gap of half
-    their size between them."""
+def _spaced(ticks: list[tuple[float, str]], scale: ColourScale, width_pt: float,
+            size: float) -> list[tuple[float, str]]:
+    """The most of ``ticks`` whose labels, centred on a bar ``width_pt`` long, keep a gap of a quarter of their size
+    between them: every tick, else every k-th from any start (or the first and the last), the smallest k first."""
+    from itertools import pairwise
+
     x = scale.normalise(np.asarray([v for v, _ in ticks], dtype=np.float64)) * width_pt
     w = [_text_width_pt(t, size) for _, t in ticks]
-    for k in range(1, len(ticks) + 1):
-        idx = list(range(0, len(ticks), k))
-        if all(x[b] - x[a] >= (w[a] + w[b]) / 2 + size / 2 for a, b in zip(idx, idx[1:])):
-            return [ticks[i] for i in idx]
-    return ticks[:1]
+    n = len(ticks)
+    candidates = [list(range(s, n, k)) for k in range(1, n + 1) for s in range(k)] + [[0, n - 1]]
+    best = [0]
+    for idx in candidates:
+        if len(idx) > len(best) and all(x[b] - x[a] >= (w[a] + w[b]) / 2 + size / 4
+                                        for a, b in pairwise(idx)):
+            best = idx
+    return [ticks[i] for i in best] if ticks else ticks
 
 
 def _colorbar(fig, cax, scale: ColourScale, label: str, orientation: str, nticks: int) -> Any:
