@@ -109,3 +109,29 @@ def test_bf16_pipeline_runs_and_stores_float32(tiny_model):
     r = Pipeline(tiny_model, precision="bf16").run(_image())
     assert r.attentions.dtype == torch.float32 and r.precision == "bf16"
     assert torch.allclose(r.attentions.sum(-1), torch.ones(()), atol=2e-2)
+
+
+def test_precision_round_trip_restores_the_full_precision_weights():
+    """fp32 -> bf16 -> fp32 (the window's precision menu) computes with the original weights again, not rounded ones."""
+    import torch
+
+    from vitviz.model import ViT
+    from vitviz.pipeline import Pipeline
+
+    torch.manual_seed(0)
+    model = ViT(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=5)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        ref = model(x)
+    Pipeline(model, precision="bf16")
+    assert model.patch_embed.proj.weight.dtype == torch.bfloat16
+    rounded = model.patch_embed.proj.weight.float()
+    assert not torch.equal(rounded, before["patch_embed.proj.weight"])  # the cast really rounds
+    Pipeline(model, precision="fp16")  # bf16 -> fp16 keeps the first full-precision copy
+    Pipeline(model, precision="fp32")
+    for k, v in model.state_dict().items():
+        assert v.dtype == before[k].dtype and torch.equal(v, before[k]), k
+    with torch.no_grad():
+        assert torch.equal(model(x), ref)
+    assert not hasattr(model, "_vitviz_full_precision")  # the copy is dropped once restored

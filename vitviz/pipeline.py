@@ -244,6 +244,33 @@ class InferenceResult:
         return [(int(i), self.label(int(i)), float(v)) for v, i in zip(vals, idx)]
 
 
+_FULL_PRECISION = "_vitviz_full_precision"
+
+
+def cast_model(model: torch.nn.Module, device: Any, dtype: torch.dtype) -> torch.nn.Module:
+    """Move ``model`` to ``device`` and cast its floating weights to ``dtype`` in place, reversibly.
+
+    Casting a float32 model to bf16/fp16 rounds its weights; casting back would not undo that (a window switched
+    bf16 -> fp32 would keep computing with rounded weights). So the first cast below float32 keeps a float32 copy of
+    the floating parameters and buffers on the CPU (``model._vitviz_full_precision``: the weights' size once more),
+    and a cast back to float32 restores them bit for bit and drops the copy.
+    """
+    saved = getattr(model, _FULL_PRECISION, None)
+    floating = {k: t for k, t in model.state_dict(keep_vars=True).items() if t.is_floating_point()}
+    if dtype != torch.float32 and saved is None and floating and all(t.dtype == torch.float32
+                                                                         for t in floating.values()):
+        object.__setattr__(model, _FULL_PRECISION,
+                           {k: t.detach().to("cpu", copy=True) for k, t in floating.items()})
+    model.to(device=device, dtype=dtype)
+    if dtype == torch.float32 and saved is not None:
+        with torch.no_grad():
+            for k, t in model.state_dict(keep_vars=True).items():
+                if k in saved and tuple(t.shape) == tuple(saved[k].shape):
+                    t.copy_(saved[k])
+        object.__delattr__(model, _FULL_PRECISION)
+    return model
+
+
 class Pipeline:
     """A model on a device and precision, ready to turn images into :class:`InferenceResult` s.
 
@@ -274,7 +301,7 @@ class Pipeline:
         self._model_data: dict[tuple[int, int], ModelData] = {}
         self._lock = threading.Lock()
         model.eval()
-        model.to(device=device, dtype=DTYPES[precision])
+        cast_model(model, device, DTYPES[precision])
 
     @property
     def spec(self):

@@ -216,7 +216,8 @@ def test_filters_tab_shows_each_components_index_and_explained_variance(qtbot, w
     p = window.plots
     p.setCurrentIndex(2)
     _settle(qtbot, window)
-    w = tiny_model.patch_embed.proj.weight.detach().numpy().astype(np.float64)
+    # the weights the window runs (bf16 where "auto" picks it)
+    w = tiny_model.patch_embed.proj.weight.detach().float().numpy().astype(np.float64)
     X = w.reshape(w.shape[0], -1)
     s = np.linalg.svd(X - X.mean(0), compute_uv=False)
     ref = s ** 2 / (s ** 2).sum()

@@ -152,14 +152,14 @@ class Controller(QObject):
         def work(job: Job):
             import torch
 
-            from vitviz.pipeline import DTYPES, Pipeline
+            from vitviz.pipeline import DTYPES, Pipeline, cast_model
 
             try:
                 p = Pipeline(model, device=device, precision=precision)
                 if device.startswith("cuda"):
                     torch.cuda.synchronize(device)
             except BaseException:
-                model.to(device=old[0], dtype=DTYPES[old[1]])
+                cast_model(model, old[0], DTYPES[old[1]])
                 raise
             return ref, p, None
 
