@@ -42,12 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.batch import (
-    InputImage,
-    Loaded,
-    expand_inputs,
-    parse_shard,
-    progress_bar,
-    stream_batches,
+    InputImage, Loaded, add_common_arguments, check_device, expand_inputs, parse_shard, progress_bar, stream_batches,
     take_shard,
 )
 
@@ -125,12 +120,8 @@ def _words(values: Sequence[str] | None) -> list[str]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``vitviz export`` (the model's load options and ``--debug`` are added by :mod:`vitviz.cli`)."""
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="image files, folders (searched recursively), glob patterns ('**' recurses) or text files "
-                        "listing paths (.txt/.lst/.list, or @FILE)")
-    p.add_argument("--model", "-m", required=True, metavar="M",
-                   help="checkpoint file or folder, a pretrained name, 'demo' or random:ARCH")
-    p.add_argument("--out", "-o", required=True, metavar="DIR", help="output folder (created if missing)")
+    add_common_arguments(p, "output folder (created if missing)",
+                         overwrite_help="redo every image, also those done, and replace existing files")
     p.add_argument("--views", action="append", metavar="V[,V...]",
                    help=f"views, comma-separated or the flag repeated (default: {','.join(DEFAULT_VIEWS)})")
     p.add_argument("--layers", action="append", metavar="L[,L...]",
@@ -152,14 +143,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-colorbar", dest="colorbar", action="store_false", help="PNG without the colour bar")
     p.add_argument("--no-caption", dest="caption", action="store_false", help="PNG without title and caption")
     p.add_argument("--cmap", default="inferno", help="colormap (default inferno)")
-    p.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default 16)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                   help="auto (default): bf16 where the CPU or GPU multiplies bf16 natively, else fp32")
     p.add_argument("--shard", metavar="K/N", help="do shard K of N (a deterministic 1/N of the images), e.g. for "
                                                   "a cluster job array")
-    p.add_argument("--overwrite", action="store_true", help="redo every image and replace existing files")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar (for logs)")
     p.add_argument("--animate", choices=("gif", "apng", "mp4"),
                    help="also write each view that has a layer (or start layer) over every layer as one animation, "
                         "the layer drawn on each frame, one colour scale across layers (mp4 needs imageio-ffmpeg)")
@@ -190,8 +175,6 @@ def options_from_args(args: argparse.Namespace) -> ExportOptions:
         if len(parts) != 2 or not all(_is_int(x) and int(x) >= 0 for x in parts):
             raise ValueError(f"--query {args.query}: expected ROW,COL of a patch, e.g. 7,7")
         query = (int(parts[0]), int(parts[1]))
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size {args.batch_size}: must be at least 1")
     from vitviz.figures import parse_scale
 
     scale = str(parse_scale(args.scale))
@@ -852,17 +835,10 @@ def export_images(pipeline: Any, inputs: Sequence[str] | Sequence[InputImage], o
 def run_cli(args: argparse.Namespace, report: Callable[[BaseException, str | None], int], load: Callable) -> int:
     """``vitviz export``: checks every flag, loads the model, exports; returns the exit status (0; 2: the command
     could not run; 64 + n: n images failed; 130: interrupted)."""
-    from vitviz.devices import available_devices, available_precisions, normalise_device
     from vitviz.pipeline import Pipeline
 
     options = options_from_args(args)
-    device = normalise_device(options.device)
-    if device not in available_devices():
-        raise ValueError(f"--device {options.device}: not available here (available: "
-                         f"{', '.join(available_devices())})")
-    if options.precision != "auto" and options.precision not in available_precisions(device):
-        raise ValueError(f"--precision {options.precision}: not available on {device} (available: auto, "
-                         f"{', '.join(available_precisions(device))})")
+    device = check_device(options.device, options.precision, options.batch_size)
     options = replace(options, device=device)
     images, problems = expand_inputs(args.inputs)
     status = 0

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitviz.batch import InputImage, expand_inputs, progress_bar, stream_batches
+from vitviz.batch import (
+    InputImage, add_common_arguments, check_device, expand_inputs, progress_bar, stream_batches,
+)
 
 STATS_CSV = "attention_stats.csv"
 ARTEFACT_CSV = "artefact_frequency.csv"
@@ -385,41 +387,17 @@ def check_targets(paths: Sequence[Path], *, overwrite: bool) -> None:
 # ----------------------------------------------------------------------------------------------- the command
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``vitviz stats`` (the model's load options and ``--debug`` are added by :mod:`vitviz.cli`)."""
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="image files, folders (searched recursively), glob patterns ('**' recurses) or text files "
-                        "listing paths (.txt/.lst/.list, or @FILE)")
-    p.add_argument("--model", "-m", required=True, metavar="M",
-                   help="checkpoint file or folder, a pretrained name, 'demo' or random:ARCH")
-    p.add_argument("--out", "-o", required=True, metavar="DIR",
-                   help=f"output folder for {STATS_CSV}, {ARTEFACT_CSV} and {FIGURE}.png/.svg")
-    p.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default 16)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                   help="auto (default): bf16 where the CPU or GPU multiplies bf16 natively, else fp32")
-    p.add_argument("--overwrite", action="store_true", help="replace existing output files")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar (for logs)")
+    add_common_arguments(p, f"output folder for {STATS_CSV}, {ARTEFACT_CSV} and {FIGURE}.png/.svg")
 
 
 def run_cli(args: argparse.Namespace, report: Callable[[BaseException, str | None], int], load: Callable) -> int:
     """``vitviz stats``: returns the exit status (0; 2: could not run or no image could be read; 64 + n: n images
     failed; 130: interrupted, nothing written)."""
-
-    from vitviz.devices import (
-        available_devices,
-        available_precisions,
-        normalise_device,
-        precision_reason,
-    )
+    from vitviz.devices import precision_reason
     from vitviz.export import FAILED_BASE, MAX_FAILED_STATUS
     from vitviz.pipeline import Pipeline
 
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size {args.batch_size}: must be at least 1")
-    device = normalise_device(args.device)
-    if device not in available_devices():
-        raise ValueError(f"--device {args.device}: not available here (available: {', '.join(available_devices())})")
-    if args.precision != "auto" and args.precision not in available_precisions(device):
-        raise ValueError(f"--precision {args.precision}: not available on {device}")
+    device = check_device(args.device, args.precision, args.batch_size)
     out = Path(args.out)
     targets = [out / STATS_CSV, out / ARTEFACT_CSV, out / f"{FIGURE}.png", out / f"{FIGURE}.svg"]
     check_targets(targets, overwrite=args.overwrite)  # before minutes of work
