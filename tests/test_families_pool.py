@@ -106,6 +106,13 @@ def test_siglip_views_read_the_pooling_row():
     s.set_options(query=5)  # the pooling row does not follow the selected patch
     np.testing.assert_allclose(s.current_map(), want, rtol=1e-6)
     assert "pooling head" in s.caption()
+    # the heads thumbnails show the pooling row per head too, and the selected-patch box means nothing here
+    assert s.reads_pool_row() and not s.shows_query()
+    np.testing.assert_allclose(s.head_maps(), r.pool_attention.reshape(-1, 4, 4).numpy(), rtol=1e-6)
+    s.set_options(view="query")
+    assert not s.reads_pool_row() and s.shows_query()
+    assert not np.allclose(s.head_maps(), r.pool_attention.reshape(-1, 4, 4).numpy())
+    s.set_options(view="cls")
     from vitviz import views
 
     cap = views.get("cls").caption(r, s.options)

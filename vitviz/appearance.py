@@ -152,11 +152,21 @@ class Appearance:
         v = self.view
         return f"{v.quantity} ({v.unit})" if v.unit else v.quantity
 
+    def reads_pool_row(self) -> bool:
+        """Whether the current view reads the attention-pooling head's row in place of [CLS] (SigLIP's "MAP" head:
+        the [CLS] view and the [CLS]-based views of a model that pools with attention)."""
+        from vitviz.views.base import pool_row
+
+        r, v = self.result, self.view
+        return (r is not None and "query" not in v.reads and (v.needs_cls or v.key == "cls")
+                and pool_row(r) is not None)
+
     def shows_query(self) -> bool:
         """Whether the selected-patch box means something in the current view (it reads the query patch, or the
-        model has no [CLS] so the patch stands in for it)."""
+        model has no [CLS] so the patch stands in for it, unless an attention-pooling head's row does)."""
         r, v = self.result, self.view
-        return r is not None and ("query" in v.reads or (r.num_prefix_tokens == 0 and "head" in v.reads))
+        return r is not None and ("query" in v.reads or (r.num_prefix_tokens == 0 and "head" in v.reads
+                                                         and not self.reads_pool_row()))
 
     # ------------------------------------------------------------------ mask
     def mask(self) -> np.ndarray | None:

@@ -257,11 +257,16 @@ class Session(Appearance):
     def head_maps(self, layer: int | None = None) -> np.ndarray | None:
         """Every head of ``layer`` for the per-head views: float32 ``[H, gh, gw]``.
 
-        Rows are the [CLS] query (or the selected patch in the query view, and in every view without a [CLS] token).
+        Rows are the [CLS] query (or the selected patch in the query view, and in every view without a [CLS] token;
+        the attention-pooling head's query where the view reads it in place of [CLS]).
         """
         r = self.result
         if r is None:
             return None
+        if self.reads_pool_row():  # the pooling head's row per head (it reads the last layer's output: any layer)
+            from vitviz.views.base import pool_row
+
+            return self._cache.get_or(("heads", "pool"), lambda: _rows(r, pool_row(r)[:, None, :], 0))
         layer = self.options.layer if layer is None else layer
         layer = min(max(layer, 0), r.num_layers - 1)
         q = self.thumb_query()

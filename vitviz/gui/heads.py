@@ -79,8 +79,8 @@ class HeadsPanel(QWidget):
         self._layer = max(0, min(session.attention_layer(), r.num_layers - 1))
         q = session.thumb_query()
         qtext = "[CLS]" if q == 0 and r.num_prefix_tokens > 0 else f"patch {divmod(q - r.num_prefix_tokens, r.grid[1])}"
-        key = (id(r), self.all_layers, self._layer if not self.all_layers else None, q, o.cmap, o.percentile,
-               o.scale_excludes_artefacts)
+        key = (id(r), self.all_layers, session.reads_pool_row(), self._layer if not self.all_layers else None, q,
+               o.cmap, o.percentile, o.scale_excludes_artefacts)
         if key != self._key or force:
             self._key = key
             self._marked = None
@@ -107,7 +107,9 @@ class HeadsPanel(QWidget):
                 self.mosaic.set_tiles(tiles, int(math.ceil(H / cols)), cols, gap=max(2, (gh * factor) // 10),
                                       labels=[f"h{h}" for h in range(H)])
                 self.mosaic.set_axes(None, None)
-                self.title.setText(f"Layer {self._layer} heads · attention from {qtext}")
+                self.title.setText("Pooling head's heads · attention from its query (no [CLS] token)"
+                                   if session.reads_pool_row() else
+                                   f"Layer {self._layer} heads · attention from {qtext}")
             self.scale_bar.set_scale(self.scale, QUANTITY, note)
         self._update_highlight(session)
 
