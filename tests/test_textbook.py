@@ -94,3 +94,21 @@ def test_cli_info_names_the_layout(tmp_path, capsys):
     assert main(["info", str(path), "--num-heads", "4"]) == 0
     out = capsys.readouterr().out
     assert "textbook" in out and "depth 2" in out and "4 heads" in out
+
+
+def test_style_b_names_are_aliases_of_the_constructor():
+    """ViT(d_model=..., num_layers=..., d_ff=..., dropout=...) is style B's own constructor call: the same config as
+    style_b_config, with the exact MLP width."""
+    from vitviz.model import ViT
+    from vitviz.model.checkpoints.textbook import style_b_config
+
+    kw = dict(img_size=32, patch_size=8, in_channels=3, num_classes=5, d_model=48, num_heads=4, num_layers=2,
+              d_ff=96, dropout=0.1)
+    m = ViT(**kw)
+    assert m.config == ViT.from_config(style_b_config(**kw)).config
+    assert m.config.embed_dim == 48 and m.config.depth == 2 and m.blocks[0].mlp.fc1.out_features == 96
+    assert m.config.layer_norm_eps == 1e-5 and m.blocks[0].norm1.eps == 1e-5
+    assert ViT(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=4).config.layer_norm_eps == 1e-6
+    for d_ff in (97, 100, 3072):  # widths that are not a whole multiple of d_model come out exact too
+        assert ViT(img_size=32, patch_size=8, d_model=48, num_heads=4, num_layers=1,
+                   d_ff=d_ff).blocks[0].mlp.fc1.out_features == d_ff

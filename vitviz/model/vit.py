@@ -588,7 +588,7 @@ class ViT(nn.Module):
         distilled: DeiT distillation token and a second head; logits are the mean of both heads.
         global_pool: ``"token"`` (the [CLS] token), ``"avg"`` (mean over patch tokens) or ``"map"`` (attention
             pooling with a learned query over all tokens, SigLIP: :class:`AttentionPool`).
-        layer_norm_eps: epsilon of every LayerNorm.
+        layer_norm_eps: epsilon of every LayerNorm (default 1e-6, timm's; 1e-5 with the textbook names below).
         fc_norm: LayerNorm after pooling instead of before it (default: True when ``global_pool="avg"``).
         no_embed_class: position embeddings only for the patches (prefix tokens get none), as timm's flag.
         init_values: LayerScale initial value (None: no LayerScale).
@@ -604,6 +604,9 @@ class ViT(nn.Module):
         pos_embed_interp: how the position embedding is resampled for another patch grid (see
             :func:`resample_pos_embed`): ``"timm"``, ``"bicubic"`` or ``"dino"``.
         rel_pos_interp: how a relative-position table is resized for another grid (:func:`resize_rel_pos_table`).
+        d_model, num_layers, d_ff, dropout: the textbook ("style B") names, accepted as aliases of ``embed_dim``,
+            ``depth``, the MLP width (``mlp_ratio = d_ff / d_model``) and ``drop_rate`` = ``attn_drop_rate``; with
+            any of them ``layer_norm_eps`` defaults to torch's 1e-5 (``nn.LayerNorm``'s default) instead of 1e-6.
 
     Input ``[B, in_channels, H, W]``; output logits ``[B, num_classes]``.
     """
@@ -628,7 +631,7 @@ class ViT(nn.Module):
         num_reg_tokens: int = 0,
         distilled: bool = False,
         global_pool: GlobalPool = "token",
-        layer_norm_eps: float = 1e-6,
+        layer_norm_eps: float | None = None,
         fc_norm: bool | None = None,
         no_embed_class: bool = False,
         init_values: float | None = None,
@@ -641,8 +644,25 @@ class ViT(nn.Module):
         rel_pos_bias: RelPosBias = "none",
         pos_embed_interp: PosEmbedInterp = "timm",
         rel_pos_interp: RelPosInterp = "timm",
+        d_model: int | None = None,
+        num_layers: int | None = None,
+        d_ff: int | None = None,
+        dropout: float | None = None,
     ):
         super().__init__()
+        textbook = any(v is not None for v in (d_model, num_layers, d_ff, dropout))
+        if d_model is not None:
+            embed_dim = d_model
+        if num_layers is not None:
+            depth = num_layers
+        if d_ff is not None:
+            if embed_dim <= 0 or int(embed_dim * (d_ff / embed_dim)) != d_ff:
+                raise ValueError(f"d_ff={d_ff} is not an MLP width vitviz's ViT can express for d_model={embed_dim}")
+            mlp_ratio = d_ff / embed_dim
+        if dropout is not None:
+            drop_rate = attn_drop_rate = dropout
+        if layer_norm_eps is None:  # timm's 1e-6; torch's nn.LayerNorm default under the textbook names
+            layer_norm_eps = 1e-5 if textbook else 1e-6
         img_size = _pair(img_size)
         self._validate(img_size, patch_size, in_channels, embed_dim, num_heads, depth, num_classes,
                        pos_embed, global_pool, class_token, distilled, num_reg_tokens)
