@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -155,6 +155,17 @@ def expand_inputs(items: Sequence[str]) -> tuple[list[InputImage], list[tuple[st
         else:
             expand(item, None)
     return _unique_names(list(out.values())), problems
+
+
+def inputs_for_cli(items: Sequence[str], report: Callable[[BaseException, str | None], int]
+                   ) -> tuple[list[InputImage], int]:
+    """:func:`expand_inputs` for a command: each problem reported as one line (``report(error, item)`` returns the
+    exit status it stands for). Returns the images and the status so far (0 when nothing was wrong)."""
+    images, problems = expand_inputs(items)
+    status = 0
+    for item, problem in problems:
+        status = report(ValueError(problem), item)
+    return images, status
 
 
 def _unique_names(images: list[InputImage]) -> list[InputImage]:

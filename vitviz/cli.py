@@ -327,15 +327,6 @@ def _cmd_models(args: argparse.Namespace, report: _Reporter) -> int:
     return 0
 
 
-def _expand_images(items: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
-    """Image paths from files, folders (recursively), glob patterns and lists of paths, in order, each once; and
-    ``(item, problem)`` for what holds no image (:func:`vitviz.batch.expand_inputs`)."""
-    from vitviz.batch import expand_inputs
-
-    images, problems = expand_inputs(items)
-    return [im.path for im in images], problems
-
-
 def _cmd_export(args: argparse.Namespace, report: _Reporter) -> int:
     from vitviz import export
 
@@ -369,10 +360,10 @@ def _cmd_evaluate(args: argparse.Namespace, report: _Reporter) -> int:
             raise ValueError(f"{opt} {v}: must be at least 1")
     if args.csv:
         check_writable(args.csv, overwrite=args.overwrite)  # before minutes of work, not after
-    paths, problems = _expand_images(args.images)
-    status = 0
-    for item, problem in problems:
-        status = report(ValueError(problem), item)
+    from vitviz.batch import inputs_for_cli
+
+    images, status = inputs_for_cli(args.images, report)
+    paths = [im.path for im in images]
     if not paths:
         return 2
     model = _load(args, args.checkpoint)

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.batch import (
-    InputImage, Loaded, add_common_arguments, check_device, expand_inputs, parse_shard, progress_bar, stream_batches,
-    take_shard,
+    InputImage, Loaded, add_common_arguments, check_device, expand_inputs, inputs_for_cli, parse_shard, progress_bar,
+    stream_batches, take_shard,
 )
 
 DEFAULT_VIEWS = ("cls", "rollout", "grad_rollout", "relevance")
@@ -840,10 +840,7 @@ def run_cli(args: argparse.Namespace, report: Callable[[BaseException, str | Non
     options = options_from_args(args)
     device = check_device(options.device, options.precision, options.batch_size)
     options = replace(options, device=device)
-    images, problems = expand_inputs(args.inputs)
-    status = 0
-    for item, problem in problems:
-        status = report(ValueError(problem), item)
+    images, status = inputs_for_cli(args.inputs, report)
     if not images:
         return 2
     from vitviz.model.sources import parse_model_ref

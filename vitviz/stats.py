@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitviz.batch import (
-    InputImage, add_common_arguments, check_device, expand_inputs, progress_bar, stream_batches,
+    InputImage, add_common_arguments, check_device, inputs_for_cli, progress_bar, stream_batches,
 )
 
 STATS_CSV = "attention_stats.csv"
@@ -401,10 +401,7 @@ def run_cli(args: argparse.Namespace, report: Callable[[BaseException, str | Non
     out = Path(args.out)
     targets = [out / STATS_CSV, out / ARTEFACT_CSV, out / f"{FIGURE}.png", out / f"{FIGURE}.svg"]
     check_targets(targets, overwrite=args.overwrite)  # before minutes of work
-    images, problems = expand_inputs(args.inputs)
-    status = 0
-    for item, problem in problems:
-        status = report(ValueError(problem), item)
+    images, status = inputs_for_cli(args.inputs, report)
     if not images:
         return 2
     model = load(args, args.model)
