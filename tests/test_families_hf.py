@@ -138,6 +138,19 @@ def test_data2vec_vision_hf_shared_bias(tmp_path):
     check_against_reference(ours, _reference(ref, lambda o: o.pooler_output), [(32, 32), (40, 40)], prefix=1)
 
 
+def test_data2vec_vision_without_its_pooler_is_refused_clearly(tmp_path):
+    """Saved with add_pooling_layer=False, a mean-pooling data2vec model has no final LayerNorm at all: a clear error
+    naming the file and what to do, not a list of missing keys."""
+    from vitviz.model import CheckpointError
+
+    ref = _build(T.Data2VecVisionModel, T.Data2VecVisionConfig, {"add_pooling_layer": False}, intermediate_size=64,
+                 image_size=32, patch_size=8, use_mean_pooling=True, **SMALL)
+    folder = _save(ref, tmp_path / "d2v_nopool")
+    with pytest.raises(CheckpointError, match="without its final LayerNorm") as e:
+        load_checkpoint(folder)
+    assert "d2v_nopool" in str(e.value) and "add_pooling_layer=True" in str(e.value)
+
+
 def test_hf_families_are_not_confused(tmp_path):
     """Each folder is read by its own layout module, and a model whose activation vitviz lacks is refused by name."""
     ref = _build(T.ViTModel, T.ViTConfig, intermediate_size=64, image_size=32, patch_size=8, hidden_act="relu",

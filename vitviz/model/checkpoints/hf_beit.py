@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from vitviz.model.checkpoints import hf
-from vitviz.model.checkpoints.common import Converted, RawCheckpoint
+from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err
 from vitviz.model.vit import ViTConfig
 from vitviz.preprocess import Preprocess
 
@@ -66,6 +66,11 @@ def convert(raw: RawCheckpoint) -> Converted:
     p = re.escape(prefix)
     ignore = [p + r"embeddings\.mask_token", r".*relative_position_index"]
     c = hf.fuse_qkv(raw, p + r"(?:encoder\.layer|layers)\.", _rules(p), ignore, zero_k_bias=True)
+    if "norm.weight" not in c.state and "fc_norm.weight" not in c.state:
+        raise err(raw.origin, "a BEiT / data2vec-vision checkpoint without its final LayerNorm: with mean pooling "
+                  "that norm lives in the pooler (pooler.layernorm), and this file was saved without it "
+                  "(add_pooling_layer=False); save the model with its pooling layer, e.g. "
+                  "Data2VecVisionModel.from_pretrained(..., add_pooling_layer=True).save_pretrained(...)")
     options = {"pos_embed_interp": "bicubic", "rel_pos_interp": "bilinear", "act_layer": "gelu"}
     return hf.finish(raw, c, options, 1e-12, labels=True)
 
