@@ -629,12 +629,8 @@ def test_bf16_maps_rank_patches_as_fp32_on_real_photos(capsys):
     """ViT-Ti/16 (augreg) on scikit-image's four photos: top-1 agreement and the Spearman rank correlation of every
     view's map between bf16 and fp32 (the README quotes these numbers)."""
     skimage_data = pytest.importorskip("skimage.data")
+    from vitviz.evaluate import spearman  # average ranks for ties (bf16 maps have some)
     from vitviz.model import load_checkpoint
-
-    def spearman(a, b):
-        ra = np.argsort(np.argsort(a.ravel())).astype(float)
-        rb = np.argsort(np.argsort(b.ravel())).astype(float)
-        return float(np.corrcoef(ra, rb)[0, 1])
 
     pipes = {p: Pipeline(load_checkpoint(TINY), precision=p) for p in ("fp32", "bf16")}
     agree, rho = 0, {v: [] for v in BF16_VIEWS}
