@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vitviz import analysis as A  # noqa: E402
+from vitviz import analysis as A# noqa: E402
 from vitviz.capture import capture  # noqa: E402
 
 
@@ -118,7 +118,7 @@ def bench_capture(reps: int) -> None:
 
 def bench_analysis(reps: int) -> None:
     from vitviz.model import create_model
-    from vitviz.preprocess import Preprocess
+    from vitviz.model.preprocess import Preprocess
 
     torch.manual_seed(0)
     model = create_model("vit_base_patch16_224").eval()

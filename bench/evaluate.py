@@ -32,7 +32,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vitviz import evaluate as E  # noqa: E402
+from vitviz import evaluate as E# noqa: E402
 
 TINY = REPO.parent / "shared" / "weights" / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
 

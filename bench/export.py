@@ -1,7 +1,7 @@
 """Benchmark of ``vitviz export`` end to end, against torchvision's ViT-B/16 in the same process.
 
 ViT-B/16 with random weights (torchvision's ``vit_b_16``, converted by ``load_checkpoint`` so that both models hold the
-same weights), 224 px, batch 16, CPU. The export runs exactly as ``vitviz export`` does (:class:`vitviz.export.Exporter`):
+same weights), 224 px, batch 16, CPU. The export runs exactly as ``vitviz export`` does (:class:`vitviz.batch.export.Exporter`):
 PNG files read and preprocessed on the loader thread, one capture per batch, the analyses, the maps through a Session,
 npy files and the manifest written on the writer thread. Peers, on the same images already preprocessed into tensors
 (so the peer pays nothing for reading, preprocessing or writing):
@@ -37,8 +37,8 @@ from PIL import Image
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vitviz.batch import expand_inputs  # noqa: E402
-from vitviz.export import ExportOptions, Exporter  # noqa: E402
+from vitviz.batch.inputs import expand_inputs  # noqa: E402
+from vitviz.batch.export import ExportOptions, Exporter  # noqa: E402
 from vitviz.pipeline import DTYPES, Pipeline  # noqa: E402
 
 BATCH = 16

@@ -31,7 +31,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
 def fake_result(size: int = 1024, L: int = 12, H: int = 12, grid: int = 14, D: int = 768, seed: int = 0):
-    from vitviz.preprocess import Preprocess
+    from vitviz.model.preprocess import Preprocess
     from vitviz.pipeline import InferenceResult
 
     g = torch.Generator().manual_seed(seed)

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from vitviz import views
     from vitviz.gui.app import make_app
     from vitviz.gui.main_window import MainWindow
-    from vitviz.model.sources import parse_model_ref
+    from vitviz.model.sources.refs import parse_model_ref
 
     app = make_app()
     settings = QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat)

@@ -1,4 +1,4 @@
-"""vitviz.adapters: capture from ViT modules that are not vitviz's (issue 17).
+"""vitviz.capture.foreign: capture from ViT modules that are not vitviz's (issue 17).
 
 Each style is trained for a few steps with a plain loop, then the capture is checked against the module's own
 attention (per head, every layer, relative error <= 1e-5), against autograd through an explicit re-implementation
@@ -24,7 +24,7 @@ from textbook_models import (
     train,
 )
 
-from vitviz.adapters import AdaptedModel, capture_module, find_layout, mha_forward
+from vitviz.capture.foreign import AdaptedModel, capture_module, find_layout, mha_forward
 from vitviz.capture import CaptureError, capture
 
 TOL = 1e-5
@@ -344,7 +344,7 @@ def test_cli_help_says_the_file_is_run(capsys):
 
 
 def test_adapt_a_vitviz_vit():
-    from vitviz.adapters import adapt
+    from vitviz.capture.foreign import adapt
     from vitviz.model import ViT
 
     vit = ViT(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, num_classes=3)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vitviz import analysis as A
-from vitviz.preprocess import CropGeometry, Preprocess
+from vitviz.model.preprocess import CropGeometry, Preprocess
 
 L, H, GH, GW = 3, 2, 3, 2
 

@@ -23,7 +23,7 @@ from bad_input_builders import image_corpus as _corpus
 from bad_input_builders import png_header as _png_header
 from PIL import Image
 
-import vitviz.preprocess as preprocess_mod
+import vitviz.model.preprocess as preprocess_mod
 from vitviz import imaging
 from vitviz.cli import main
 from vitviz.demo import default_model_path, load_demo_model, sample_images
@@ -34,7 +34,7 @@ from vitviz.imaging import (
     load_image,
     write_png,
 )
-from vitviz.preprocess import Preprocess
+from vitviz.model.preprocess import Preprocess
 
 REPO = Path(__file__).resolve().parent.parent
 _GUARD_PIXELS = 64 * 2**20

@@ -141,7 +141,7 @@ def test_restored_after_exception_in_a_hook():
 def test_not_capturable_models_raise_capture_error(monkeypatch):
     ref, model = _pair()
     x = torch.randn(1, 3, 32, 32)
-    # a timm model is captured through vitviz.adapters (issue 17): the same numbers as our ViT with its weights
+    # a timm model is captured through vitviz.capture.foreign (issue 17): the same numbers as our ViT with its weights
     torch.testing.assert_close(capture(ref, x).attentions, capture(model, x).attentions, rtol=1e-5, atol=1e-6)
     with pytest.raises(CaptureError, match="found no attention to capture"):
         capture(torch.nn.Linear(3, 3), x)

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from vitviz.model import CheckpointError, ViT, load_checkpoint, save_checkpoint
 from vitviz.model.spec import ModelSpec
-from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, Preprocess
+from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, Preprocess
 
 timm = pytest.importorskip("timm")
 torchvision = pytest.importorskip("torchvision")

@@ -12,7 +12,7 @@ from vitviz import __version__
 from vitviz.cli import main
 from vitviz.model import ViT, save_checkpoint
 from vitviz.model.spec import ModelSpec
-from vitviz.preprocess import Preprocess
+from vitviz.model.preprocess import Preprocess
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_info_on_pretrained_name_does_not_download(capsys, monkeypatch, tmp_path
     import importlib
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    mod = importlib.import_module("vitviz.model.pretrained")
+    mod = importlib.import_module("vitviz.model.sources.torch_hub")
 
     def no_network(*a, **k):
         raise AssertionError("info must not download")
@@ -130,7 +130,7 @@ def test_predict_offline_pretrained_is_one_clear_error(capsys, monkeypatch, tmp_
     import urllib.error
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    mod = importlib.import_module("vitviz.model.pretrained")
+    mod = importlib.import_module("vitviz.model.sources.torch_hub")
 
     def offline(*a, **k):
         raise urllib.error.URLError("no network")
@@ -246,7 +246,7 @@ def test_debug_with_predict_and_the_gui_launcher(tiny_ckpt, tmp_path, capsys, mo
 def _fake_gui(monkeypatch):
     """A vitviz.gui.app whose run_gui parses --model exactly as the real one does before any window opens."""
     def run_gui(images, model=None, device=None):
-        from vitviz.model.sources import parse_model_ref
+        from vitviz.model.sources.refs import parse_model_ref
 
         if model is not None:
             parse_model_ref(model)
@@ -268,7 +268,7 @@ def test_unexpected_errors_are_one_line_too(tiny_ckpt, capsys, monkeypatch, exc,
     import importlib
 
     _, ckpt = tiny_ckpt
-    mod = importlib.import_module("vitviz.model.pretrained")
+    mod = importlib.import_module("vitviz.model.sources.torch_hub")
 
     def broken(*a, **k):
         raise exc

@@ -1,5 +1,5 @@
-"""Comparison grids (vitviz.compare): layouts, each panel's map against the window's own computation, shared and
-per-panel colour scales against vitviz.scales, and the exported figure's panels and labels."""
+"""Comparison grids (vitviz.document.comparison): layouts, each panel's map against the window's own computation, shared and
+per-panel colour scales against vitviz.render.scales, and the exported figure's panels and labels."""
 
 import itertools
 import re
@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitviz import compare as cmp
-from vitviz import figures, views
+from vitviz.document import comparison as cmp
+from vitviz import views
+from vitviz.render import figures
 from vitviz.imaging import load_image
-from vitviz.scales import scale_for
-from vitviz.session import Session
+from vitviz.render.scales import scale_for
+from vitviz.document.session import Session
 
 
 def _photo(path, seed, h=70, w=110):
@@ -194,7 +195,7 @@ def test_exported_comparison_has_every_panel_and_label(world, tmp_path):
 def test_small_colour_bars_never_overlap_their_tick_labels():
     """Five panels in a row, each with its own bar over 0.0015 .. 0.0092 (the real ViT-Ti's layer 3 [CLS]
     attention): matplotlib's own text extents do not overlap (every other tick is dropped when they would)."""
-    from vitviz.scales import ColourScale
+    from vitviz.render.scales import ColourScale
 
     rng = np.random.default_rng(0)
     photo = (rng.random((300, 451, 3)) * 255).astype(np.uint8)

@@ -25,7 +25,7 @@ from vitviz.demo.shapes import STREAMS, sample_region
 from vitviz.demo.train import (augment, build_model, demo_preprocess, dense_label_loss, jax_init_, lr_at,
                                main as train_main, make_pool, pca_patch_init_, to_input, token_label_loss)
 from vitviz.model import load_checkpoint
-from vitviz.preprocess import CropGeometry
+from vitviz.model.preprocess import CropGeometry
 
 HELD_OUT = 500
 TEST_SEED = 0  # the "test" stream: never used by training (train/val streams only)

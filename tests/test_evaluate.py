@@ -32,7 +32,7 @@ from vitviz.evaluate import (
     spearman,
 )
 from vitviz.pipeline import Pipeline
-from vitviz.session import ViewOptions
+from vitviz.document.session import ViewOptions
 
 SHARED_WEIGHTS = Path(__file__).resolve().parent.parent.parent / "shared" / "weights"
 TINY = SHARED_WEIGHTS / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
@@ -442,7 +442,7 @@ def test_evaluate_views_uses_the_windows_maps_and_one_capture(tiny_model, monkey
 def test_evaluate_views_on_a_model_a_path_and_unavailable_views(tiny_model, tmp_path):
     from vitviz.model import ViT
     from vitviz.model.spec import ModelSpec
-    from vitviz.preprocess import Preprocess
+    from vitviz.model.preprocess import Preprocess
 
     path = tmp_path / "a.png"
     _photo(1).save(path)

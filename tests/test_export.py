@@ -1,4 +1,4 @@
-"""Batch export (`vitviz export`, vitviz.export / vitviz.batch), batched pipeline runs and the "auto" precision.
+"""Batch export (`vitviz export`, vitviz.batch.export / vitviz.batch.inputs), batched pipeline runs and the "auto" precision.
 
 The bundled demo model on folders of generated shape images. The maps an export writes are compared with the
 library's own: `Pipeline.run` of the same image into a `Session`, `Session.current_map()` (npy) and
@@ -23,14 +23,15 @@ import pytest
 import torch
 from PIL import Image
 
-from vitviz import devices, figures
-from vitviz.batch import InputImage, expand_inputs, parse_shard, shard_of, take_shard
+from vitviz import devices
+from vitviz.render import figures
+from vitviz.batch.inputs import InputImage, expand_inputs, parse_shard, shard_of, take_shard
 from vitviz.cli import main
 from vitviz.demo import generate, load_demo_model
-from vitviz.export import ExportOptions, Exporter, export_images, map_requests, read_manifest, resolve_target
+from vitviz.batch.export import ExportOptions, Exporter, export_images, map_requests, read_manifest, resolve_target
 from vitviz.imaging import load_image
 from vitviz.pipeline import Pipeline
-from vitviz.session import Session
+from vitviz.document.session import Session
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO.parent / "shared" / "weights" / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"

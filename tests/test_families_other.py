@@ -14,7 +14,7 @@ import torch
 from family_helpers import check_against_reference, randomise_, rel_err, timm_attentions
 from vitviz.capture import capture
 from vitviz.model import load_checkpoint
-from vitviz.preprocess import INCEPTION_MEAN
+from vitviz.model.preprocess import INCEPTION_MEAN
 
 timm = pytest.importorskip("timm")
 

@@ -15,7 +15,7 @@ from vitviz.capture import capture
 from vitviz.model import ViT
 from vitviz.model.spec import ModelSpec, family_preprocess
 from vitviz.pipeline import run_inference
-from vitviz.session import Session
+from vitviz.document.session import Session
 
 
 def _siglip(num_classes: int = 0) -> ViT:

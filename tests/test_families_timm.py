@@ -11,7 +11,7 @@ import torch
 
 from family_helpers import check_against_reference, randomise_, rel_err, timm_attentions, write_timm_folder
 from vitviz.model import load_checkpoint
-from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD
+from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD
 
 timm = pytest.importorskip("timm")
 

@@ -1,4 +1,4 @@
-"""Figures for papers (vitviz.figures): sizes at each scale, text as text with its spaces, SVG / PDF structure, the
+"""Figures for papers (vitviz.render.figures): sizes at each scale, text as text with its spaces, SVG / PDF structure, the
 heads grid, layer animations, metadata round trips and refused targets. No Qt."""
 
 import base64
@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitviz import figures as F
+from vitviz.render import figures as F
 from vitviz import imaging
 from vitviz.imaging import ExportError
 from vitviz.pipeline import run_inference
-from vitviz.scales import scale_for
-from vitviz.session import Session
+from vitviz.render.scales import scale_for
+from vitviz.document.session import Session
 
 H, W = 70, 110
 SVG = "{http://www.w3.org/2000/svg}"
@@ -280,7 +280,7 @@ def test_animation_has_a_frame_per_layer(session, tmp_path, ext):
     specs = F.layer_figures(session)
     seen = []
     out = F.save_animation(specs, tmp_path / f"a{ext}", scale="native", fps=4,
-                           metadata={"vitviz.session": '{"layer": "all"}'},
+                           metadata={"vitviz.document.session": '{"layer": "all"}'},
                            progress=lambda d, t: seen.append((d, t)) or True)
     n = len(specs)
     assert seen == [(i + 1, n) for i in range(n)]
@@ -298,7 +298,7 @@ def test_animation_has_a_frame_per_layer(session, tmp_path, ext):
                 pix.append(np.asarray(im.convert("RGB")).astype(int))
         assert all(p.shape == pix[0].shape for p in pix)
         assert all(np.abs(a - b).mean() > 0.5 for a, b in zip(pix, pix[1:]))  # every frame shows its own layer
-    assert F.read_metadata(out)["vitviz.session"] == '{"layer": "all"}'
+    assert F.read_metadata(out)["vitviz.document.session"] == '{"layer": "all"}'
 
 
 def test_animation_cancel_and_mp4_without_encoder(session, tmp_path, monkeypatch):
@@ -322,14 +322,14 @@ STATE = json.dumps({"model": "file:/m (1).safetensors", "image": "/ü/ç \\ chat
 @pytest.mark.parametrize("ext", [".png", ".svg", ".pdf"])
 def test_metadata_round_trip(session, tmp_path, ext):
     spec = F.view_figure(session)
-    out = F.save(spec, tmp_path / f"m{ext}", metadata={"vitviz.session": STATE, "Author": "A. Researcher"})
+    out = F.save(spec, tmp_path / f"m{ext}", metadata={"vitviz.document.session": STATE, "Author": "A. Researcher"})
     meta = F.read_metadata(out)
-    assert meta["vitviz.session"] == STATE and meta["Author"] == "A. Researcher"
+    assert meta["vitviz.document.session"] == STATE and meta["Author"] == "A. Researcher"
     assert meta["Title"] == spec.title
     if ext == ".png":  # independently, as Pillow reads text chunks
         with Image.open(out) as im:
             im.load()
-            assert im.text["vitviz.session"] == STATE and im.text["Software"].startswith("vitviz")
+            assert im.text["vitviz.document.session"] == STATE and im.text["Software"].startswith("vitviz")
     if ext == ".pdf":
         assert meta["Subject"] == spec.caption
 
@@ -375,7 +375,7 @@ def test_refused_targets_leave_everything_as_it_was(session, tmp_path, monkeypat
 
 
 def test_matplotlib_stays_out_of_start_up():
-    code = ("import sys, vitviz.session, vitviz.figures, vitviz.gui.main_window; "
+    code = ("import sys, vitviz.document.session, vitviz.render.figures, vitviz.gui.main_window; "
             "print('matplotlib' in sys.modules)")
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
@@ -406,7 +406,7 @@ def test_the_cat_relevance_figure_with_real_weights(tmp_path):
 
 def test_vitviz_export_animate_writes_one_animation_per_layered_view(tmp_path, capsys):
     from vitviz.cli import main
-    from vitviz.export import read_manifest
+    from vitviz.batch.export import read_manifest
 
     folder = tmp_path / "in"
     folder.mkdir()

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from fake_hub import big_file, fake_hub, timm_repo  # noqa: F401 - fake_hub is a fixture
-from vitviz import catalog
-from vitviz.model import hub
+from vitviz.model.sources import catalog
+from vitviz.model.sources import hub
 from vitviz.model.checkpoints import CheckpointError
-from vitviz.model.pretrained import DownloadCancelled, PretrainedError
-from vitviz.model.sources import describe_ref, open_model, parse_model_ref
+from vitviz.model.sources.torch_hub import DownloadCancelled, PretrainedError
+from vitviz.model.sources.refs import describe_ref, open_model, parse_model_ref
 
 REPO = "timm/vit_tiny_test.t1"
 
@@ -117,7 +117,7 @@ def test_cache_folder_is_huggingface_hubs(env):
     """catalog.hf_cache_dir (no import of huggingface_hub) agrees with huggingface_hub's own constant."""
     clean = {k: v for k, v in os.environ.items()
              if k not in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")}
-    code = ("import huggingface_hub.constants as c; from vitviz import catalog; "
+    code = ("import huggingface_hub.constants as c; from vitviz.model.sources import catalog; "
             "print(c.HF_HUB_CACHE); print(catalog.hf_cache_dir())")
     out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True,
                          timeout=60, check=True).stdout.split("\n")

@@ -1,4 +1,4 @@
-"""The named weights as plain data (`vitviz.catalog`): equal to torchvision's own metadata; listed without torch."""
+"""The named weights as plain data (`vitviz.model.sources.catalog`): equal to torchvision's own metadata; listed without torch."""
 
 import subprocess
 import sys
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitviz import catalog
-from vitviz.model.pretrained import PRETRAINED, cache_path
+from vitviz.model.sources import catalog
+from vitviz.model.sources.torch_hub import PRETRAINED, cache_path
 
 torchvision = pytest.importorskip("torchvision")
 

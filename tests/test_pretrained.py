@@ -10,13 +10,13 @@ import urllib.error
 import pytest
 import torch
 
-from vitviz.model.pretrained import (PRETRAINED, DownloadCancelled, PretrainedError, PretrainedInfo, cache_path,
+from vitviz.model.sources.torch_hub import (PRETRAINED, DownloadCancelled, PretrainedError, PretrainedInfo, cache_path,
                                      is_cached, pretrained)
-from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 
 torchvision = pytest.importorskip("torchvision")
-# the module (``vitviz.model.pretrained`` the attribute is the function of the same name)
-pretrained_mod = importlib.import_module("vitviz.model.pretrained")
+# the module (``vitviz.model.sources.torch_hub`` the attribute is the function of the same name)
+pretrained_mod = importlib.import_module("vitviz.model.sources.torch_hub")
 
 
 def _tiny_tv_bytes() -> tuple[bytes, torch.nn.Module]:
@@ -184,7 +184,7 @@ def test_corrupt_cached_file(tiny):
 
 def test_load_model_path_or_name(tiny, tmp_path, monkeypatch):
     from vitviz.model.checkpoints import CheckpointError
-    from vitviz.model.pretrained import load_model
+    from vitviz.model.sources.torch_hub import load_model
 
     info, data, ref = tiny
     f = tmp_path / "local.pth"

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from vitviz.model import load_checkpoint
-from vitviz.preprocess import INCEPTION_MEAN
+from vitviz.model.preprocess import INCEPTION_MEAN
 
 # ../shared/weights next to the checkout (as tests/conftest.py's SHARED_WEIGHTS; not imported: "conftest" is ambiguous
 # once tests/gui has its own)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from vitviz.imaging import COLORMAPS, DEFAULT_COLORMAP
-from vitviz.scales import ColourScale, format_tick, format_ticks, nice_ticks, scale_for
+from vitviz.render.scales import ColourScale, format_tick, format_ticks, nice_ticks, scale_for
 
 
 # ------------------------------------------------------------------ levels per mode

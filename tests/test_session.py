@@ -7,7 +7,7 @@ from PIL import Image
 from vitviz import analysis as A
 from vitviz import views
 from vitviz.pipeline import run_inference
-from vitviz.session import Session
+from vitviz.document.session import Session
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Reproducible state (vitviz.state): session files and figure metadata round trips, every option saved, and bad
+"""Reproducible state (vitviz.document.state): session files and figure metadata round trips, every option saved, and bad
 session files refused with messages naming the file and the problem."""
 
 import json
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitviz import figures
-from vitviz import state as st
+from vitviz.render import figures
+from vitviz.document import state as st
 from vitviz.imaging import load_image
-from vitviz.session import Session, ViewOptions
+from vitviz.document.session import Session, ViewOptions
 
 VIEWS = ("cls", "query", "rollout", "grad_rollout", "relevance", "token_sim", "pos_sim", "token_norm")
 
@@ -138,7 +138,7 @@ def test_a_model_prepared_differently_in_memory_reopens_with_that_preprocessing(
     """A checkpoint that does not say how images were prepared (or a default that changed) must not change the
     maps: the session records the preprocessing and the reopened model uses it."""
     from vitviz.pipeline import Pipeline
-    from vitviz.preprocess import Preprocess
+    from vitviz.model.preprocess import Preprocess
 
     a = setup["images"][0]
     own = Preprocess(resize=40, crop=(32, 32), interpolation="bilinear", mean=(0.2, 0.3, 0.4), std=(0.5, 0.4, 0.3))
@@ -355,7 +355,7 @@ def test_reading_a_session_does_not_import_torch(tmp_path):
            "current": 0, "options": {"view": "relevance", "cmap": "viridis"}}
     path = tmp_path / "s.vitviz.json"
     path.write_text(json.dumps(doc))
-    code = ("import sys; from vitviz import state; "
+    code = ("import sys; from vitviz.document import state; "
             f"s = state.locate(state.read_state({str(path)!r})); assert s.options.view == 'relevance'; "
             "assert 'torch' not in sys.modules, 'torch imported'; print('ok')")
     r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)

@@ -1,4 +1,4 @@
-"""`vitviz stats` (vitviz.stats): per-layer-and-head distance and entropy over images, artefact frequency, CSV and
+"""`vitviz stats` (vitviz.batch.stats): per-layer-and-head distance and entropy over images, artefact frequency, CSV and
 figure. The numbers are checked against the window's own per-image numbers (a Session on `Pipeline.run`)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from vitviz.cli import main
 from vitviz.demo import generate, load_demo_model
 from vitviz.imaging import load_image
 from vitviz.pipeline import Pipeline
-from vitviz.session import Session
-from vitviz.stats import (
+from vitviz.document.session import Session
+from vitviz.batch.stats import (
     ARTEFACT_CSV, FIGURE, STATS_CSV, DatasetStats, StatsAccumulator, figure_bytes, read_stats_csv, write_outputs,
 )
 

@@ -6,7 +6,7 @@ from PIL import Image
 
 from vitviz import views
 from vitviz.pipeline import run_inference
-from vitviz.session import Session
+from vitviz.document.session import Session
 
 
 class Brightest(views.View):

@@ -26,12 +26,12 @@ _LAZY = {
     "list_models": "vitviz.model", "load_checkpoint": "vitviz.model", "save_checkpoint": "vitviz.model",
     "load_model": "vitviz.model", "pretrained": "vitviz.model", "CheckpointError": "vitviz.model",
     "Capture": "vitviz.capture", "CaptureError": "vitviz.capture",
-    "load_image": "vitviz.imaging", "ImageError": "vitviz.imaging", "Preprocess": "vitviz.preprocess",
+    "load_image": "vitviz.imaging", "ImageError": "vitviz.imaging", "Preprocess": "vitviz.model.preprocess",
     "Pipeline": "vitviz.pipeline", "InferenceResult": "vitviz.pipeline",
-    "show": "vitviz.gui.show", "AdaptedModel": "vitviz.adapters",
+    "show": "vitviz.gui.show", "AdaptedModel": "vitviz.capture.foreign",
 }
-_SUBMODULES = ("analysis", "capture", "model", "imaging", "preprocess", "demo", "session", "pipeline", "views",
-               "adapters")
+_SUBMODULES = ("analysis", "capture", "model", "imaging", "demo", "document", "pipeline", "views", "render", "batch",
+               "evaluate")
 
 __all__ = ["__version__", *_LAZY, *_SUBMODULES]
 

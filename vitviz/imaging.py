@@ -21,7 +21,7 @@ from typing import BinaryIO, Callable, Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError
 
-from vitviz._io import default_file_mode, describe_os_error, folder_problem
+from vitviz._util.files import default_file_mode, describe_os_error, folder_problem
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif")
 MAX_SIDE = 20000
@@ -541,7 +541,7 @@ def write_atomic(target: Path, write: Callable[[BinaryIO], None], *, overwrite: 
                  exists_message: str | None = None) -> Path:
     """Write a file atomically: ``write(fh)`` fills a temporary file in the target's folder, which is synced and then
     hard-linked to ``target`` (fails when the name exists, even in a race) or, with ``overwrite``, renamed over it.
-    The temporary file never stays behind. The caller checks the folder first (:func:`vitviz._io.folder_problem`).
+    The temporary file never stays behind. The caller checks the folder first (:func:`vitviz._util.files.folder_problem`).
 
     Raises:
         FileExistsError: the target exists and ``overwrite`` is False (``exists_message``, default

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitviz._arrays import to_numpy  # noqa: F401 - re-exported
+from vitviz._util.arrays import to_numpy  # noqa: F401 - re-exported
 from vitviz.capture import ImageCapture
 from vitviz.devices import available_devices, available_precisions, device_description  # noqa: F401
-from vitviz.preprocess import CropGeometry
+from vitviz.model.preprocess import CropGeometry
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -276,7 +276,7 @@ class Pipeline:
 
     Args:
         model: a :class:`vitviz.model.ViT` with ``spec`` set, or any other ViT module (wrapped in a
-            :class:`vitviz.adapters.AdaptedModel`, which finds its attention, input size and patch grid); moved to
+            :class:`vitviz.capture.foreign.AdaptedModel`, which finds its attention, input size and patch grid); moved to
             ``device`` / ``precision`` here.
         device: torch device string.
         precision: "fp32" | "bf16" | "fp16", or "auto": bf16 where the device multiplies bf16 natively, else fp32
@@ -291,7 +291,7 @@ class Pipeline:
             raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {precision!r}")
         self.precision_choice = precision  # what was asked for ("auto" included)
         precision = resolve_precision(precision, device)
-        from vitviz.adapters import AdaptedModel, adapt, is_vitviz_model
+        from vitviz.capture.foreign import AdaptedModel, adapt, is_vitviz_model
 
         if not isinstance(model, AdaptedModel) and not is_vitviz_model(model):
             model = adapt(model)  # CaptureError naming what was looked for when nothing is recognisable

@@ -8,7 +8,7 @@ import pytest
 from gui_helpers import make_image, open_and_wait
 from PySide6.QtCore import Qt
 
-from vitviz import compare as cmp
+from vitviz.document import comparison as cmp
 
 
 @pytest.fixture
@@ -123,7 +123,7 @@ def test_classes_layout_and_exported_figure(qtbot, window, three, tmp_path):
     assert len(re.findall(r"<image\b", text)) == 4
     for k in classes:
         assert r.label(k) in text
-    from vitviz import state as st
+    from vitviz.document import state as st
 
     back = st.read_state(out)
     assert back.compare == spec and back.options == window.session.options

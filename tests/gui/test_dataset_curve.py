@@ -3,7 +3,7 @@
 import numpy as np
 
 from gui_helpers import open_and_wait
-from vitviz.stats import STATS_COLUMNS, DatasetStats, _csv_bytes, stats_rows
+from vitviz.batch.stats import STATS_COLUMNS, DatasetStats, _csv_bytes, stats_rows
 
 
 def _csv(path, L, H, seed=0, images=12):

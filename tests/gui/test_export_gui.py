@@ -8,7 +8,7 @@ import numpy as np
 from gui_helpers import Recorder, open_and_wait
 from PIL import Image
 
-from vitviz import figures as F
+from vitviz.render import figures as F
 from vitviz import imaging
 
 
@@ -115,10 +115,10 @@ def test_export_metadata_hook_reaches_every_format(qtbot, window, image_path, tm
     w.dialogs = w.dialogs_recorder
     open_and_wait(qtbot, w, image_path)
     state = json.dumps({"view": w.session.options.view, "image": str(image_path)})
-    monkeypatch.setattr(w, "export_metadata", lambda: {"vitviz.session": state})
+    monkeypatch.setattr(w, "export_metadata", lambda: {"vitviz.document.session": state})
     for name in ("m.png", "m.svg", "m.pdf"):
-        assert F.read_metadata(w.export_view(str(tmp_path / name), scale="native"))["vitviz.session"] == state
-    assert F.read_metadata(w.export_animation(str(tmp_path / "m.apng"), scale="native"))["vitviz.session"] == state
+        assert F.read_metadata(w.export_view(str(tmp_path / name), scale="native"))["vitviz.document.session"] == state
+    assert F.read_metadata(w.export_animation(str(tmp_path / "m.apng"), scale="native"))["vitviz.document.session"] == state
 
 
 def test_read_only_folder_shows_an_error_and_keeps_the_file(qtbot, window, image_path, tmp_path, monkeypatch):

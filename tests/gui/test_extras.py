@@ -14,7 +14,7 @@ from gui_helpers import make_image, open_and_wait
 
 
 def test_download_shows_progress_and_can_be_cancelled(qtbot, window, image_path, monkeypatch):
-    P = importlib.import_module("vitviz.model.pretrained")
+    P = importlib.import_module("vitviz.model.sources.torch_hub")
 
     open_and_wait(qtbot, window, image_path)
     window.dialogs = window.dialogs_recorder
@@ -49,7 +49,7 @@ def test_download_shows_progress_and_can_be_cancelled(qtbot, window, image_path,
 
 
 def test_declined_download_does_nothing(qtbot, window, monkeypatch):
-    P = importlib.import_module("vitviz.model.pretrained")
+    P = importlib.import_module("vitviz.model.sources.torch_hub")
 
     window.dialogs = window.dialogs_recorder
     window.dialogs_recorder.confirm_answer = False

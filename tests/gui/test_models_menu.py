@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QPushButton
 
 from fake_hub import big_file, fake_hub, timm_repo  # noqa: F401 - fake_hub is a fixture
 from gui_helpers import Recorder, open_and_wait
-from vitviz import catalog
+from vitviz.model.sources import catalog
 
 DEIT = catalog.HUB_BY_KEY["deit-s"]
 DINO = catalog.HUB_BY_KEY["dino-s8"]
@@ -25,7 +25,7 @@ def _sample():
 
 def _cache_tiny(fake_hub, m):
     """Serve a tiny timm model under the curated repository of ``m`` and download it (the cache now holds it)."""
-    from vitviz.model.hub import load_hub
+    from vitviz.model.sources.hub import load_hub
 
     fake_hub.add(m.repo, timm_repo(num_classes=1000, img_size=32)[0])
     load_hub(m.repo, show_bar=False)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from gui_helpers import Recorder, make_image, open_and_wait
 
-from vitviz import figures
-from vitviz import state as st
+from vitviz.render import figures
+from vitviz.document import state as st
 
 
 @pytest.fixture
@@ -205,7 +205,7 @@ def test_a_session_opens_at_its_saved_precision(qtbot, win, files, tiny_model):
     from vitviz.imaging import load_image
     from vitviz.model import load_checkpoint
     from vitviz.pipeline import Pipeline
-    from vitviz.session import Session
+    from vitviz.document.session import Session
 
     open_and_wait(qtbot, win, files["images"][1])
     win.set_precision("bf16")

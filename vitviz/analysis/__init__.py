@@ -10,11 +10,11 @@ Plain torch: float32 and float64, CPU or CUDA, run the same code.
 
 from __future__ import annotations
 
-from vitviz._lazy import lazy_names
+from vitviz._util.lazy import lazy_names
 
 # name -> submodule; imported on first use so that the views (and the window) can be listed without torch
 _LAZY = {
-    "FUSIONS": "_common", "Head": "_common", "HeadFusion": "_common",
+    "FUSIONS": "common", "Head": "common", "HeadFusion": "common",
     "ArtefactTokens": "artefacts", "artefact_attention_share": "artefacts", "exclude_tokens": "artefacts",
     "high_norm_tokens": "artefacts", "register_attention_share": "artefacts", "token_norms": "artefacts",
     "top_mass_mask": "masks",
@@ -23,8 +23,8 @@ _LAZY = {
     "map_to_image": "mapping", "upsample": "mapping",
     "relevance": "lrp",
     "ImageAnalyses": "sweep", "analyse_batch": "sweep", "analyse_image": "sweep",
-    "attention_rollout": "rollout", "cls_attention": "rollout", "gradient_rollout": "rollout",
-    "query_attention": "rollout", "rollout_transitions": "rollout",
+    "attention_rollout": "attention_maps", "cls_attention": "attention_maps", "gradient_rollout": "attention_maps",
+    "query_attention": "attention_maps", "rollout_transitions": "attention_maps",
 }
 
 __all__ = sorted(_LAZY)

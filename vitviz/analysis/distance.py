@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis._common import as_float, check_attn, resolve_grid
+from vitviz.analysis.common import as_float, check_attn, resolve_grid
 
 __all__ = ["attention_entropy", "mean_attention_distance", "patch_distances"]
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis._common import as_float, check_attn, check_layer, resolve_grid
-from vitviz.analysis.rollout import _cls_row, _grad_weighted, _pool_row_of_product, check_grads, check_query_row
+from vitviz.analysis.common import as_float, check_attn, check_layer, resolve_grid
+from vitviz.analysis.attention_maps import _cls_row, _grad_weighted, _pool_row_of_product, check_grads, check_query_row
 
 __all__ = ["relevance"]
 

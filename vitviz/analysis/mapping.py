@@ -9,8 +9,8 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from vitviz.analysis._common import as_float
-from vitviz.preprocess import CropGeometry
+from vitviz.analysis.common import as_float
+from vitviz.model.preprocess import CropGeometry
 
 UpsampleMode = Literal["nearest", "bilinear"]
 
@@ -108,7 +108,7 @@ def map_to_image(map: Any, geometry: CropGeometry, *, mode: UpsampleMode = "bili
     if mode not in ("nearest", "bilinear"):
         raise ValueError(f"mode={mode!r}; valid: 'nearest', 'bilinear'")
     if not isinstance(geometry, CropGeometry):
-        raise TypeError(f"geometry must be a vitviz.preprocess.CropGeometry, got {type(geometry).__name__}")
+        raise TypeError(f"geometry must be a vitviz.model.preprocess.CropGeometry, got {type(geometry).__name__}")
     m, batched = _check_map(map)
     B, gh, gw = m.shape
     H, W = geometry.image_size

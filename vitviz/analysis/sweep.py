@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis._common import (
+from vitviz.analysis.common import (
     CLAMPS,
     FUSIONS,
     HeadFusion,
@@ -38,7 +38,7 @@ from vitviz.analysis.distance import (
     entropy_from_sums,
     entropy_sum_,
 )
-from vitviz.analysis.rollout import GradClamp, _cls_row, _fused, check_grads
+from vitviz.analysis.attention_maps import GradClamp, _cls_row, _fused, check_grads
 
 __all__ = ["ImageAnalyses", "analyse_batch", "analyse_image"]
 

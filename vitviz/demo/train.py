@@ -38,7 +38,7 @@ from vitviz.demo.shapes import BASE, CLASSES, generate_batch
 from vitviz.model import load_checkpoint, save_checkpoint
 from vitviz.model.spec import ModelSpec
 from vitviz.model.vit import ViT
-from vitviz.preprocess import INCEPTION_MEAN, INCEPTION_STD, Preprocess
+from vitviz.model.preprocess import INCEPTION_MEAN, INCEPTION_STD, Preprocess
 
 DEMO_NAME = "vitviz shapes demo (ViT 112/8)"
 

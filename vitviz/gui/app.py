@@ -78,16 +78,16 @@ def run_gui(images: list[str], model: str | None = None, device: str | None = No
 
     Args:
         images: image files to open.
-        model: checkpoint path or model name (:func:`vitviz.model.sources.parse_model_ref`; default: the remembered
+        model: checkpoint path or model name (:func:`vitviz.model.sources.refs.parse_model_ref`; default: the remembered
             model, else the bundled demo).
         device: torch device (default: the remembered one, else CPU).
         module: an already-built model to show instead (``vitviz --model file.py:Class``; see
-            :func:`vitviz.adapters.load_user_model`); ``note`` is shown in the status bar.
+            :func:`vitviz.capture.foreign.load_user_model`); ``note`` is shown in the status bar.
 
     Returns:
         The exit code of the event loop.
     """
-    from vitviz.model.sources import parse_model_ref
+    from vitviz.model.sources.refs import parse_model_ref
 
     ref = parse_model_ref(model) if model is not None else None  # raises before any window opens
     app = make_app()

@@ -58,7 +58,7 @@ class ColorBar(QWidget):
         self.setFixedWidth(96)
         self._image = QImage()
         self.levels: tuple[float, float] | None = None
-        self.scale = None  # a vitviz.scales.ColourScale (or None: linear between levels)
+        self.scale = None  # a vitviz.render.scales.ColourScale (or None: linear between levels)
         self.label = ""
         self._hidden = True
         self.setToolTip("Colour scale of the current map")
@@ -82,7 +82,7 @@ class ColorBar(QWidget):
             self.update()
 
     def set_scale(self, scale, label: str = "", tooltip: str = "") -> None:
-        """Show ``scale`` (a :class:`vitviz.scales.ColourScale`) with the quantity ``label`` along the bar."""
+        """Show ``scale`` (a :class:`vitviz.render.scales.ColourScale`) with the quantity ``label`` along the bar."""
         self.scale, self.label = scale, label
         self.levels = None if scale is None else (float(scale.lo), float(scale.hi))
         self.setToolTip(tooltip or "Colour scale of the current map")
@@ -92,7 +92,7 @@ class ColorBar(QWidget):
         """``[(position 0..1 from the bottom, text)]`` of the tick labels drawn."""
         if self.levels is None:
             return []
-        from vitviz.scales import ColourScale
+        from vitviz.render.scales import ColourScale
 
         scale = self.scale if self.scale is not None else ColourScale(*self.levels)
         pairs = scale.ticks(5)
@@ -234,7 +234,7 @@ class Canvas(pg.GraphicsLayoutWidget):
         """Show a map (float ``[h, w]``) stretched over the crop; ``None`` hides it.
 
         Args:
-            levels: a :class:`vitviz.scales.ColourScale` (its ``normalise`` maps values to the colormap: linear, log
+            levels: a :class:`vitviz.render.scales.ColourScale` (its ``normalise`` maps values to the colormap: linear, log
                 or centred at 0), a ``(lo, hi)`` pair, or None for the map's own min-max.
             label: the colour bar's quantity and unit.
         """

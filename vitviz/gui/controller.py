@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from vitviz.devices import available_devices, available_precisions, normalise_device, torch_loaded
 from vitviz.gui.worker import Job, TaskRunner, split_detail
-from vitviz.model.sources import describe_ref
+from vitviz.model.sources.refs import describe_ref
 
 
 EVALUATIONS_KEPT = 32  # faithfulness tables kept (a few KB each)
@@ -109,7 +109,7 @@ class Controller(QObject):
         device, precision = self.device, self.precision
 
         def work(job: Job):
-            from vitviz.model.sources import open_model
+            from vitviz.model.sources.refs import open_model
             from vitviz.pipeline import Pipeline
 
             model, note = open_model(ref, progress=job.report, show_bar=False)

@@ -62,7 +62,7 @@ class Dialogs:
 
     def save_session(self, suggested: str) -> str | None:
         """Where to save a session (``.vitviz.json``), or None."""
-        from vitviz.gui.sessions import SESSION_FILTER
+        from vitviz.gui.session_files import SESSION_FILTER
 
         f, _ = QFileDialog.getSaveFileName(self.parent, "Save session", suggested, SESSION_FILTER,
                                            options=QFileDialog.Option.DontConfirmOverwrite)
@@ -70,7 +70,7 @@ class Dialogs:
 
     def open_session(self, folder: str) -> str | None:
         """A session file or an exported figure to open, or None."""
-        from vitviz.gui.sessions import OPEN_FILTER
+        from vitviz.gui.session_files import OPEN_FILTER
 
         f, _ = QFileDialog.getOpenFileName(self.parent, "Open session", folder, OPEN_FILTER)
         return f or None
@@ -135,7 +135,7 @@ def write_asking(dialogs: Dialogs, path: str, write) -> object:
 
 def confirm_download(dialogs: Dialogs, ref: str) -> bool:
     """Ask before downloading a named model that is not cached (True for anything else)."""
-    from vitviz import catalog
+    from vitviz.model.sources import catalog
 
     if ref.startswith("hub:"):
         repo = ref[4:]
@@ -147,7 +147,7 @@ def confirm_download(dialogs: Dialogs, ref: str) -> bool:
                                                   f"{catalog.hf_cache_dir()} and opens offline afterwards.")
     if not ref.startswith("pretrained:"):
         return True
-    from vitviz.model.pretrained import PRETRAINED, is_cached
+    from vitviz.model.sources.torch_hub import PRETRAINED, is_cached
 
     name = ref.split(":", 1)[1]
     info = PRETRAINED.get(name)
@@ -201,7 +201,7 @@ class DownloadDialog:
         else:
             d.setRange(0, 0)
             amount = f"{done / 1e6:.1f} MB"
-        from vitviz import catalog
+        from vitviz.model.sources import catalog
 
         d.setLabelText(f"Downloading {name}\n{amount}\n\ninto {catalog.hf_cache_dir()}")
         if not d.isVisible():

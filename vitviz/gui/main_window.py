@@ -1,6 +1,6 @@
 """The main window: canvas in the centre, docks for controls, heads, plots and predictions.
 
-Thin by design: the document is :class:`vitviz.session.Session`, the model and its jobs are
+Thin by design: the document is :class:`vitviz.document.session.Session`, the model and its jobs are
 :class:`~vitviz.gui.controller.Controller`, the remembered settings :class:`~vitviz.gui.settings.Prefs`, the views
 come from :mod:`vitviz.views`, and every dialog goes through :class:`~vitviz.gui.dialogs.Dialogs` (tests replace it).
 Widgets write the user's intent here; the window passes it on and redraws from the session.
@@ -19,16 +19,16 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication, QMainWindow
 
 from vitviz import imaging
-from vitviz.gui import exporting, help
+from vitviz.gui import export_service as exporting, help
 from vitviz.gui.controller import Controller
 from vitviz.gui.dialogs import Dialogs, DownloadDialog, confirm_download, mime_content, qimage_from_rgb
 from vitviz.gui.geometry import place_window
 from vitviz.gui.menus import build_actions, build_layout, build_menus, build_toolbar, fill_recent_menu
-from vitviz.gui.sessions import Sessions, is_session_file
+from vitviz.gui.session_files import Sessions, is_session_file
 from vitviz.gui.settings import Prefs, default_settings  # noqa: F401 - default_settings re-exported for callers
 from vitviz.gui.statusbar import StatusParts
 from vitviz.gui.worker import describe_error
-from vitviz.session import Session
+from vitviz.document.session import Session
 
 
 class MainWindow(QMainWindow):
@@ -37,7 +37,7 @@ class MainWindow(QMainWindow):
     Args:
         settings: where preferences persist (default: ``$VITVIZ_SETTINGS`` or the user's settings).
         model: an already-built model to use instead of the remembered one (tests, scripts).
-        model_key: a model reference (:mod:`vitviz.model.sources`) to load on start.
+        model_key: a model reference (:mod:`vitviz.model.sources.refs`) to load on start.
         device: torch device to start on (default: remembered, else CPU).
         dialogs: a :class:`Dialogs` replacement.
         load_samples: open the bundled sample images when nothing else is opened.
@@ -82,8 +82,8 @@ class MainWindow(QMainWindow):
         build_menus(self)
         build_toolbar(self)
         self._connect()
-        self.sessions = Sessions(self)  # File > Save / Open session (vitviz.gui.sessions)
-        self.compare_window = None  # File > Compare (vitviz.gui.compare), made when first asked for
+        self.sessions = Sessions(self)  # File > Save / Open session (vitviz.gui.session_files)
+        self.compare_window = None  # File > Compare (vitviz.gui.compare_window), made when first asked for
         self._restore_settings()
 
         if model is not None:
@@ -196,9 +196,9 @@ class MainWindow(QMainWindow):
 
     def _switch_for_photo(self, source: str) -> None:
         """A photo opened with the bundled shapes model switches to the model for photos when one is cached
-        (:func:`vitviz.catalog.photo_default`), unless the user chose the shapes model."""
-        from vitviz import catalog
-        from vitviz.model.sources import describe_ref
+        (:func:`vitviz.model.sources.catalog.photo_default`), unless the user chose the shapes model."""
+        from vitviz.model.sources import catalog
+        from vitviz.model.sources.refs import describe_ref
 
         c = self.controller
         if (c.loading or c.ref) != "demo" or self._demo_chosen or not catalog.is_photo(source):
@@ -211,7 +211,7 @@ class MainWindow(QMainWindow):
 
     def _update_offer(self) -> None:
         """The first-run offer in the predictions panel: shown for a photo analysed by the bundled shapes model."""
-        from vitviz import catalog
+        from vitviz.model.sources import catalog
 
         r = self.session.result
         show = r is not None and self.model_key == "demo" and catalog.is_photo(r.source)
@@ -244,7 +244,7 @@ class MainWindow(QMainWindow):
 
     def _fill_model_combo(self) -> None:
         """The model bar names the model in use, or the one being loaded (never the previous one meanwhile)."""
-        from vitviz.model.sources import describe_ref
+        from vitviz.model.sources.refs import describe_ref
 
         c = self.controller
         if c.loading:
@@ -373,7 +373,7 @@ class MainWindow(QMainWindow):
         self.status.set_progress(done, total)
         loading = self.controller.loading
         if loading:
-            from vitviz.model.sources import describe_ref
+            from vitviz.model.sources.refs import describe_ref
 
             self.download_dialog.update(describe_ref(loading), done, total)
 
@@ -503,7 +503,7 @@ class MainWindow(QMainWindow):
     # ================================================================== export
     def export_view(self, path: str, scale: Any = None) -> Path | None:
         """Write the current view as a figure to ``path`` (PNG / SVG / PDF by extension; PNG at ``scale``, default
-        the remembered one, "print"); asks before replacing a file (:mod:`vitviz.gui.exporting`)."""
+        the remembered one, "print"); asks before replacing a file (:mod:`vitviz.gui.export_service`)."""
         return exporting.export_figure(self, path, scale=scale)
 
     def export_heads(self, path: str, scale: Any = None) -> Path | None:
@@ -519,13 +519,13 @@ class MainWindow(QMainWindow):
 
     def export_metadata(self) -> dict[str, str] | None:
         """Text entries written into every exported figure and animation (PNG text chunks, SVG and PDF metadata;
-        see :func:`vitviz.figures.save`); None: only the figure's title and caption. The session's state goes
-        here, e.g. ``{"vitviz.session": json.dumps(state)}``; :func:`vitviz.figures.read_metadata` reads it back."""
+        see :func:`vitviz.render.figures.save`); None: only the figure's title and caption. The session's state goes
+        here, e.g. ``{"vitviz.document.session": json.dumps(state)}``; :func:`vitviz.render.figures.read_metadata` reads it back."""
         return self.sessions.metadata()
 
     # ================================================================== sessions and comparisons
     def save_session(self, path: str) -> Path | None:
-        """Write the window's state to ``path`` (:mod:`vitviz.state`); asks before replacing a file."""
+        """Write the window's state to ``path`` (:mod:`vitviz.document.state`); asks before replacing a file."""
         return self.sessions.save(path)
 
     def open_session(self, path: str) -> bool:
@@ -534,9 +534,9 @@ class MainWindow(QMainWindow):
         return self.sessions.open(path)
 
     def show_compare(self, spec: Any = None) -> Any:
-        """Show the Compare window (:mod:`vitviz.gui.compare`), with ``spec`` (a
-        :class:`vitviz.compare.CompareSpec`) when given."""
-        from vitviz.gui.compare import CompareWindow
+        """Show the Compare window (:mod:`vitviz.gui.compare_window`), with ``spec`` (a
+        :class:`vitviz.document.comparison.CompareSpec`) when given."""
+        from vitviz.gui.compare_window import CompareWindow
 
         if self.compare_window is None:
             self.compare_window = CompareWindow(self, spec)

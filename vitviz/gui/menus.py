@@ -114,7 +114,7 @@ def build_model_list(win: Any, menu: QMenu) -> None:
     """The named models of the Model menu: the bundled one, the curated Hugging Face Hub models by group (title,
     and on the right their download size or "cached"), torchvision's weights in a sub-menu. The current model is
     checked; sizes and cache marks are refreshed each time the menu opens (:func:`refresh_model_list`)."""
-    from vitviz import catalog  # plain data: no torch at start-up
+    from vitviz.model.sources import catalog  # plain data: no torch at start-up
 
     menu.setToolTipsVisible(True)
     win.model_group = QActionGroup(win)
@@ -149,7 +149,7 @@ def build_model_list(win: Any, menu: QMenu) -> None:
 
 def refresh_model_list(win: Any) -> None:
     """Sizes and cache marks of the named models, and a check at the model in use (or being loaded)."""
-    from vitviz import catalog
+    from vitviz.model.sources import catalog
 
     sizes = {m.ref: m.size_mb for m in catalog.HUB_MODELS}
     sizes.update({f"pretrained:{n}": row[3] for n, row in catalog.TORCHVISION_VITS.items()})
@@ -163,8 +163,8 @@ def refresh_model_list(win: Any) -> None:
 
 
 def open_model_by_name(win: Any) -> None:
-    """Ask for a model name (any form :func:`vitviz.model.sources.parse_model_ref` accepts) and load it."""
-    from vitviz.model.sources import parse_model_ref
+    """Ask for a model name (any form :func:`vitviz.model.sources.refs.parse_model_ref` accepts) and load it."""
+    from vitviz.model.sources.refs import parse_model_ref
 
     text = win.dialogs.ask_model_name()
     if not text:

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QFrame, QGraphicsRectItem, QScrollArea, QSizePolic
 
 from vitviz import imaging
 from vitviz.gui.canvas import highlight_rect, outline
-from vitviz.scales import DEFAULT_PERCENTILE, format_ticks, nice_ticks, scale_for
+from vitviz.render.scales import DEFAULT_PERCENTILE, format_ticks, nice_ticks, scale_for
 
 BACKGROUND = QColor(38, 38, 42)
 MIN_TILE = 48  # px on screen: the smallest thumbnail the panels show (they scroll instead)
@@ -232,7 +232,7 @@ def upscale(rgba: np.ndarray, factor: int) -> np.ndarray:
 def shared_scale(maps: np.ndarray, cmap: str, *, signed: bool | None = None,
                  fixed: tuple[float, float] | None = None, percentile: float = DEFAULT_PERCENTILE,
                  exclude: np.ndarray | None = None):
-    """One colour scale for a whole stack of tiles (:func:`vitviz.scales.scale_for`): the robust (``percentile``)
+    """One colour scale for a whole stack of tiles (:func:`vitviz.render.scales.scale_for`): the robust (``percentile``)
     range of all their values without the ``exclude``d entries (a mask broadcast over the stack: artefact patches),
     or ``fixed``; a signed quantity gets a diverging colormap centred at 0."""
     m = np.asarray(maps, dtype=np.float64)
@@ -309,7 +309,7 @@ class ScaleBar(QWidget):
         return None if self.scale is None else self.scale.cmap
 
     def set_scale(self, scale, label: str = "", note: str = "") -> None:
-        """Show ``scale`` (:class:`vitviz.scales.ColourScale`) named ``label``; ``note`` goes in the tooltip."""
+        """Show ``scale`` (:class:`vitviz.render.scales.ColourScale`) named ``label``; ``note`` goes in the tooltip."""
         if scale is not None and (self.scale is None or scale.cmap != self.scale.cmap):
             lut = np.ascontiguousarray(imaging.get_colormap(scale.cmap)[:, :4])
             self._image = QImage(lut.data, lut.shape[0], 1, 4 * lut.shape[0], QImage.Format.Format_RGBA8888).copy()

@@ -2,7 +2,7 @@
 :mod:`vitviz.gui.plots`).
 
 Panels never own state: they emit the user's intent as signals and are refreshed by the main window from the
-:class:`~vitviz.session.Session` (under a signal blocker, so a refresh never echoes back as a user action).
+:class:`~vitviz.document.session.Session` (under a signal blocker, so a refresh never echoes back as a user action).
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ class PredictionsPanel(QWidget):
         lay.addWidget(self.offer_box)
 
     def set_offer(self, offers, cached: set[str] | frozenset[str] = frozenset()) -> None:
-        """Show the first-run offer for ``offers`` (:class:`vitviz.catalog.HubModel`; ``cached``: their references
+        """Show the first-run offer for ``offers`` (:class:`vitviz.model.sources.catalog.HubModel`; ``cached``: their references
         that need no download), or hide it (None or empty)."""
         if not offers:
             self.offer_box.setVisible(False)

@@ -102,7 +102,7 @@ class PlotsPanel(QTabWidget):
         self.dist_widget.installEventFilter(self)  # the legend's columns follow the plot's width
         self._dist_top: float | None = None
         # a data set's statistics (the attention_stats.csv of `vitviz stats`) beside this image's points
-        self.dataset = None  # vitviz.stats.DatasetStats
+        self.dataset = None  # vitviz.batch.stats.DatasetStats
         self.dataset_path: str | None = None
         self.dist_dataset_points = pg.ScatterPlotItem(size=8, brush=pg.mkBrush(None))
         self.dist_dataset_line = pg.PlotDataItem(pen=pg.mkPen((235, 235, 235), width=1.5, style=Qt.PenStyle.DashLine))
@@ -329,7 +329,7 @@ class PlotsPanel(QTabWidget):
         """Draw the statistics of ``path`` (an ``attention_stats.csv`` of ``vitviz stats``) beside this image's
         points: each head's mean over the images as a hollow marker in the head's colour, the mean of the heads as
         a dashed line. A file that cannot be read is named in the plot's title; the plot is left as it was."""
-        from vitviz.stats import read_stats_csv
+        from vitviz.batch.stats import read_stats_csv
 
         try:
             stats = read_stats_csv(path)

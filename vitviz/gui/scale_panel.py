@@ -33,7 +33,7 @@ class ScalePanel(QWidget):
     """Colour scale (mode, percentile, log, fixed range), artefact tokens, and the top-mass mask.
 
     Signals:
-        changed(dict): option changes for :meth:`vitviz.session.Session.set_options`.
+        changed(dict): option changes for :meth:`vitviz.document.session.Session.set_options`.
     """
 
     changed = Signal(dict)

@@ -101,7 +101,7 @@ class Prefs:
 
     def photo_model(self) -> str:
         """The named model photos open with instead of the bundled shapes model ("" until one was used); see
-        :func:`vitviz.catalog.photo_default`."""
+        :func:`vitviz.model.sources.catalog.photo_default`."""
         ref = str(self.qsettings.value("photo_model", "") or "")
         return ref if ref.startswith(("hub:", "pretrained:")) else ""
 

@@ -1,6 +1,6 @@
 """``vitviz.show(model, images)``: the window on a model that lives in memory (a script, IPython or a notebook).
 
-The model may be a :class:`vitviz.model.ViT` or any other ViT module (:class:`vitviz.adapters.AdaptedModel` finds its
+The model may be a :class:`vitviz.model.ViT` or any other ViT module (:class:`vitviz.capture.foreign.AdaptedModel` finds its
 attention). Qt is imported only when the window opens.
 """
 
@@ -86,7 +86,7 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
 
     Args:
         model: a :class:`vitviz.model.ViT`, or any ViT ``nn.Module`` (timm, Hugging Face, ``nn.MultiheadAttention``
-            based, hand-written; see :mod:`vitviz.adapters`). Used on its own device and precision.
+            based, hand-written; see :mod:`vitviz.capture.foreign`). Used on its own device and precision.
         images: image files, PIL images, uint8 arrays ``[H, W, 3]`` or tensors ``[3, H, W]`` in 0..1 (one or a list;
             PageDown / PageUp step through them); none: the bundled samples.
         labels: class names in output order.
@@ -96,7 +96,7 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
             Jupyter after ``%gui qt``).
         settings: a ``QSettings`` (default: the user's vitviz settings).
         adapter_options: for modules that are not vitviz ViTs: ``attention``, ``blocks``, ``patch_size``, ``grid``,
-            ``num_prefix_tokens``, ``input_size``, ``name`` (:class:`vitviz.adapters.AdaptedModel`).
+            ``num_prefix_tokens``, ``input_size``, ``name`` (:class:`vitviz.capture.foreign.AdaptedModel`).
 
     Returns:
         The window when not blocking (it stays open; keep using the notebook), else None once it is closed.
@@ -105,7 +105,7 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
         CaptureError, ValueError: the model's attention cannot be captured, or bad images / labels / preprocess;
             raised before any window opens.
     """
-    from vitviz.adapters import adapt
+    from vitviz.capture.foreign import adapt
 
     m = adapt(model, labels=labels, preprocess=preprocess, **adapter_options)
     items = _as_images(images)

@@ -52,7 +52,7 @@ class ModelBar(QWidget):
         c.blockSignals(True)
         c.clear()
         c.addItem("Bundled demo model (shapes)", "demo")
-        from vitviz import catalog  # plain data: no torch at start-up
+        from vitviz.model.sources import catalog  # plain data: no torch at start-up
 
         names = list(catalog.TORCHVISION_VITS)
         if names:

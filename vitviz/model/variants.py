@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from vitviz.model.spec import ModelSpec, imagenet_preprocess, inception_preprocess
 from vitviz.model.vit import ViT
-from vitviz.preprocess import Preprocess
+from vitviz.model.preprocess import Preprocess
 
 # name -> (embed_dim, depth, num_heads)  (ViT paper Table 1, plus DeiT's tiny and small)
 SIZES: dict[str, tuple[int, int, int]] = {

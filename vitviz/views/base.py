@@ -6,14 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitviz._arrays import to_numpy
+from vitviz._util.arrays import to_numpy
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.pipeline import InferenceResult
-    from vitviz.session import ViewOptions
+    from vitviz.document.session import ViewOptions
 
 HEAD_REDUCTIONS: tuple[str, ...] = ("mean", "max", "min")
-# the options a view may read (fields of vitviz.session.ViewOptions, plus "target": the result's gradient target)
+# the options a view may read (fields of vitviz.document.session.ViewOptions, plus "target": the result's gradient target)
 OPTION_NAMES: tuple[str, ...] = ("layer", "head", "query", "head_fusion", "discard_ratio", "start_layer", "target")
 
 

@@ -17,7 +17,7 @@ from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err, renam
 from vitviz.model.checkpoints.timm import default_preprocess as timm_default_preprocess
 from vitviz.model.checkpoints.timm import timm_config, architecture_options
 from vitviz.model.vit import ViTConfig
-from vitviz.preprocess import Preprocess
+from vitviz.model.preprocess import Preprocess
 
 NAME = "timm-beit"
 DESCRIPTION = "timm BEiT (blocks.0.gamma_1 / attn.q_bias / relative_position_bias_table)"

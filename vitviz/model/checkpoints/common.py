@@ -16,7 +16,7 @@ import torch
 
 from vitviz.model.spec import imagenet_preprocess, inception_preprocess
 from vitviz.model.vit import ViTConfig
-from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, Preprocess
+from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, Preprocess
 
 PreprocessArg = Preprocess | Literal["imagenet", "inception"] | None
 

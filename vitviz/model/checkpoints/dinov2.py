@@ -13,7 +13,7 @@ from __future__ import annotations
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, rename
 from vitviz.model.spec import family_preprocess
 from vitviz.model.vit import ViTConfig
-from vitviz.preprocess import Preprocess
+from vitviz.model.preprocess import Preprocess
 
 NAME = "dinov2"
 DESCRIPTION = "DINOv2 original (mask_token + blocks.0.ls1.gamma)"

@@ -32,7 +32,7 @@ from vitviz.model.checkpoints.common import (
 )
 from vitviz.model.spec import family_preprocess
 from vitviz.model.vit import ViTConfig
-from vitviz.preprocess import INCEPTION_MEAN, INCEPTION_STD, Preprocess
+from vitviz.model.preprocess import INCEPTION_MEAN, INCEPTION_STD, Preprocess
 
 NAME = "hf"
 DESCRIPTION = "Hugging Face (embeddings.patch_embeddings.projection)"

@@ -19,7 +19,7 @@ import torch
 from vitviz.model.checkpoints import hf
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err, want_bool
 from vitviz.model.vit import ViTConfig
-from vitviz.preprocess import Preprocess
+from vitviz.model.preprocess import Preprocess
 
 NAME = "hf-dinov2"
 DESCRIPTION = "Hugging Face DINOv2 (embeddings.mask_token + layer_scale1)"

@@ -14,7 +14,7 @@ from vitviz.model.checkpoints import hf
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err
 from vitviz.model.checkpoints.hf_clip import encoder_rules
 from vitviz.model.vit import ViTConfig
-from vitviz.preprocess import Preprocess
+from vitviz.model.preprocess import Preprocess
 
 NAME = "hf-siglip"
 DESCRIPTION = "Hugging Face SigLIP (embeddings.patch_embedding, no class embedding)"

@@ -24,7 +24,7 @@ from vitviz.model.checkpoints.reading import read_raw
 from vitviz.model.checkpoints.registry import detect_format, format_module
 from vitviz.model.spec import ModelSpec
 from vitviz.model.vit import ViT, ViTConfig, _pair, resample_pos_embed, resize_rel_pos_table
-from vitviz.preprocess import Preprocess
+from vitviz.model.preprocess import Preprocess
 
 
 def load_checkpoint(

@@ -30,7 +30,7 @@ from vitviz.model.checkpoints.common import (
 )
 from vitviz.model.spec import ModelSpec
 from vitviz.model.vit import ACT_LAYERS, MLP_LAYERS, POS_EMBED_INTERPS, REL_POS_BIASES, REL_POS_INTERPS, ViTConfig
-from vitviz.preprocess import Interpolation, Preprocess
+from vitviz.model.preprocess import Interpolation, Preprocess
 
 NAME = "native"
 DESCRIPTION = "native vitviz (safetensors metadata)"

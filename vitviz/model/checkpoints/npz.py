@@ -10,7 +10,7 @@ import torch
 
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err, resolve_preprocess
 from vitviz.model.vit import ViTConfig
-from vitviz.preprocess import Preprocess
+from vitviz.model.preprocess import Preprocess
 
 NAME = "npz"
 DESCRIPTION = "Google npz (embedding/kernel)"

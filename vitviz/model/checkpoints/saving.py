@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from vitviz._io import default_file_mode
+from vitviz._util.files import default_file_mode
 from vitviz.model.checkpoints.common import err
 from vitviz.model.checkpoints.native import FORMAT_TAG, SPEC_KEY
 from vitviz.model.spec import ModelSpec

@@ -33,7 +33,7 @@ from vitviz.model.checkpoints.common import (
 )
 from vitviz.model.spec import family_preprocess, guess_family
 from vitviz.model.vit import ACT_LAYERS, ViTConfig
-from vitviz.preprocess import Preprocess
+from vitviz.model.preprocess import Preprocess
 
 NAME = "timm"
 DESCRIPTION = "timm (patch_embed.proj.weight)"

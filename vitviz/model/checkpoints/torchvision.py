@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, rename
 from vitviz.model.vit import ViTConfig
-from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 
 NAME = "torchvision"
 DESCRIPTION = "torchvision (conv_proj.weight)"

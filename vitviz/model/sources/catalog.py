@@ -1,8 +1,8 @@
 """The named pretrained weights as plain data, importable without torch (``vitviz models``, menus, start-up).
 
-:mod:`vitviz.model.pretrained` builds its registry from :data:`TORCHVISION_VITS`; a test checks every row against
+:mod:`vitviz.model.sources.torch_hub` builds its registry from :data:`TORCHVISION_VITS`; a test checks every row against
 torchvision's own weight metadata (URL, size, parameters, accuracy, preprocessing), so the table cannot drift from the
-source. :data:`HUB_MODELS` is the curated list of Hugging Face Hub models (:mod:`vitviz.model.hub` downloads them);
+source. :data:`HUB_MODELS` is the curated list of Hugging Face Hub models (:mod:`vitviz.model.sources.hub` downloads them);
 a test checks each size against the tensors of timm's architecture. The caches are looked up without importing torch
 or huggingface_hub.
 """
@@ -60,7 +60,7 @@ def cache_file(name: str) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# curated models from the Hugging Face Hub (vitviz.model.hub downloads them)
+# curated models from the Hugging Face Hub (vitviz.model.sources.hub downloads them)
 # ---------------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class HubModel:
@@ -89,7 +89,7 @@ class HubModel:
 
     @property
     def ref(self) -> str:
-        """The model reference of :mod:`vitviz.model.sources` (``"hub:<repo>"``)."""
+        """The model reference of :mod:`vitviz.model.sources.refs` (``"hub:<repo>"``)."""
         return f"hub:{self.repo}"
 
     def label(self) -> str:

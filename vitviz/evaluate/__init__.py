@@ -63,7 +63,7 @@ from torch import nn
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.pipeline import InferenceResult, Pipeline
-    from vitviz.session import ViewOptions
+    from vitviz.document.session import ViewOptions
     from vitviz.views import View
 
 __all__ = [
@@ -643,7 +643,7 @@ def _resolve_view(name: str, num_layers: int, options: "ViewOptions | None" = No
     from dataclasses import replace
 
     from vitviz import views
-    from vitviz.session import ViewOptions
+    from vitviz.document.session import ViewOptions
 
     if name == "cls_last":
         view = views.get("cls")
@@ -659,7 +659,7 @@ def _result_for(model: nn.Module, x: torch.Tensor, *, target: int | None, grads:
     views need to compute a map."""
     from vitviz.capture import capture
     from vitviz.pipeline import InferenceResult
-    from vitviz.preprocess import CropGeometry
+    from vitviz.model.preprocess import CropGeometry
 
     want: Any = target if grads else None
     with torch.inference_mode(False):
@@ -709,7 +709,7 @@ def randomisation_check(
         x: the preprocessed image ``[C, H, W]`` or ``[1, C, H, W]``.
         view: a view key (``"relevance"``, ``"rollout"``, ``"grad_rollout"``, ``"cls"`` ...) or ``"cls_last"``.
         target: the class for the gradient views; None for the model's top class on ``x``.
-        options: the view's options (default: :class:`vitviz.session.ViewOptions` defaults).
+        options: the view's options (default: :class:`vitviz.document.session.ViewOptions` defaults).
         seed: base seed of the re-initialisation.
         progress, cancel: ``progress(done, L)`` after each stage; ``cancel()`` before each (raises
             :class:`EvaluationCancelled`).
@@ -983,7 +983,7 @@ def write_csv(path: str | os.PathLike, tables: Sequence[FaithfulnessTable], *, o
 def check_writable(path: str | os.PathLike, *, overwrite: bool = False) -> None:
     """Refuse, before any work, a CSV path that :func:`write_csv` would refuse: an existing file without
     ``overwrite``, a folder of that name, a missing parent or one that is a file."""
-    from vitviz._io import folder_problem
+    from vitviz._util.files import folder_problem
     from vitviz.imaging import ExportError
 
     target = Path(path)

@@ -1,7 +1,7 @@
 """Headless work over many images: which images (files, folders, globs, lists), which share of them (shards), and a
 stream of preprocessed batches read ahead on a loader thread. No Qt.
 
-``vitviz export`` (:mod:`vitviz.export`) and ``vitviz stats`` (:mod:`vitviz.stats`) are built on it:
+``vitviz export`` (:mod:`vitviz.batch.export`) and ``vitviz stats`` (:mod:`vitviz.batch.stats`) are built on it:
 
 * :func:`expand_inputs` turns what the user typed into :class:`InputImage` s, each with the path it is read from and
   a name under the output folder that mirrors the input's own folders (``photos/`` -> ``cats/tabby``);

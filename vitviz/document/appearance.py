@@ -1,6 +1,6 @@
 """How the session's current map is drawn: artefact tokens, the colour scale, the mass mask, the title. No Qt.
 
-A mix-in of :class:`vitviz.session.Session` (it reads ``self.result``, ``self.options``, ``self.view`` and caches
+A mix-in of :class:`vitviz.document.session.Session` (it reads ``self.result``, ``self.options``, ``self.view`` and caches
 in ``self._cache``); kept apart so that the document (images, options, maps) and its appearance each have one room.
 """
 
@@ -13,12 +13,12 @@ import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.analysis.artefacts import ArtefactTokens
-    from vitviz.scales import ColourScale
+    from vitviz.render.scales import ColourScale
     from vitviz.views import View
 
 
 class Appearance:
-    """Artefact tokens, colour scale, mask and title of the current view (see :class:`vitviz.session.Session`)."""
+    """Artefact tokens, colour scale, mask and title of the current view (see :class:`vitviz.document.session.Session`)."""
 
     # ------------------------------------------------------------------ artefact tokens
     def artefacts(self) -> "ArtefactTokens | None":
@@ -95,7 +95,7 @@ class Appearance:
         return self._cache.get_or(("levels", self.options), self._levels)  # the window asks twice per redraw
 
     def _levels(self) -> "ColourScale":
-        from vitviz.scales import scale_for
+        from vitviz.render.scales import scale_for
 
         m = self.current_map()
         o, v = self.options, self.view

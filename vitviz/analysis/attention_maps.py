@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from vitviz.analysis._common import (
+from vitviz.analysis.common import (
     CLAMPS,
     FUSIONS,
     Head,

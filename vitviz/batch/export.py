@@ -1,18 +1,18 @@
 """``vitviz export``: the window's maps for many images, headless, resumable and sharded. No Qt.
 
 The maps are made by the window's own code: each image's :class:`~vitviz.pipeline.InferenceResult` goes into a
-:class:`~vitviz.session.Session`, the view, layer, head and query are set as the window sets them, and the files are
+:class:`~vitviz.document.session.Session`, the view, layer, head and query are set as the window sets them, and the files are
 ``Session.current_map()`` (npy: float32 ``[gh, gw]`` at patch resolution) and the figure the window's File > Export
-writes (:func:`vitviz.figures.view_figure` encoded by :func:`vitviz.figures.encode`: PNG, colour bar and caption
+writes (:func:`vitviz.render.figures.view_figure` encoded by :func:`vitviz.render.figures.encode`: PNG, colour bar and caption
 optional). Nothing here computes a map.
 
-Streaming: :func:`vitviz.batch.stream_batches` reads and preprocesses images on a loader thread; each batch goes
+Streaming: :func:`vitviz.batch.inputs.stream_batches` reads and preprocesses images on a loader thread; each batch goes
 through the model in one forward and one backward (:meth:`vitviz.pipeline.Pipeline.run_batch`: the gradients only
 when a requested view needs them); a writer thread renders and writes the files of one batch while the next is
 computed. The queues between them hold at most a batch or two, so 10,000 images use the memory of a few batches.
 
 Files (under ``--out``): ``<name>_<view>_<options>.png|.npy`` where ``<name>`` mirrors the input's folders
-(:class:`vitviz.batch.InputImage`) and the rest is the window's export name (:meth:`vitviz.views.View.file_stem`);
+(:class:`vitviz.batch.inputs.InputImage`) and the rest is the window's export name (:meth:`vitviz.views.View.file_stem`);
 ``manifest.jsonl`` (``manifest-K-of-N.jsonl`` for a shard) with one JSON line per image (:func:`manifest_record`).
 Every file is written atomically (:func:`vitviz.imaging.write_atomic`: no partial file, even when killed), and an
 image's manifest line is appended only after all its files are complete, so an interrupted run loses no finished
@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vitviz.batch import (
+from vitviz.batch.inputs import (
     InputImage, Loaded, add_common_arguments, check_device, expand_inputs, inputs_for_cli, parse_shard, progress_bar,
     stream_batches, take_shard,
 )
@@ -81,7 +81,7 @@ class ExportOptions:
         overwrite: recompute every image and replace existing files.
         quiet: no progress bar (log lines only).
         animate: also each layer-dependent view over every layer as one animation (``"gif"``, ``"apng"``, ``"mp4"``;
-            :func:`vitviz.figures.layer_figures`: one colour scale across layers, the layer drawn on each frame),
+            :func:`vitviz.render.figures.layer_figures`: one colour scale across layers, the layer drawn on each frame),
             at ``scale``; None: no animation.
         fps: frames per second of the animations.
     """
@@ -175,7 +175,7 @@ def options_from_args(args: argparse.Namespace) -> ExportOptions:
         if len(parts) != 2 or not all(_is_int(x) and int(x) >= 0 for x in parts):
             raise ValueError(f"--query {args.query}: expected ROW,COL of a patch, e.g. 7,7")
         query = (int(parts[0]), int(parts[1]))
-    from vitviz.figures import parse_scale
+    from vitviz.render.figures import parse_scale
 
     scale = str(parse_scale(args.scale))
     if args.cmap not in colormap_names():
@@ -186,7 +186,7 @@ def options_from_args(args: argparse.Namespace) -> ExportOptions:
     if not 0 < fps <= 60:
         raise ValueError(f"--fps {fps:g}: must be more than 0 and at most 60")
     if animate == "mp4":
-        from vitviz.figures import mp4_problem
+        from vitviz.render.figures import mp4_problem
 
         if mp4_problem():
             raise ValueError(f"--animate mp4: {mp4_problem()}")
@@ -538,7 +538,7 @@ class Exporter:
                         pass
 
     def _prepare_folder(self) -> None:
-        from vitviz._io import describe_os_error
+        from vitviz._util.files import describe_os_error
         from vitviz.imaging import ExportError
 
         try:
@@ -684,13 +684,13 @@ class Exporter:
                 "target": target}
 
     def _write_maps(self, r: Any, item: InputImage, written: list[str]) -> list[dict[str, Any]]:
-        """Every requested map of one result through a :class:`~vitviz.session.Session`, as the window makes it."""
+        """Every requested map of one result through a :class:`~vitviz.document.session.Session`, as the window makes it."""
         import io
 
         import numpy as np
 
-        from vitviz import figures
-        from vitviz.session import Session
+        from vitviz.render import figures
+        from vitviz.document.session import Session
 
         o = self.options
         session = Session()
@@ -735,7 +735,7 @@ class Exporter:
                           written: list[str]) -> list[dict[str, Any]]:
         """``--animate``: each requested view that has a layer slider over every layer, one file per view (and head,
         query as for its maps): ``<name>_<view>[_<head>]_layers.<gif|apng|mp4>``."""
-        from vitviz import figures
+        from vitviz.render import figures
 
         out = []
         done = set()
@@ -843,7 +843,7 @@ def run_cli(args: argparse.Namespace, report: Callable[[BaseException, str | Non
     images, status = inputs_for_cli(args.inputs, report)
     if not images:
         return 2
-    from vitviz.model.sources import parse_model_ref
+    from vitviz.model.sources.refs import parse_model_ref
 
     ref = parse_model_ref(args.model)
     model = load(args, args.model)

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 import numpy as np
 
 from vitviz import views
-from vitviz._arrays import to_numpy as _np
-from vitviz.appearance import Appearance
+from vitviz._util.arrays import to_numpy as _np
+from vitviz.document.appearance import Appearance
 from vitviz.views import HEAD_REDUCTIONS, View
 
 if TYPE_CHECKING:  # pragma: no cover - torch is imported when the first result arrives, not at start-up
@@ -53,7 +53,7 @@ class ViewOptions:
     # artefact tokens (high-norm patches, Darcet et al. 2023)
     ignore_artefacts: bool = False  # drop their key columns from every attention layer (renormalised rows)
     scale_excludes_artefacts: bool = True  # the colour scale is computed without them (they are still drawn)
-    # colour scale: see vitviz.scales.scale_for
+    # colour scale: see vitviz.render.scales.scale_for
     scale: ScaleMode = "robust"
     percentile: float = 99.5
     log_scale: bool = False
@@ -191,7 +191,7 @@ class Session(Appearance):
         if o.mask_style not in ("contour", "dim"):
             raise ValueError(f"mask_style must be 'contour' or 'dim', got {o.mask_style!r}")
         if o.scale == "fixed":
-            from vitviz.scales import scale_for
+            from vitviz.render.scales import scale_for
 
             if o.fixed_range is None:
                 raise ValueError("a fixed colour scale needs a range (fixed_range=(lo, hi))")
@@ -425,20 +425,20 @@ class Session(Appearance):
         return _np(map_to_image(torch.as_tensor(m), r.geometry, mode=mode))
 
     def render_export(self, scale: str | int = "native") -> np.ndarray | None:
-        """The current view as the figure an export writes (:func:`vitviz.figures.view_figure`: the map in the
+        """The current view as the figure an export writes (:func:`vitviz.render.figures.view_figure`: the map in the
         colours of the screen, with the title, colour bar and caption the options ask for), drawn at ``scale``
         (default ``"native"``: the image at its own pixels; ``"print"``: long side >= 2048 px): uint8 ``[H', W', 3]``.
         With neither caption nor colour bar it is the overlay at exactly the image's size. None without a map.
-        :func:`vitviz.figures.save` writes it as PNG / SVG / PDF."""
-        from vitviz import figures
+        :func:`vitviz.render.figures.save` writes it as PNG / SVG / PDF."""
+        from vitviz.render import figures
 
         spec = figures.view_figure(self)
         return None if spec is None else figures.render(spec, scale).pixels
 
     def render_heads_grid(self, scale: str | int = "native", *, all_layers: bool = False) -> np.ndarray | None:
         """Every head of the current layer (``all_layers``: every layer x head) on one shared colour scale, with a
-        title, tile labels and the colour bar (:func:`vitviz.figures.heads_figure`): uint8 ``[H', W', 3]``."""
-        from vitviz import figures
+        title, tile labels and the colour bar (:func:`vitviz.render.figures.heads_figure`): uint8 ``[H', W', 3]``."""
+        from vitviz.render import figures
 
         spec = figures.heads_figure(self, all_layers=all_layers)
         return None if spec is None else figures.render(spec, scale).pixels

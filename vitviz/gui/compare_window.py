@@ -1,11 +1,11 @@
-"""The Compare window: a grid of maps side by side (:mod:`vitviz.compare`), linked to the main window.
+"""The Compare window: a grid of maps side by side (:mod:`vitviz.document.comparison`), linked to the main window.
 
 A window of its own rather than a mode of the main window: the main window keeps its canvas, docks and view while
 the grid takes a whole (second) screen, and both stay live. The grid follows the main window's options (layer,
 head, query patch, colormap, opacity, scale options, mask ...) and its image and target: every change there redraws
 it. Hovering a panel outlines the same patch in every panel and shows each panel's value there; clicking a patch
 selects it as the query patch in every panel and in the main window. Panels of one view share a colour scale (or
-each has its own); the grid exports as one figure (PNG / SVG / PDF) through :mod:`vitviz.figures`, carrying the
+each has its own); the grid exports as one figure (PNG / SVG / PDF) through :mod:`vitviz.render.figures`, carrying the
 session's state (the comparison included) in its metadata.
 
 Other images (``"views"`` layout) and other classes (``"classes"``) are run on the window's worker with the main
@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from vitviz import compare as cmp
+from vitviz.document import comparison as cmp
 from vitviz import views
 from vitviz.gui.canvas import Canvas, outline
 from vitviz.gui.mosaic import BACKGROUND, ScaleBar
@@ -575,15 +575,15 @@ class CompareWindow(QMainWindow):
 
     # ------------------------------------------------------------------ export
     def figure(self):
-        """The comparison as a :class:`vitviz.figures.FigureSpec` (None before the first drawing)."""
+        """The comparison as a :class:`vitviz.render.figures.FigureSpec` (None before the first drawing)."""
         return None if self.comparison is None else cmp.comparison_figure(self.comparison)
 
     def export(self, path: str, scale: Any = None):
         """Write the grid as one figure to ``path`` (PNG / SVG / PDF by extension; PNG at ``scale``, default the
         main window's remembered export size) with the session, comparison included, in its metadata. Asks before
         replacing a file; errors are shown. Returns the file written, or None."""
-        from vitviz import figures
-        from vitviz.gui import exporting
+        from vitviz.render import figures
+        from vitviz.gui import export_service as exporting
 
         w = self.main
         spec = self.figure()
@@ -603,7 +603,7 @@ class CompareWindow(QMainWindow):
 
     def export_dialog(self):
         from vitviz import imaging
-        from vitviz.gui import exporting
+        from vitviz.gui import export_service as exporting
 
         w = self.main
         if self.comparison is None:

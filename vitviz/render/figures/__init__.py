@@ -7,8 +7,8 @@ vector paths, so one layout serves the raster and the vector formats.
 A figure is a :class:`FigureSpec`: a grid of :class:`Panel` s (a photo, a map on it with its colour scale, optional
 label, query-patch marker, top-mass mask and a badge such as the layer number), a title, a caption, row and column
 labels and one colour bar for a shared scale (or a small one under each panel). :func:`view_figure`,
-:func:`heads_figure` and :func:`layer_figures` build the specs of a :class:`vitviz.session.Session`'s current view, its
-heads and its layers in the colours of the window (the same :class:`~vitviz.scales.ColourScale`, ticks, quantity and
+:func:`heads_figure` and :func:`layer_figures` build the specs of a :class:`vitviz.document.session.Session`'s current view, its
+heads and its layers in the colours of the window (the same :class:`~vitviz.render.scales.ColourScale`, ticks, quantity and
 unit). :func:`render` draws a spec to pixels, :func:`save` writes PNG / SVG / PDF, :func:`save_animation` GIF / APNG /
 MP4, always atomically and never over an existing file unless asked.
 
@@ -39,14 +39,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitviz import imaging
-from vitviz._io import folder_problem
+from vitviz._util.files import folder_problem
 from vitviz.imaging import ExportError
-from vitviz.scales import ColourScale, scale_for
+from vitviz.render.scales import ColourScale, scale_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-    from vitviz.session import Session
+    from vitviz.document.session import Session
 
 __all__ = ["ANIMATION_FORMATS", "FIGURE_FORMATS", "FigureSpec", "Panel", "ScaleOption", "encode", "encode_animation",
            "grid_shape", "heads_figure", "layer_figures", "mp4_problem", "parse_scale", "read_metadata", "render", "save", "save_animation",
@@ -691,7 +691,7 @@ def save(spec: FigureSpec, path: str | os.PathLike, *, scale: ScaleOption = "pri
             SVG's ``<metadata id="vitviz">`` (``<vitviz:entry key="...">``) and as custom keys of the PDF's document
             information (beside Title, Subject = the caption, Creator). The title and caption are always written
             (``Title``, ``Description``). :func:`read_metadata` reads them back from all three. For example the
-            session's state: ``save(spec, "fig.pdf", metadata={"vitviz.session": json.dumps(state)})``.
+            session's state: ``save(spec, "fig.pdf", metadata={"vitviz.document.session": json.dumps(state)})``.
         overwrite: replace an existing file (else :class:`FileExistsError`; nothing is written).
 
     Raises:

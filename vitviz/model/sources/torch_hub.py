@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from vitviz.preprocess import Preprocess
+from vitviz.model.preprocess import Preprocess
 
 ProgressFn = Callable[[int, int], "bool | None"]
 """``progress(done_bytes, total_bytes)``; ``total_bytes`` is 0 when unknown. Returning False cancels the download."""
@@ -73,9 +73,9 @@ class PretrainedInfo:
 
 
 def _build_registry() -> dict[str, PretrainedInfo]:
-    """From :data:`vitviz.catalog.TORCHVISION_VITS` (no torchvision import at start-up; labels load on use)."""
-    from vitviz.catalog import TORCHVISION_VITS, description
-    from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD
+    """From :data:`vitviz.model.sources.catalog.TORCHVISION_VITS` (no torchvision import at start-up; labels load on use)."""
+    from vitviz.model.sources.catalog import TORCHVISION_VITS, description
+    from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD
 
     return {name: PretrainedInfo(
         name=name, weights=member, url=url, size_mb=mb, num_params=params, img_size=crop,
@@ -97,7 +97,7 @@ def _info(name: str) -> PretrainedInfo:
 
 def cache_path(name: str) -> Path:
     """Where the weights of ``name`` are (or would be) cached: ``torch.hub.get_dir()/checkpoints/<file>``."""
-    from vitviz.catalog import hub_dir
+    from vitviz.model.sources.catalog import hub_dir
 
     return hub_dir() / "checkpoints" / _info(name).file_name
 
@@ -228,12 +228,12 @@ def load_model(source: str | os.PathLike[str], *, progress: ProgressFn | None = 
     architecture name (random weights). An existing path always wins over a name. ``kwargs`` (``num_classes``,
     ``img_size``, ``num_heads``, ``preprocess``, ``labels``) apply to files only.
 
-    The same parser serves the CLI, the window and ``--model``: :mod:`vitviz.model.sources`.
+    The same parser serves the CLI, the window and ``--model``: :mod:`vitviz.model.sources.refs`.
 
     Raises:
         CheckpointError: a path that is not a usable checkpoint, or neither a path nor a known name.
         PretrainedError: a known name whose weights cannot be downloaded or read.
     """
-    from vitviz.model.sources import open_model, parse_model_ref
+    from vitviz.model.sources.refs import open_model, parse_model_ref
 
     return open_model(parse_model_ref(source), progress=progress, show_bar=show_bar, **kwargs)[0]

@@ -5,9 +5,9 @@ right: averaged over 128 images there) and the mean attention entropy in nats, e
 deviation over the images; and per patch position, the share of images in which the token there is flagged as a
 high-norm "artefact" token (Darcet et al. 2023; :func:`vitviz.analysis.high_norm_tokens` with the window's defaults).
 
-Each image's numbers are the window's own: its result goes into a :class:`~vitviz.session.Session`, which gives
+Each image's numbers are the window's own: its result goes into a :class:`~vitviz.document.session.Session`, which gives
 ``mean_distances()``, ``entropies()`` and ``artefact_grid()`` exactly as the plots panel and the canvas show them. The
-images stream through :func:`vitviz.batch.stream_batches` and :meth:`vitviz.pipeline.Pipeline.run_batch` (forward
+images stream through :func:`vitviz.batch.inputs.stream_batches` and :meth:`vitviz.pipeline.Pipeline.run_batch` (forward
 only: no statistic needs a gradient), and only running sums are kept, so the memory does not grow with the number of
 images.
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitviz.batch import (
+from vitviz.batch.inputs import (
     InputImage, add_common_arguments, check_device, inputs_for_cli, progress_bar, stream_batches,
 )
 
@@ -81,7 +81,7 @@ class DatasetStats:
 
 
 class StatsAccumulator:
-    """Running sums of per-image statistics (float64): :meth:`add` one :class:`~vitviz.session.Session` (holding an
+    """Running sums of per-image statistics (float64): :meth:`add` one :class:`~vitviz.document.session.Session` (holding an
     image's result) at a time, :meth:`stats` at any point."""
 
     def __init__(self) -> None:
@@ -149,8 +149,8 @@ class StatsRun:
 def compute_stats(pipeline: Any, images: Sequence[InputImage], *, batch_size: int = 16, quiet: bool = True,
                   log: Callable[[str], None] | None = None) -> StatsRun:
     """The statistics of ``images`` (bad images are reported through ``log`` and skipped)."""
-    from vitviz.export import _error_text
-    from vitviz.session import Session
+    from vitviz.batch.export import _error_text
+    from vitviz.document.session import Session
 
     acc = StatsAccumulator()
     failures: list[tuple[str, str]] = []
@@ -356,7 +356,7 @@ def write_outputs(stats: DatasetStats, out: str | os.PathLike, *, overwrite: boo
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        from vitviz._io import describe_os_error
+        from vitviz._util.files import describe_os_error
 
         raise ExportError(folder, f"cannot create the output folder ({describe_os_error(e)})") from None
     files = {folder / STATS_CSV: lambda: _csv_bytes(STATS_COLUMNS, stats_rows(stats)),
@@ -394,7 +394,7 @@ def run_cli(args: argparse.Namespace, report: Callable[[BaseException, str | Non
     """``vitviz stats``: returns the exit status (0; 2: could not run or no image could be read; 64 + n: n images
     failed; 130: interrupted, nothing written)."""
     from vitviz.devices import precision_reason
-    from vitviz.export import FAILED_BASE, MAX_FAILED_STATUS
+    from vitviz.batch.export import FAILED_BASE, MAX_FAILED_STATUS
     from vitviz.pipeline import Pipeline
 
     device = check_device(args.device, args.precision, args.batch_size)

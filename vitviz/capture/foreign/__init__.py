@@ -841,7 +841,7 @@ def capture_module(
 class AdaptedSpec:
     """What the pipeline and the window read from ``model.spec``, for a module that is not a vitviz ViT."""
 
-    preprocess: Any  # vitviz.preprocess.Preprocess
+    preprocess: Any  # vitviz.model.preprocess.Preprocess
     labels: tuple[str, ...] | None = None
     name: str = "model"
     source_format: str = "module"
@@ -933,7 +933,7 @@ class AdaptedModel(nn.Module):
 
     Args:
         module: the user's ``nn.Module`` (its forward returns logits ``[B, K]``, or a tuple / object holding them).
-        preprocess: a :class:`vitviz.preprocess.Preprocess`, ``"imagenet"`` / ``"inception"`` (mean = std = 0.5), or
+        preprocess: a :class:`vitviz.model.preprocess.Preprocess`, ``"imagenet"`` / ``"inception"`` (mean = std = 0.5), or
             None: resize the shorter side to the input size and centre-crop it, ImageNet mean and std.
         labels: class names in output order (default: ImageNet's for 1000 classes, else "class k").
         name: display name (default: the class name).
@@ -957,7 +957,7 @@ class AdaptedModel(nn.Module):
                  check: bool = True):
         super().__init__()
         from vitviz.model.checkpoints.common import imagenet_labels, resolve_preprocess
-        from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+        from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 
         if not isinstance(module, nn.Module):
             raise CaptureError(f"vitviz needs a torch.nn.Module, got {type(module).__name__}")
@@ -1067,7 +1067,7 @@ def adapt(model: nn.Module, **kwargs: Any) -> nn.Module:
             raise ValueError(f"options {sorted(kwargs)} apply to other modules, not to a vitviz ViT")
         if spec is None and getattr(model, "config", None) is not None:  # built with ViT(...): a default spec
             from vitviz.model.spec import ModelSpec
-            from vitviz.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+            from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 
             h, w = model.config.img_size
             spec = model.spec = ModelSpec(config=model.config, name=type(model).__name__, preprocess=Preprocess(

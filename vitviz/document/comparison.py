@@ -1,6 +1,6 @@
 """Comparison grids: several maps side by side, on shared or per-panel colour scales, with row and column labels.
 
-No Qt. A :class:`CompareSpec` says what to compare (it is part of the saved session, :mod:`vitviz.state`):
+No Qt. A :class:`CompareSpec` says what to compare (it is part of the saved session, :mod:`vitviz.document.state`):
 
 - ``"views"``: the open images (rows) x chosen views (columns);
 - ``"layers"``: one image, one layer-dependent view at chosen layers (or start layers of a cumulative view);
@@ -8,13 +8,13 @@ No Qt. A :class:`CompareSpec` says what to compare (it is part of the saved sess
 
 :func:`needed_runs` lists the model runs a comparison needs beyond the window's own result (other images at their
 top class; the shown image for other targets); :func:`build_comparison` lays the panels out from the results as a
-:class:`Comparison`: one :class:`~vitviz.session.Session` per panel (the window's options with the panel's view,
+:class:`Comparison`: one :class:`~vitviz.document.session.Session` per panel (the window's options with the panel's view,
 layer or result, so every map, colour scale, mask and caption is the window's own code), the colour scale of each
-panel, labels, title and caption. :func:`comparison_figure` turns it into a :class:`vitviz.figures.FigureSpec`
-for PNG / SVG / PDF export; the Compare window (:mod:`vitviz.gui.compare`) draws the same comparison on screen.
+panel, labels, title and caption. :func:`comparison_figure` turns it into a :class:`vitviz.render.figures.FigureSpec`
+for PNG / SVG / PDF export; the Compare window (:mod:`vitviz.gui.compare_window`) draws the same comparison on screen.
 
 Shared scale: the panels that show the same view (a column of ``"views"``, every panel of ``"layers"`` and
-``"classes"``) get one colour scale from all their maps (:func:`vitviz.scales.scale_for` in mode ``"shared"`` with
+``"classes"``) get one colour scale from all their maps (:func:`vitviz.render.scales.scale_for` in mode ``"shared"`` with
 the window's percentile, artefact exclusion, log and diverging rules; a typed fixed range stays fixed). Per panel:
 each panel's scale is what the window would use for it alone (its scale mode).
 """
@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitviz import views
-from vitviz.session import Session, ViewOptions
+from vitviz.document.session import Session, ViewOptions
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vitviz.figures import FigureSpec
+    from vitviz.render.figures import FigureSpec
     from vitviz.pipeline import InferenceResult
-    from vitviz.scales import ColourScale
+    from vitviz.render.scales import ColourScale
 
 __all__ = ["LAYOUTS", "Cell", "CompareSpec", "Comparison", "build_comparison", "comparison_figure",
            "default_classes", "default_layers", "needed_runs"]
@@ -287,7 +287,7 @@ def build_comparison(spec: CompareSpec, base: Session,
             cells.append(Cell(_cell_session(res, replace(o, view=v.key), pool), 0, 0, label))
         title = f"{v.title} per class"
     if spec.layout != "views":
-        from vitviz.figures import grid_shape
+        from vitviz.render.figures import grid_shape
 
         nrows, ncols = grid_shape(len(cells), r.image_size)
         for i, c in enumerate(cells):
@@ -315,7 +315,7 @@ def _check_count(n: int) -> None:
 
 def _scales(cells: list[Cell], shared: bool, o: ViewOptions) -> str:
     """Give each cell its colour scale; returns the words for the caption."""
-    from vitviz.scales import scale_for
+    from vitviz.render.scales import scale_for
 
     groups: dict[str, list[Cell]] = {}
     for c in cells:
@@ -381,11 +381,11 @@ def _texts(spec: CompareSpec, cells: list[Cell], title: str, scale_note: str, ba
 
 # ----------------------------------------------------------------------------------------------- the figure
 def comparison_figure(comp: Comparison) -> FigureSpec:
-    """The comparison as a :class:`vitviz.figures.FigureSpec`: every panel in the window's colours (its scale, the
+    """The comparison as a :class:`vitviz.render.figures.FigureSpec`: every panel in the window's colours (its scale, the
     query-patch box where the view uses it, the mask), row and column labels (the panel labels in the ``"layers"``
     and ``"classes"`` layouts), one colour bar when all panels share a scale (else one under each panel), the title
     and the caption. The options' ``caption`` and ``colorbar`` switch those off."""
-    from vitviz.figures import FigureSpec, _view_panel
+    from vitviz.render.figures import FigureSpec, _view_panel
 
     o = comp.cells[0].session.options
     quantities = {c.session.quantity_text() for c in comp.cells if c.scale is not None}

@@ -1,12 +1,12 @@
 """Models by name from the Hugging Face Hub (timm and Hugging Face repositories), downloaded once. No Qt.
 
-Names (:func:`hub_repo`; :func:`vitviz.model.sources.parse_model_ref` calls it, so the CLI and the window accept the
+Names (:func:`hub_repo`; :func:`vitviz.model.sources.refs.parse_model_ref` calls it, so the CLI and the window accept the
 same ones):
 
 ================================================  ==============================================================
 typed                                             repository
 ================================================  ==============================================================
-``dino-s8`` (a key of the curated list)           ``timm/vit_small_patch8_224.dino`` (:data:`vitviz.catalog.HUB_MODELS`)
+``dino-s8`` (a key of the curated list)           ``timm/vit_small_patch8_224.dino`` (:data:`vitviz.model.sources.catalog.HUB_MODELS`)
 ``timm/vit_small_patch14_reg4_dinov2.lvd142m``    itself (a timm model name with its pretrained tag)
 ``hf-hub:timm/...`` (timm's and open_clip's form)  the id after ``hf-hub:``
 ``facebook/dinov2-small``, ``openai/clip-...``    itself (a Hugging Face id)
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from vitviz import catalog
-from vitviz.model.pretrained import DownloadCancelled, PretrainedError, ProgressFn
+from vitviz.model.sources import catalog
+from vitviz.model.sources.torch_hub import DownloadCancelled, PretrainedError, ProgressFn
 
 PREFIXES = ("hf-hub:", "hf_hub:")
 # a Hub repository id: "<owner>/<name>", each part letters, digits, '-', '_', '.' (no '--' / '..' at the ends)
@@ -85,7 +85,7 @@ def hub_repo(text: str) -> str | None:
     """The Hub repository ``text`` names (see the module docstring), or None when it is not a Hub name.
 
     Pure string handling: it does not look at the file system (an existing path wins, in
-    :func:`~vitviz.model.sources.parse_model_ref`) nor at the network.
+    :func:`~vitviz.model.sources.refs.parse_model_ref`) nor at the network.
     """
     text = text.strip()
     if text in catalog.HUB_BY_KEY:

@@ -271,7 +271,7 @@ def capture(
 
     Args:
         model: a :class:`vitviz.model.vit.ViT`, or any other ViT ``nn.Module`` (timm, Hugging Face, torchvision,
-            ``nn.MultiheadAttention``-based or hand-written: :func:`vitviz.adapters.capture_module`, which also takes
+            ``nn.MultiheadAttention``-based or hand-written: :func:`vitviz.capture.foreign.capture_module`, which also takes
             ``adapter_options``: ``attention``, ``blocks``, ``patch_size``, ``grid``, ``num_prefix_tokens``). Its
             train/eval mode is left as it is (use eval: the stored attention is before dropout, but dropout still
             changes later layers).
@@ -293,7 +293,7 @@ def capture(
         CaptureError: the model's attention cannot be captured, or a hook did not fire exactly once per layer.
         ValueError: bad ``images`` shape or ``target``.
     """
-    from vitviz.adapters import capture_module, is_vitviz_model
+    from vitviz.capture.foreign import capture_module, is_vitviz_model
 
     if isinstance(model, nn.Module) and (adapter_options or not is_vitviz_model(model)):  # any other ViT module
         return capture_module(model, images, target=target, store_dtype=store_dtype, grad_dtype=grad_dtype,

@@ -2,8 +2,8 @@
 
 No Qt. A :class:`SessionState` names everything that makes the picture: the model (its reference, :mod:`vitviz.model.
 sources`), the open images and which one is shown, the gradient target, every view, display and analysis option
-(:class:`~vitviz.session.ViewOptions`), the heads panel's grid toggle and, when a comparison is open, the comparison
-(:class:`~vitviz.compare.CompareSpec`). The window's File > Save session writes one with :func:`save_state`; every
+(:class:`~vitviz.document.session.ViewOptions`), the heads panel's grid toggle and, when a comparison is open, the comparison
+(:class:`~vitviz.document.comparison.CompareSpec`). The window's File > Save session writes one with :func:`save_state`; every
 exported figure carries the same JSON under the metadata key :data:`METADATA_KEY` (:func:`figure_metadata`), so
 File > Open session reads either (:func:`read_state`) and restores the view that made it.
 
@@ -12,7 +12,7 @@ duplicate keys, NaN or huge numbers, unknown keys, values of the wrong type or o
 colormap, or a newer schema version gives a :class:`StateError` naming the file, the field and the problem, before
 anything is changed. :func:`locate` then finds the files the state names (each at its saved absolute path, else
 relative to the state file's folder, so a project folder can move) and raises one :class:`StateError` listing
-everything missing. :func:`reproduce` rebuilds the :class:`~vitviz.session.Session` headlessly (the CLI, tests);
+everything missing. :func:`reproduce` rebuilds the :class:`~vitviz.document.session.Session` headlessly (the CLI, tests);
 the window does the same on its worker.
 
 Schema (``"version": 1``)::
@@ -45,13 +45,13 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitviz.session import SCALE_MODES, ViewOptions
+from vitviz.document.session import SCALE_MODES, ViewOptions
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vitviz.compare import CompareSpec
+    from vitviz.document.comparison import CompareSpec
     from vitviz.pipeline import InferenceResult, Pipeline
-    from vitviz.preprocess import Preprocess
-    from vitviz.session import Session
+    from vitviz.model.preprocess import Preprocess
+    from vitviz.document.session import Session
 
 __all__ = ["FORMAT", "METADATA_KEY", "SUFFIX", "VERSION", "ImageRef", "SessionState", "StateError", "apply_state",
            "capture_state", "changed_images", "figure_metadata", "file_sha256", "from_dict", "locate", "parse_state",
@@ -60,7 +60,7 @@ __all__ = ["FORMAT", "METADATA_KEY", "SUFFIX", "VERSION", "ImageRef", "SessionSt
 FORMAT = "vitviz-session"
 VERSION = 1
 SUFFIX = ".vitviz.json"
-METADATA_KEY = "vitviz.session"
+METADATA_KEY = "vitviz.document.session"
 """The key of the state in an exported figure's metadata (PNG text chunk, SVG metadata, PDF document info)."""
 MAX_BYTES = 1 << 20
 """The largest session file read (1 MiB; a session with a thousand images is about 150 kB)."""
@@ -71,7 +71,7 @@ MAX_TEXT = 4096  # characters of a path or name
 MAX_DEPTH = 16  # JSON nesting (the schema needs 3)
 MAX_INDEX = 1_000_000  # layers, patches, classes
 IN_MEMORY_MODEL = "memory"  # the reference of a model handed to the window by a script (vitviz.show, tests)
-_MODEL_REF = re.compile(r"[a-z][a-z0-9_-]*:.+", re.DOTALL)  # KIND:VALUE (vitviz.model.sources: file, hub ...)
+_MODEL_REF = re.compile(r"[a-z][a-z0-9_-]*:.+", re.DOTALL)  # KIND:VALUE (vitviz.model.sources.refs: file, hub ...)
 
 
 class StateError(ValueError):
@@ -260,7 +260,7 @@ def state_json(state: SessionState, base: str | os.PathLike | None = None, *, in
 
 
 def figure_metadata(state: SessionState, figure_path: str | os.PathLike | None = None) -> dict[str, str]:
-    """The metadata entries an exported figure carries (``metadata=`` of :func:`vitviz.figures.save`):
+    """The metadata entries an exported figure carries (``metadata=`` of :func:`vitviz.render.figures.save`):
     ``{METADATA_KEY: the state's JSON}``, relative paths taken from the figure's folder."""
     base = Path(figure_path).resolve().parent if figure_path is not None else None
     return {METADATA_KEY: state_json(state, base, indent=None)}
@@ -274,7 +274,7 @@ def save_state(state: SessionState, path: str | os.PathLike, *, overwrite: bool 
         ExportError: the folder is missing or not writable, the disk is full ... (names the file and the cause).
     """
     from vitviz import imaging
-    from vitviz._io import folder_problem
+    from vitviz._util.files import folder_problem
 
     target = Path(path)
     problem = folder_problem(target.parent)
@@ -314,7 +314,7 @@ def read_state(path: str | os.PathLike) -> SessionState:
         if st.st_size > MAX_FIGURE_BYTES:
             raise StateError(p, f"is {st.st_size / 2**30:.1f} GB; figures over {MAX_FIGURE_BYTES >> 30} GB "
                                 f"are not read")
-        from vitviz.figures import read_metadata
+        from vitviz.render.figures import read_metadata
 
         try:
             meta = read_metadata(p)
@@ -509,7 +509,7 @@ def _options(v: Any) -> ViewOptions:
     }
     missing = set(names) - set(checks)
     if missing:  # pragma: no cover - a new option must be given a check here (tests/test_state.py checks)
-        raise RuntimeError(f"vitviz.state has no check for the options {sorted(missing)}")
+        raise RuntimeError(f"vitviz.document.state has no check for the options {sorted(missing)}")
     for k, val in d.items():
         out[k] = checks[k](val, w + k)
     o = replace(ViewOptions(), **out)
@@ -608,7 +608,7 @@ def _from_dict(d: Any, origin: str) -> SessionState:
 
 
 def _preprocess(v: Any, where: str) -> Preprocess:
-    from vitviz.preprocess import Preprocess
+    from vitviz.model.preprocess import Preprocess
 
     d = _obj(v, where, ("resize", "crop", "interpolation", "mean", "std"), ("resize", "crop", "mean", "std"))
     side = lambda x, n: _int(x, n, 1, 16384)
@@ -645,7 +645,7 @@ def with_preprocess(model: Any, state: SessionState) -> str | None:
 def _compare(v: Any, paths: list[str]) -> CompareSpec | None:
     if v is None:
         return None
-    from vitviz.compare import LAYOUTS, CompareSpec
+    from vitviz.document.comparison import LAYOUTS, CompareSpec
 
     c = _obj(v, "compare", ("layout", "views", "images", "layers", "classes", "shared_scale"), ("layout",))
     layout = _choice(c["layout"], "compare.layout", LAYOUTS)
@@ -726,7 +726,7 @@ def locate(state: SessionState, *, current_model: str | None = None, check_model
                 problems.append(f"the model checkpoint {ckpt} does not exist{extra}")
     elif model != "demo":  # a name: known here? (no network; the download is asked for when it is opened)
         try:
-            from vitviz.model.sources import parse_model_ref
+            from vitviz.model.sources.refs import parse_model_ref
 
             parse_model_ref(model)
         except Exception as e:  # noqa: BLE001 - CheckpointError naming the known names
@@ -778,9 +778,9 @@ def reproduce(state: SessionState, *, pipeline: Pipeline | None = None, device: 
     """
     from vitviz.devices import available_precisions
     from vitviz.imaging import load_image
-    from vitviz.model.sources import open_model
+    from vitviz.model.sources.refs import open_model
     from vitviz.pipeline import Pipeline
-    from vitviz.session import Session
+    from vitviz.document.session import Session
 
     state = locate(state, check_model=pipeline is None)
     if pipeline is None:

@@ -1,8 +1,8 @@
-"""File > Save session and File > Open session: the window's side of :mod:`vitviz.state`.
+"""File > Save session and File > Open session: the window's side of :mod:`vitviz.document.state`.
 
 Saving captures the window's state (model reference, images, target, every option, the heads grid toggle, the open
 comparison) and writes it atomically. Opening reads a ``.vitviz.json`` or a figure vitviz exported, checks
-everything before anything changes (the file, every image, the model: :func:`vitviz.state.locate`), then on the
+everything before anything changes (the file, every image, the model: :func:`vitviz.document.state.locate`), then on the
 worker opens the model when it is another one and checks the shown image and the target; only when all of that
 succeeded does the window adopt the model and run the image the usual way (so the result is the window's own, as
 for any image), and the state's options are applied as that result arrives. Any failure is one error dialog naming
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer
 
-from vitviz import state as st
+from vitviz.document import state as st
 from vitviz.gui.dialogs import write_asking
 from vitviz.gui.worker import Job, describe_error
 
@@ -157,7 +157,7 @@ class Sessions(QObject):
             note = None
             pipeline = current
             if new_model:
-                from vitviz.model.sources import open_model
+                from vitviz.model.sources.refs import open_model
                 from vitviz.pipeline import Pipeline
 
                 model, note = open_model(ref, progress=job.report, show_bar=False)

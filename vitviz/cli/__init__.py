@@ -3,7 +3,7 @@
 Usage::
 
     vitviz [IMAGE ...] [--model PATH_OR_NAME] [--device DEVICE]   open the GUI
-    vitviz SESSION.vitviz.json                                      the GUI showing a saved session (vitviz.state)
+    vitviz SESSION.vitviz.json                                      the GUI showing a saved session (vitviz.document.state)
     vitviz [IMAGE ...] --model FILE.py:CLASS [--weights CKPT] [--init JSON]
                                                                     the GUI on your own model class (runs FILE.py)
     vitviz info CHECKPOINT [CHECKPOINT ...] [--num-heads N] [--preprocess imagenet|inception]
@@ -14,9 +14,9 @@ Usage::
                     [--csv FILE [--overwrite]]                      faithfulness: deletion / insertion AUC per view
     vitviz export --model M INPUT ... --out DIR [--views V,V] [--layers L,L] [--heads H,H]
                   [--target top|INDEX|NAME] [--format png|npy|both] [--batch-size N] [--precision auto|fp32|bf16]
-                  [--shard K/N] [--overwrite] [--quiet]     the maps of many images, resumable (vitviz.export)
+                  [--shard K/N] [--overwrite] [--quiet]     the maps of many images, resumable (vitviz.batch.export)
     vitviz stats --model M INPUT ... --out DIR       attention distance / entropy per layer and head and artefact
-                                                    frequency over the images: CSV + figure (vitviz.stats)
+                                                    frequency over the images: CSV + figure (vitviz.batch.stats)
     vitviz --version
     any of these with --debug                                       tracebacks of errors, for bug reports
 
@@ -77,13 +77,13 @@ def _gui_parser() -> argparse.ArgumentParser:
 
 
 def _user_model(args: argparse.Namespace):
-    """``(model, note)`` for ``--model FILE.py:CLASS`` (vitviz.adapters.load_user_model), else None; ``--weights`` and
+    """``(model, note)`` for ``--model FILE.py:CLASS`` (vitviz.capture.foreign.load_user_model), else None; ``--weights`` and
     ``--init`` without it are an error."""
     if not (args.model and ".py:" in args.model):
         if args.weights is not None or args.init is not None:
             raise ValueError("--weights and --init go with --model path/to/file.py:ClassName (your own model class)")
         return None
-    from vitviz.adapters import load_user_model
+    from vitviz.capture.foreign import load_user_model
 
     return load_user_model(args.model, weights=args.weights, init=args.init)
 
@@ -144,7 +144,8 @@ def _sub_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="cpu")
     _add_load_options(ev)
     _add_debug(ev)
-    from vitviz import export, stats  # their flags live with them (no torch import)
+    from vitviz.batch import export  # their flags live with them (no torch import)
+    from vitviz.batch import stats
 
     exp = sub.add_parser(
         "export", help="the window's maps (PNG and/or npy) for many images, with a manifest; resumable, sharded",
@@ -196,7 +197,7 @@ class _Reporter:
 
 def _load(args: argparse.Namespace, source: str):
     """A checkpoint path, or a pretrained name (only when no such file exists)."""
-    from vitviz.model.pretrained import load_model
+    from vitviz.model.sources.torch_hub import load_model
 
     return load_model(source, num_heads=args.num_heads, num_classes=args.num_classes, img_size=args.img_size,
                       preprocess=args.preprocess)
@@ -204,7 +205,7 @@ def _load(args: argparse.Namespace, source: str):
 
 def _describe(args: argparse.Namespace, name: str) -> str:
     """What ``vitviz info`` prints about one checkpoint or name."""
-    from vitviz.model.pretrained import PRETRAINED, cache_path, is_cached
+    from vitviz.model.sources.torch_hub import PRETRAINED, cache_path, is_cached
 
     if not Path(name).exists() and name in PRETRAINED and not is_cached(name):  # describe without downloading
         info = PRETRAINED[name]
@@ -285,7 +286,7 @@ def _cmd_predict(args: argparse.Namespace, report: _Reporter) -> int:
 
 def _pretrained_listing() -> list[tuple[str, float, str, Path]]:
     """``(name, size_mb, description, cache path)`` of every named pretrained model (no torch import)."""
-    from vitviz import catalog
+    from vitviz.model.sources import catalog
 
     return [(n, row[3], catalog.description(n), catalog.cache_file(n)) for n, row in catalog.TORCHVISION_VITS.items()]
 
@@ -293,7 +294,7 @@ def _pretrained_listing() -> list[tuple[str, float, str, Path]]:
 def _hub_listing_row(name: str):
     """``(key, HubModel, cache folder, cached)`` when ``name`` is a curated Hub model (key or repository), else None
     (no torch or huggingface_hub import)."""
-    from vitviz import catalog
+    from vitviz.model.sources import catalog
 
     repo = name[len("hf-hub:"):] if name.startswith("hf-hub:") else name
     m = catalog.HUB_BY_KEY.get(name) or catalog.HUB_BY_REPO.get(repo)
@@ -304,7 +305,7 @@ def _hub_listing_row(name: str):
 
 def _cmd_models(args: argparse.Namespace, report: _Reporter) -> int:
     """The curated Hugging Face Hub models by group, then torchvision's weights: size, cache state, description."""
-    from vitviz import catalog
+    from vitviz.model.sources import catalog
 
     offline = " (offline mode: HF_HUB_OFFLINE is set)" if catalog.hf_offline() else ""
     print(f"Hugging Face Hub models, downloaded once into {catalog.hf_cache_dir()}{offline}:")
@@ -328,13 +329,13 @@ def _cmd_models(args: argparse.Namespace, report: _Reporter) -> int:
 
 
 def _cmd_export(args: argparse.Namespace, report: _Reporter) -> int:
-    from vitviz import export
+    from vitviz.batch import export
 
     return export.run_cli(args, report, _load)
 
 
 def _cmd_stats(args: argparse.Namespace, report: _Reporter) -> int:
-    from vitviz import stats
+    from vitviz.batch import stats
 
     return stats.run_cli(args, report, _load)
 
@@ -360,7 +361,7 @@ def _cmd_evaluate(args: argparse.Namespace, report: _Reporter) -> int:
             raise ValueError(f"{opt} {v}: must be at least 1")
     if args.csv:
         check_writable(args.csv, overwrite=args.overwrite)  # before minutes of work, not after
-    from vitviz.batch import inputs_for_cli
+    from vitviz.batch.inputs import inputs_for_cli
 
     images, status = inputs_for_cli(args.images, report)
     paths = [im.path for im in images]

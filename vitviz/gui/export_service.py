@@ -1,7 +1,7 @@
 """The window's exports: the view and the heads grid as PNG / SVG / PDF, and layer animations (GIF / APNG / MP4).
 
-Figures come from :mod:`vitviz.figures` (matplotlib, imported on the first export, not at start-up). Every write goes
-through :func:`vitviz.figures.save` / :func:`~vitviz.figures.save_animation` (atomic; an existing file is replaced
+Figures come from :mod:`vitviz.render.figures` (matplotlib, imported on the first export, not at start-up). Every write goes
+through :func:`vitviz.render.figures.save` / :func:`~vitviz.render.figures.save_animation` (atomic; an existing file is replaced
 only when the user says so); every failure is shown in one error dialog naming the file and the cause.
 """
 
@@ -47,7 +47,7 @@ def export_figure(win: MainWindow, path: str, *, heads: bool = False, scale: Any
     """Write the current view (``heads``: every head of the layer, or every layer x head when the heads panel shows
     all layers) to ``path``: PNG, SVG or PDF by its extension, PNG at ``scale`` (default: the remembered one,
     ``"print"``). Asks before replacing a file; shows any error. Returns the file written, or None."""
-    from vitviz import figures
+    from vitviz.render import figures
 
     if not Path(path).suffix:  # a bare name is a PNG, as the file dialog's default type says
         path = str(path) + ".png"
@@ -89,7 +89,7 @@ def export_animation(win: MainWindow, path: str, *, scale: Any = None, fps: floa
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication, QProgressDialog
 
-    from vitviz import figures
+    from vitviz.render import figures
 
     s = win.session
     try:

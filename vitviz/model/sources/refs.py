@@ -4,9 +4,9 @@ No Qt here. A *model reference* is a string, stored as such in the window's sett
 
 - ``"demo"``: the bundled shapes model;
 - ``"file:PATH"``: a checkpoint file or folder (:func:`vitviz.model.load_checkpoint`);
-- ``"pretrained:NAME"``: torchvision's weights, downloaded once (:data:`vitviz.model.pretrained.PRETRAINED`);
+- ``"pretrained:NAME"``: torchvision's weights, downloaded once (:data:`vitviz.model.sources.torch_hub.PRETRAINED`);
 - ``"hub:OWNER/NAME"``: a Hugging Face Hub repository (timm or Transformers), downloaded once into the Hub's cache
-  (:mod:`vitviz.model.hub`; curated keys such as ``dino-s8``, ``timm/...``, ``hf-hub:...`` and ids such as
+  (:mod:`vitviz.model.sources.hub`; curated keys such as ``dino-s8``, ``timm/...``, ``hf-hub:...`` and ids such as
   ``facebook/dinov2-small`` all become this);
 - ``"random:NAME"``: a registered architecture with random weights (:func:`vitviz.model.list_models`).
 
@@ -16,7 +16,6 @@ No Qt here. A *model reference* is a string, stored as such in the window's sett
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
         CheckpointError: none of these (the message lists the names and the forms).
     """
     from vitviz.model.checkpoints import CheckpointError
-    from vitviz.model.pretrained import PRETRAINED
+    from vitviz.model.sources.torch_hub import PRETRAINED
 
     text = os.fspath(text)
     if text.startswith(("pretrained:", "random:")):  # a named reference: the name must exist (said before any window)
@@ -46,7 +45,7 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
                                   f" {name!r}; known: {', '.join(known)}")
         return text
     if text.startswith("hub:"):  # the repository id must at least be one
-        from vitviz.model.hub import hub_repo
+        from vitviz.model.sources.hub import hub_repo
 
         repo = hub_repo(text[4:])
         if repo is None or repo != text[4:]:
@@ -61,8 +60,8 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
         return f"pretrained:{text}"
     from vitviz.model.variants import list_models
 
-    from vitviz import catalog
-    from vitviz.model.hub import hub_repo
+    from vitviz.model.sources import catalog
+    from vitviz.model.sources.hub import hub_repo
 
     if text in catalog.HUB_BY_KEY:
         return catalog.HUB_BY_KEY[text].ref
@@ -83,7 +82,7 @@ def describe_ref(ref: str) -> str:
     if ref == "demo":
         return "bundled demo model"
     if ref.startswith("hub:"):
-        from vitviz.catalog import hub_title
+        from vitviz.model.sources.catalog import hub_title
 
         return hub_title(ref[4:])
     return ref.split(":", 1)[1] if ":" in ref else ref
@@ -117,10 +116,10 @@ def open_model(ref: str, *, progress: Any = None, show_bar: bool = True, **load_
         from vitviz.model.checkpoints import load_checkpoint
         return load_checkpoint(value, **{k: v for k, v in load_kwargs.items() if v is not None}), None
     if kind == "pretrained":
-        hub = importlib.import_module("vitviz.model.pretrained")  # (vitviz.model.pretrained is also a function)
-        return hub.pretrained(value, progress=progress, show_bar=show_bar), None
+        from vitviz.model.sources.torch_hub import pretrained
+        return pretrained(value, progress=progress, show_bar=show_bar), None
     if kind == "hub":
-        from vitviz.model.hub import load_hub
+        from vitviz.model.sources.hub import load_hub
         return load_hub(value, progress=progress, show_bar=show_bar), None
     if kind == "random":
         from vitviz.model.variants import create_model

@@ -1,0 +1,1 @@
+"""vitviz.batch: many images headless: inputs, export with its manifest, stats. No Qt."""

@@ -1,0 +1,1 @@
+"""vitviz.render: colour scales, colormaps and figure files. No Qt."""
