@@ -32,7 +32,9 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vitviz import evaluate as E# noqa: E402
+from vitviz import evaluate as E  # noqa: E402
+from vitviz.evaluate.checks import check_saliency  # noqa: E402
+from vitviz.evaluate.perturbation import Perturber  # noqa: E402
 
 TINY = REPO.parent / "shared" / "weights" / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
 
@@ -63,8 +65,8 @@ def bench_speed(reps: int, steps: int = 20) -> None:
     sal = A.relevance(im.attentions, im.attention_grads, grid=im.grid, num_prefix_tokens=im.num_prefix_tokens)
 
     # the very inputs of the two curves, in the curves' own batches
-    p = E._Perturber(ours, x, target=target, baseline="mean", patch_size=None, seed=0, batch_size=None)
-    s = E._check_saliency(sal, p.grid)
+    p = Perturber(ours, x, target=target, baseline="mean", patch_size=None, seed=0, batch_size=None)
+    s = check_saliency(sal, p.grid)
     batches = []
     for mode in ("deletion", "insertion"):
         masks, _ = p.curve_masks(s, mode, steps)

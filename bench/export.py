@@ -37,8 +37,9 @@ from PIL import Image
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from vitviz.batch.export import Exporter  # noqa: E402
+from vitviz.batch.export_options import ExportOptions  # noqa: E402
 from vitviz.batch.inputs import expand_inputs  # noqa: E402
-from vitviz.batch.export import ExportOptions, Exporter  # noqa: E402
 from vitviz.pipeline import DTYPES, Pipeline  # noqa: E402
 
 BATCH = 16

@@ -4,7 +4,7 @@ L=12 layers, H=12 heads, N=197 tokens (14x14 patches + CLS), D=768, random (soft
 runs. Each sample is ``window.set_layer(k)`` (recompute the map from the stored capture, update every panel) followed by
 (a) a synchronous repaint of the canvas, or (b) one pass of the event loop, which paints every widget the change
 dirtied (canvas, colour bar, heads thumbnails, plots, controls); timed until the painting has finished. Interleaved with a peer in the same process: the naive way,
-compositing the colour-mapped map over the full-resolution photo on the CPU (``imaging.overlay`` at 1024x1024) and
+compositing the colour-mapped map over the full-resolution photo on the CPU (``colormaps.overlay`` at 1024x1024) and
 uploading that RGB image instead of a tiny LUT-mapped overlay.
 
 Usage:
@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from vitviz import imaging
     from vitviz.gui.app import make_app
     from vitviz.gui.main_window import MainWindow
     from vitviz.model import create_model
+    from vitviz.render import colormaps
 
     app = make_app()
     tmp = Path(tempfile.mkdtemp())
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         win.session.set_options(layer=layer)
         values = win.session.image_map()
         o = win.session.options
-        comp = imaging.overlay(r.rgb, values, cmap=o.cmap, opacity=o.opacity)
+        comp = colormaps.overlay(r.rgb, values, cmap=o.cmap, opacity=o.opacity)
         photo_item.setImage(comp, autoLevels=False, levels=(0, 255))
         vp.repaint()
 

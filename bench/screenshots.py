@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QSettings
 
     from vitviz import views
+    from vitviz.document.panel import render_view
     from vitviz.gui.app import make_app
     from vitviz.gui.main_window import MainWindow
     from vitviz.model.sources.refs import parse_model_ref
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     win.heads.grid_toggle.setChecked(True)
     shot("16_all_layers_grid")
     win.heads.grid_toggle.setChecked(False)
-    exp = win.session.render_export()
+    exp = render_view(win.session)
     if exp is not None:
         from vitviz.imaging import write_png
 

@@ -220,9 +220,11 @@ def test_adapted_model_answers_what_the_pipeline_asks(tmp_path):
     assert r.grid == (4, 4) and r.num_prefix_tokens == 1 and r.attention_grads is not None
     assert r.label(int(r.logits.argmax())).startswith("c")
     assert r.model_data.pos_similarity().shape == (4, 4, 4, 4) and r.model_data.filters(4).shape[0] == 4
-    # a Pipeline takes the bare module too (adapted on the way in)
-    r2 = Pipeline(model).run(img)
+    # Pipeline.open takes the bare module too (adapted where it is opened); the Pipeline itself adapts nothing
+    r2 = Pipeline.open(model).run(img)
     torch.testing.assert_close(r2.attentions, r.attentions)
+    with pytest.raises(TypeError, match=r"Pipeline.open\(module\)"):
+        Pipeline(model)
     # the faithfulness measures take it too (perturbation curves, block randomisation on a copy)
     from vitviz.evaluate import evaluate_views, randomisation_check
 

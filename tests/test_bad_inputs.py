@@ -757,6 +757,6 @@ def test_corrupt_window_settings_do_not_stop_the_window(qtbot, tmp_path, content
 # -------------------------------------------------------------------------------------------- what stays one line
 def test_a_message_with_line_breaks_stays_one_line():
     """A file name with a line break, and libraries' multi-line messages: the CLI's error is still one line."""
-    from vitviz.cli import _one_line as cli_one_line
+    from vitviz.cli.shared import one_line as cli_one_line
 
     assert cli_one_line("a\nb.png: bad\r\n  more\n") == "a b.png: bad more"

@@ -268,7 +268,7 @@ def test_unexpected_errors_are_one_line_too(tiny_ckpt, capsys, monkeypatch, exc,
     import importlib
 
     _, ckpt = tiny_ckpt
-    mod = importlib.import_module("vitviz.model.sources.torch_hub")
+    mod = importlib.import_module("vitviz.model.sources.refs")
 
     def broken(*a, **k):
         raise exc
@@ -281,12 +281,12 @@ def test_unexpected_errors_are_one_line_too(tiny_ckpt, capsys, monkeypatch, exc,
 
 
 def test_models_errors_are_one_line(capsys, monkeypatch):
-    import vitviz.cli as cli
+    import vitviz.cli.models_command as models_command
 
     def unreadable():
         raise PermissionError(13, "Permission denied", "/root/.cache/torch/hub")
 
-    monkeypatch.setattr(cli, "_pretrained_listing", unreadable)
+    monkeypatch.setattr(models_command, "pretrained_listing", unreadable)
     assert main(["models"]) == 2
     _one_error_line(capsys.readouterr().err, "models", "Permission denied", "/root/.cache/torch/hub")
 

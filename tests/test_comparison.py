@@ -44,7 +44,7 @@ def _alone(result, options):
     """The map the main window would show for ``result`` at ``options`` (an independent document)."""
     s = Session()
     s.set_result(result)
-    s.options = s._clamped(options)
+    s.options = s.clamped(options)
     return s
 
 

@@ -32,7 +32,7 @@ from vitviz.evaluate import (
     spearman,
 )
 from vitviz.pipeline import Pipeline
-from vitviz.document.session import ViewOptions
+from vitviz.views.options import ViewOptions
 
 SHARED_WEIGHTS = Path(__file__).resolve().parent.parent.parent / "shared" / "weights"
 TINY = SHARED_WEIGHTS / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
@@ -131,9 +131,9 @@ def test_auc_arithmetic():
     with pytest.raises(ValueError, match="same length"):
         curve_auc([0, 1], [1])
     # the counts: round half up of k P / steps (P = 16, steps = 6: 2.67, 5.33, 8, 10.67, 13.33)
-    assert E._counts(16, 6).tolist() == [0, 3, 5, 8, 11, 13, 16]
-    assert E._counts(10, 4).tolist() == [0, 3, 5, 8, 10]  # 2.5 -> 3, 7.5 -> 8
-    assert E._counts(3, 6).tolist() == [0, 1, 1, 2, 2, 3, 3]  # more steps than patches: repeats, no error
+    assert E.step_counts(16, 6).tolist() == [0, 3, 5, 8, 11, 13, 16]
+    assert E.step_counts(10, 4).tolist() == [0, 3, 5, 8, 10]  # 2.5 -> 3, 7.5 -> 8
+    assert E.step_counts(3, 6).tolist() == [0, 1, 1, 2, 2, 3, 3]  # more steps than patches: repeats, no error
 
 
 def _brute_force_curve(model, x, saliency, target, mode, steps, base):
@@ -492,9 +492,9 @@ def tiny_ckpt(tmp_path, tiny_model):
 
 
 def test_cli_evaluate_folder_glob_csv_and_bad_images(tiny_ckpt, tmp_path, capsys):
-    from vitviz import cli
+    from vitviz.cli import evaluate_command
 
-    assert cli.EVALUATE_VIEWS == E.DEFAULT_VIEWS  # written out in the CLI so that its parser does not import torch
+    assert evaluate_command.DEFAULT_VIEWS is E.DEFAULT_VIEWS  # imported from torch-free vitviz.evaluate.protocol
     imgs = _write_images(tmp_path / "pics" / "deeper", 2)
     (tmp_path / "pics" / "notes.txt").write_text("not an image")  # not an image suffix: not picked up
     bad = tmp_path / "pics" / "broken.png"

@@ -2,7 +2,7 @@
 
 The bundled demo model on folders of generated shape images. The maps an export writes are compared with the
 library's own: `Pipeline.run` of the same image into a `Session`, `Session.current_map()` (npy) and
-`Session.render_export()` / the window's figure bytes (PNG).
+`vitviz.document.panel.render_view()` / the window's figure bytes (PNG).
 """
 
 from __future__ import annotations
@@ -24,11 +24,15 @@ import torch
 from PIL import Image
 
 from vitviz import devices
+from vitviz.document import panel
 from vitviz.render import figures
 from vitviz.batch.inputs import InputImage, expand_inputs, parse_shard, shard_of, take_shard
 from vitviz.cli import main
 from vitviz.demo import generate, load_demo_model
-from vitviz.batch.export import ExportOptions, Exporter, export_images, map_requests, read_manifest, resolve_target
+from vitviz.batch.export import Exporter, export_images
+from vitviz.batch.export_options import ExportOptions
+from vitviz.batch.export_plan import map_requests, resolve_target
+from vitviz.batch.manifest import read_manifest
 from vitviz.imaging import load_image
 from vitviz.pipeline import Pipeline
 from vitviz.document.session import Session
@@ -169,8 +173,8 @@ def test_exported_maps_are_the_window_maps(pipe, images, tmp_path):
             assert np.array_equal(got, want), (p, m)
             with Image.open(out / m["png"]) as im:
                 png = np.asarray(im.convert("RGB"))
-            assert np.array_equal(png, s.render_export()), (p, m)
-            data, _ = figures.encode(figures.view_figure(s), ".png", scale="native")
+            assert np.array_equal(png, panel.render_view(s)), (p, m)
+            data, _ = figures.encode(panel.view_figure(s), ".png", scale="native")
             assert (out / m["png"]).read_bytes() == data
             checked += 1
     assert checked == 5 * 9

@@ -146,7 +146,7 @@ def test_dinov2_original_pth(tmp_path, registers):
     with torch.no_grad():
         assert rel_err(ours(x), t(x)) <= 1e-4
     if not registers:  # DINOv2's own interpolation at another size: scale_factor with the 0.1 offset
-        from vitviz.model.vit import resample_pos_embed
+        from vitviz.model.pos_embed import resample_pos_embed
 
         pe = ours.pos_embed
         want = torch.nn.functional.interpolate(pe[:, 1:].reshape(1, 3, 3, 32).permute(0, 3, 1, 2),

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from family_helpers import rel_err
-from vitviz.model.vit import Block, ViT, relative_position_index, resize_rel_pos_table
+from vitviz.model.layers import Block
+from vitviz.model.pos_embed import relative_position_index, resize_rel_pos_table
+from vitviz.model.vit import ViT
 
 
 @pytest.mark.parametrize("act", ["gelu", "quick_gelu", "gelu_tanh"])

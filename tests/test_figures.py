@@ -1,5 +1,5 @@
-"""Figures for papers (vitviz.render.figures): sizes at each scale, text as text with its spaces, SVG / PDF structure, the
-heads grid, layer animations, metadata round trips and refused targets. No Qt."""
+"""Figures for papers (vitviz.render.figures, vitviz.document.panel): sizes at each scale, text as text with its
+spaces, SVG / PDF structure, the heads grid, layer animations, metadata round trips and refused targets. No Qt."""
 
 import base64
 import io
@@ -16,12 +16,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitviz.render import figures as F
 from vitviz import imaging
+from vitviz.document import panel as P
+from vitviz.document.session import Session
 from vitviz.imaging import ExportError
 from vitviz.pipeline import run_inference
+from vitviz.render import colormaps
+from vitviz.render import figures as F
 from vitviz.render.scales import scale_for
-from vitviz.document.session import Session
 
 H, W = 70, 110
 SVG = "{http://www.w3.org/2000/svg}"
@@ -51,24 +53,23 @@ def _colorbar_axes(fig):
 # ----------------------------------------------------------------------------------------------- sizes
 def test_bare_native_figure_is_the_overlay_at_the_image_size(session):
     session.set_options(view="relevance", caption=False, colorbar=False)
-    spec = F.view_figure(session)
+    spec = P.view_figure(session)
     px = F.render(spec, "native").pixels
     assert px.shape == (H, W, 3)
     scale = session.levels()
-    ref = imaging.overlay(session.result.rgb, scale.normalise(session.image_map()), cmap=scale.cmap,
+    ref = colormaps.overlay(session.result.rgb, scale.normalise(session.image_map()), cmap=scale.cmap,
                           opacity=session.options.opacity, vmin=0.0, vmax=1.0)
     np.testing.assert_array_equal(px, ref)
-    assert session.render_export().shape == (H, W, 3)  # the session's picture is the same figure
+    assert P.render_view(session).shape == (H, W, 3)  # the session's picture is the same figure
 
 
 @pytest.mark.parametrize("scale, k", [("native", 1), (2, 2), ("3x", 3), ("print", math.ceil(2048 / W))])
 def test_export_sizes_at_each_scale(session, tmp_path, scale, k):
     session.set_options(view="relevance")
-    spec = F.view_figure(session)
+    spec = P.view_figure(session)
     assert F.scale_factor(spec, scale) == k
     r = F.render(spec, scale)
-    fig = F.build(spec, k=k)
-    L = fig._vitviz_layout
+    L = F.lay_out(spec, k)
     x, y, w, h = L.cells[0]
     assert (w, h) == (k * W, k * H)  # the panel is exactly k image pixels per pixel
     assert r.pixels.shape == (L.height, L.width, 3)
@@ -86,10 +87,10 @@ def test_export_sizes_at_each_scale(session, tmp_path, scale, k):
 
 def test_the_physical_size_does_not_depend_on_the_scale(session):
     session.set_options(view="cls")
-    spec = F.view_figure(session)
+    spec = P.view_figure(session)
     inches = []
     for k in (4, 8, 16):  # (k = 1, 2 would fall under MIN_DPI: a smaller figure, text as readable)
-        L = F.build(spec, k=k)._vitviz_layout
+        L = F.lay_out(spec, k)
         inches.append((L.width / L.dpi, L.height / L.dpi))
     np.testing.assert_allclose(inches, [inches[0]] * 3, rtol=0.03)
 
@@ -99,7 +100,7 @@ def test_parse_scale_and_refusals(session):
     for bad in ("huge", "0", 17, True, "-2"):
         with pytest.raises(ValueError, match="scale|factor"):
             F.parse_scale(bad)
-    spec = F.view_figure(session)
+    spec = P.view_figure(session)
     with pytest.raises(ValueError, match="megapixels"):
         F.render(F.FigureSpec(panels=(F.Panel(photo=np.zeros((8000, 8000, 3), np.uint8)),)), 16)
     assert spec is not None
@@ -108,7 +109,7 @@ def test_parse_scale_and_refusals(session):
 # ----------------------------------------------------------------------------------------------- text
 def test_title_caption_and_colour_bar_say_what_the_window_says(session):
     session.set_options(view="relevance")
-    spec = F.view_figure(session)
+    spec = P.view_figure(session)
     fig = F.build(spec, k=2)
     title, caption = session.title(), _texts_by_gid(fig, "caption")
     assert "Relevance (Chefer et al.)" in title
@@ -133,19 +134,19 @@ def test_wrapping_keeps_every_character(session):
         lines = F.wrap_text(text, 8.0, width)
         assert " ".join(lines) == text
         assert not any(ln.startswith("·") for ln in lines)
-        assert all(F._text_width_pt(ln.removesuffix(" ·"), 8.0) <= width for ln in lines if " " in ln)
+        assert all(F.text_width_pt(ln.removesuffix(" ·"), 8.0) <= width for ln in lines if " " in ln)
     assert len(F.wrap_text(text, 8.0, 2000)) == 1
 
 
 def test_log_and_diverging_scales_reach_the_colour_bar(session):
     session.set_options(view="rollout", log_scale=True)
-    fig = F.build(F.view_figure(session), k=1)
+    fig = F.build(P.view_figure(session), k=1)
     cb, = _colorbar_axes(fig)
     scale = session.levels()
     assert scale.log and cb.get_yscale() == "log"
     assert [t.get_text() for t in cb.get_yticklabels()] == [label for _, label in scale.ticks(5)]
     session.set_options(view="token_sim", log_scale=False, layer=1)
-    spec = F.view_figure(session)
+    spec = P.view_figure(session)
     assert spec.scale.diverging and spec.scale.lo == -spec.scale.hi and spec.scale.cmap == "coolwarm"
     fig = F.build(spec, k=1)
     cb, = _colorbar_axes(fig)
@@ -164,7 +165,7 @@ def test_text_with_dollar_signs_is_not_maths(tmp_path):
 # ----------------------------------------------------------------------------------------------- vector formats
 def test_svg_has_text_elements_a_vector_colour_bar_and_the_image_at_full_resolution(session, tmp_path):
     session.set_options(view="relevance")
-    spec = F.view_figure(session)
+    spec = P.view_figure(session)
     out = F.save(spec, tmp_path / "fig.svg")
     root = ET.parse(out).getroot()
     texts = ["".join(t.itertext()) for t in root.iter(f"{SVG}text")]
@@ -184,14 +185,14 @@ def test_svg_has_text_elements_a_vector_colour_bar_and_the_image_at_full_resolut
 
 def test_pdf_has_one_page_of_the_figures_aspect(session, tmp_path):
     session.set_options(view="cls", layer=2)
-    spec = F.view_figure(session)
+    spec = P.view_figure(session)
     out = F.save(spec, tmp_path / "fig.pdf")
     data = out.read_bytes()
     assert data.startswith(b"%PDF") and data.rstrip().endswith(b"%%EOF")
     boxes = F.pdf_pages(data)
     assert len(boxes) == 1 and re.findall(rb"/Count\s+(\d+)", data) == [b"1"]
     x0, y0, x1, y1 = boxes[0]
-    L = F.build(spec)._vitviz_layout
+    L = F.lay_out(spec)
     assert (x1 - x0) / (y1 - y0) == pytest.approx(L.width / L.height, rel=1e-3)
     assert (x1 - x0) == pytest.approx(L.width / L.dpi * 72, rel=1e-3)  # points: the print layout's size
     assert len(re.findall(rb"/Subtype\s*/Image", data)) == 1  # the map only; the colour bar is vector
@@ -203,7 +204,7 @@ def test_pdf_text_is_extractable(session, tmp_path):
     if not os.path.exists(pdftotext):
         pytest.skip("poppler's pdftotext is not installed (an extra check; the PDF structure is tested above)")
     session.set_options(view="relevance")
-    spec = F.view_figure(session)
+    spec = P.view_figure(session)
     out = F.save(spec, tmp_path / "fig.pdf")
     text = subprocess.run([pdftotext, "-raw", str(out), "-"], capture_output=True, text=True, check=True).stdout
     assert spec.title.split(" · mean")[0] in text and "tiny test ViT · my cat.png" in text
@@ -222,7 +223,7 @@ def test_grid_shape_has_no_empty_cell(n, cell, expect):
 
 def test_heads_grid_has_a_title_one_shared_scale_its_bar_and_no_empty_cell(session, tmp_path):
     session.set_options(view="cls", layer=1)
-    spec = F.heads_figure(session)
+    spec = P.heads_figure(session)
     r = session.result
     assert len(spec.panels) == r.num_heads == spec.nrows * spec.ncols
     assert [p.label for p in spec.panels] == [f"head {h}" for h in range(r.num_heads)]
@@ -235,23 +236,23 @@ def test_heads_grid_has_a_title_one_shared_scale_its_bar_and_no_empty_cell(sessi
     fig = F.build(spec, k=1)
     cb, = _colorbar_axes(fig)
     assert cb.get_ylabel() == "attention weight"
-    L = fig._vitviz_layout
+    L = F.lay_out(spec, 1)
     assert len(L.cells) == r.num_heads and len({(x, y) for x, y, _, _ in L.cells}) == r.num_heads
     out = F.save(spec, tmp_path / "heads.png")
     with Image.open(out) as im:
         assert max(im.size) >= 2048
     # the all-layers grid: rows are layers, columns heads
-    spec = F.heads_figure(session, all_layers=True)
+    spec = P.heads_figure(session, all_layers=True)
     assert (spec.nrows, spec.ncols) == (r.num_layers, r.num_heads)
     assert spec.row_labels == tuple(f"layer {i}" for i in range(r.num_layers))
     assert spec.col_labels == tuple(f"head {h}" for h in range(r.num_heads))
-    assert session.render_heads_grid().shape[0] > 2 * H
+    assert P.render_heads(session).shape[0] > 2 * H
 
 
 # ----------------------------------------------------------------------------------------------- animation
 def test_layer_figures_one_per_layer_each_labelled_on_one_scale(session):
     session.set_options(view="cls", head=2)
-    specs = F.layer_figures(session)
+    specs = P.layer_figures(session)
     L = session.result.num_layers
     assert len(specs) == L
     assert [s.panels[0].badge for s in specs] == [f"layer {i}" for i in range(L)]
@@ -265,22 +266,22 @@ def test_layer_figures_one_per_layer_each_labelled_on_one_scale(session):
     assert not np.allclose(maps[0], maps[-1], equal_nan=True)
     # token views start at the embeddings; cumulative views step their start layer
     session.set_options(view="token_norm")
-    badges = [s.panels[0].badge for s in F.layer_figures(session)]
+    badges = [s.panels[0].badge for s in P.layer_figures(session)]
     assert badges == [session.view.layer_text(i) for i in range(-1, L)] and "embeddings" in badges[0]
     session.set_options(view="rollout")
-    assert F.layer_figures(session)[1].panels[0].badge == "start layer 1"
+    assert P.layer_figures(session)[1].panels[0].badge == "start layer 1"
     session.set_options(view="grad_rollout")
     with pytest.raises(ValueError, match="does not change with the layer"):
-        F.layer_figures(session)
+        P.layer_figures(session)
 
 
 @pytest.mark.parametrize("ext", [".gif", ".apng", ".mp4"])
 def test_animation_has_a_frame_per_layer(session, tmp_path, ext):
     session.set_options(view="cls")
-    specs = F.layer_figures(session)
+    specs = P.layer_figures(session)
     seen = []
     out = F.save_animation(specs, tmp_path / f"a{ext}", scale="native", fps=4,
-                           metadata={"vitviz.document.session": '{"layer": "all"}'},
+                           metadata={"vitviz.session": '{"layer": "all"}'},
                            progress=lambda d, t: seen.append((d, t)) or True)
     n = len(specs)
     assert seen == [(i + 1, n) for i in range(n)]
@@ -298,12 +299,12 @@ def test_animation_has_a_frame_per_layer(session, tmp_path, ext):
                 pix.append(np.asarray(im.convert("RGB")).astype(int))
         assert all(p.shape == pix[0].shape for p in pix)
         assert all(np.abs(a - b).mean() > 0.5 for a, b in zip(pix, pix[1:]))  # every frame shows its own layer
-    assert F.read_metadata(out)["vitviz.document.session"] == '{"layer": "all"}'
+    assert F.read_metadata(out)["vitviz.session"] == '{"layer": "all"}'
 
 
 def test_animation_cancel_and_mp4_without_encoder(session, tmp_path, monkeypatch):
     session.set_options(view="cls")
-    specs = F.layer_figures(session)
+    specs = P.layer_figures(session)
     with pytest.raises(InterruptedError):
         F.save_animation(specs, tmp_path / "c.gif", scale="native", progress=lambda d, t: d < 2)
     assert list(tmp_path.iterdir()) == []
@@ -321,21 +322,21 @@ STATE = json.dumps({"model": "file:/m (1).safetensors", "image": "/ü/ç \\ chat
 
 @pytest.mark.parametrize("ext", [".png", ".svg", ".pdf"])
 def test_metadata_round_trip(session, tmp_path, ext):
-    spec = F.view_figure(session)
-    out = F.save(spec, tmp_path / f"m{ext}", metadata={"vitviz.document.session": STATE, "Author": "A. Researcher"})
+    spec = P.view_figure(session)
+    out = F.save(spec, tmp_path / f"m{ext}", metadata={"vitviz.session": STATE, "Author": "A. Researcher"})
     meta = F.read_metadata(out)
-    assert meta["vitviz.document.session"] == STATE and meta["Author"] == "A. Researcher"
+    assert meta["vitviz.session"] == STATE and meta["Author"] == "A. Researcher"
     assert meta["Title"] == spec.title
     if ext == ".png":  # independently, as Pillow reads text chunks
         with Image.open(out) as im:
             im.load()
-            assert im.text["vitviz.document.session"] == STATE and im.text["Software"].startswith("vitviz")
+            assert im.text["vitviz.session"] == STATE and im.text["Software"].startswith("vitviz")
     if ext == ".pdf":
         assert meta["Subject"] == spec.caption
 
 
 def test_bad_metadata_is_refused_before_writing(session, tmp_path):
-    spec = F.view_figure(session)
+    spec = P.view_figure(session)
     for bad in ({"": "x"}, {"has space": "x"}, {"k": 3}, {"x" * 80: "v"}):
         with pytest.raises(ValueError, match="metadata"):
             F.save(spec, tmp_path / "b.png", metadata=bad)
@@ -344,7 +345,7 @@ def test_bad_metadata_is_refused_before_writing(session, tmp_path):
 
 # ----------------------------------------------------------------------------------------------- targets
 def test_refused_targets_leave_everything_as_it_was(session, tmp_path, monkeypatch):
-    spec = F.view_figure(session)
+    spec = P.view_figure(session)
     folder = tmp_path / "ro"
     folder.mkdir()
     existing = folder / "fig.png"
@@ -364,14 +365,14 @@ def test_refused_targets_leave_everything_as_it_was(session, tmp_path, monkeypat
             F.save(spec, folder / name, overwrite=True)
         assert str(folder / name) in str(e.value)
     with pytest.raises(ExportError, match="not writable"):
-        F.save_animation(F.layer_figures(session), folder / "a.gif", scale="native", overwrite=True)
+        F.save_animation(P.layer_figures(session), folder / "a.gif", scale="native", overwrite=True)
     assert existing.read_bytes() == b"precious" and sorted(p.name for p in folder.iterdir()) == ["fig.png"]
     with pytest.raises(ExportError, match="does not exist"):
         F.save(spec, tmp_path / "missing" / "f.png")
     with pytest.raises(ExportError, match="unknown figure format '.jpg'"):
         F.save(spec, tmp_path / "f.jpg")
     with pytest.raises(ExportError, match="unknown animation format"):
-        F.save_animation(F.layer_figures(session), tmp_path / "f.avi")
+        F.save_animation(P.layer_figures(session), tmp_path / "f.avi")
 
 
 def test_matplotlib_stays_out_of_start_up():
@@ -396,17 +397,17 @@ def test_the_cat_relevance_figure_with_real_weights(tmp_path):
     s = Session()
     s.set_result(run_inference(vitviz.load_checkpoint(path), imaging.load_image(img).image, source=str(img)))
     s.set_options(view="relevance")
-    spec = F.view_figure(s)
+    spec = P.view_figure(s)
     assert "Egyptian cat" in spec.title and "cat.png" in spec.caption
     out = F.save(spec, tmp_path / "relevance.png")
     with Image.open(out) as im:
-        x, y, w, h = F.build(spec)._vitviz_layout.cells[0]
+        x, y, w, h = F.lay_out(spec).cells[0]
         assert (w, h) == (451 * 5, 300 * 5) and im.width > w and im.info["dpi"][0] > 600
 
 
 def test_vitviz_export_animate_writes_one_animation_per_layered_view(tmp_path, capsys):
+    from vitviz.batch.manifest import read_manifest
     from vitviz.cli import main
-    from vitviz.batch.export import read_manifest
 
     folder = tmp_path / "in"
     folder.mkdir()

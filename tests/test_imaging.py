@@ -1,4 +1,4 @@
-"""Image loading (modes, EXIF, corrupt files), colormaps, overlays and safe PNG writing."""
+"""Image loading (modes, EXIF, corrupt files), colormaps and overlays (vitviz.render.colormaps) and safe PNG writing."""
 
 import io
 import os
@@ -10,6 +10,7 @@ from PIL import Image
 
 from vitviz import imaging
 from vitviz.imaging import ExportError, ImageError, load_image, write_png
+from vitviz.render import colormaps
 
 
 def _save(img: Image.Image, path: Path, **kw) -> Path:
@@ -118,41 +119,24 @@ def test_bad_images_name_file_and_problem(tmp_path, case):
 
 
 def test_colormaps_and_overlay():
-    for name in imaging.colormap_names():
-        lut = imaging.get_colormap(name)
+    for name in colormaps.colormap_names():
+        lut = colormaps.get_colormap(name)
         assert lut.shape == (256, 4) and lut.dtype == np.uint8
-    gray = imaging.get_colormap("gray")
+    gray = colormaps.get_colormap("gray")
     assert (np.diff(gray[:, 0].astype(int)) >= 0).all() and gray[0, 0] == 0 and gray[-1, 0] == 255
-    np.testing.assert_array_equal(imaging.get_colormap("viridis")[0, :3], [0x44, 0x01, 0x54])
-    np.testing.assert_array_equal(imaging.get_colormap("viridis")[-1, :3], [0xFD, 0xE7, 0x25])
+    np.testing.assert_array_equal(colormaps.get_colormap("viridis")[0, :3], [0x44, 0x01, 0x54])
+    np.testing.assert_array_equal(colormaps.get_colormap("viridis")[-1, :3], [0xFD, 0xE7, 0x25])
     vals = np.array([[0.0, 1.0], [np.nan, 0.5]])
-    rgba = imaging.apply_colormap(vals, "gray")
+    rgba = colormaps.apply_colormap(vals, "gray")
     assert rgba[1, 0, 3] == 0 and rgba[0, 0, 3] == 255
     assert rgba[0, 0, 0] == 0 and rgba[0, 1, 0] == 255 and abs(int(rgba[1, 1, 0]) - 128) <= 1
     img = np.full((2, 2, 3), 100, np.uint8)
-    np.testing.assert_array_equal(imaging.overlay(img, vals, cmap="gray", opacity=0.0), img)
-    full = imaging.overlay(img, vals, cmap="gray", opacity=1.0)
+    np.testing.assert_array_equal(colormaps.overlay(img, vals, cmap="gray", opacity=0.0), img)
+    full = colormaps.overlay(img, vals, cmap="gray", opacity=1.0)
     assert full[0, 1, 0] == 255 and full[0, 0, 0] == 0
     np.testing.assert_array_equal(full[1, 0], [100, 100, 100])  # NaN: image shows through
     with pytest.raises(ValueError, match="unknown colormap"):
-        imaging.get_colormap("nope")
-
-
-def test_render_export_sizes():
-    rgb = np.zeros((60, 80, 3), np.uint8)
-    vals = np.linspace(0, 1, 60 * 80).reshape(60, 80)
-    plain = imaging.render_export(rgb, vals)
-    assert plain.shape == (60, 80, 3)
-    withbar = imaging.render_export(rgb, vals, colorbar=True, caption="model x, layer 3, head 2")
-    assert withbar.shape[0] > 60 and withbar.shape[1] > 80
-    np.testing.assert_array_equal(withbar[:60, :80], plain)
-
-
-def test_tile_grid_layout():
-    tiles = [np.full((10, 12, 3), i * 40, np.uint8) for i in range(5)]
-    g = imaging.tile_grid(tiles, ncols=3, pad=2)
-    assert g.shape == (2 * 10 + 3 * 2, 3 * 12 + 4 * 2, 3)
-    assert (g[2:12, 2 + 14:14 + 14] == 40).all()
+        colormaps.get_colormap("nope")
 
 
 def test_write_png_atomic_and_never_overwrites(tmp_path):

@@ -7,7 +7,7 @@ from PIL import Image
 
 from vitviz import analysis as A
 from vitviz.capture import capture
-from vitviz.pipeline import Pipeline, run_inference
+from vitviz.pipeline import Pipeline, has_full_precision_copy, placement, run_inference
 
 
 def _image(h=70, w=110, mode="RGB", seed=0):
@@ -61,7 +61,8 @@ def test_model_data_is_computed_once_per_model(tiny_model, monkeypatch):
 
     calls = []
     real_sim, real_filters = A_mod.position_embedding_similarity, A_mod.embedding_filters
-    monkeypatch.setattr(A_mod, "position_embedding_similarity", lambda *a, **k: calls.append("sim") or real_sim(*a, **k))
+    monkeypatch.setattr(A_mod, "position_embedding_similarity",
+                        lambda *a, **k: calls.append("sim") or real_sim(*a, **k))
     monkeypatch.setattr(A_mod, "embedding_filters", lambda *a, **k: calls.append("pca") or real_filters(*a, **k))
     p = Pipeline(tiny_model)
     results = [p.run(_image(seed=s), source=f"{s}.png") for s in range(3)]
@@ -126,6 +127,8 @@ def test_precision_round_trip_restores_the_full_precision_weights():
         ref = model(x)
     Pipeline(model, precision="bf16")
     assert model.patch_embed.proj.weight.dtype == torch.bfloat16
+    assert has_full_precision_copy(model)  # kept by the pipeline module, keyed by the model: nothing stashed on it
+    assert not [k for k in vars(model) if k.startswith("_vitviz")]
     rounded = model.patch_embed.proj.weight.float()
     assert not torch.equal(rounded, before["patch_embed.proj.weight"])  # the cast really rounds
     Pipeline(model, precision="fp16")  # bf16 -> fp16 keeps the first full-precision copy
@@ -134,4 +137,81 @@ def test_precision_round_trip_restores_the_full_precision_weights():
         assert v.dtype == before[k].dtype and torch.equal(v, before[k]), k
     with torch.no_grad():
         assert torch.equal(model(x), ref)
-    assert not hasattr(model, "_vitviz_full_precision")  # the copy is dropped once restored
+    assert not has_full_precision_copy(model)  # the copy is dropped once restored
+    assert not hasattr(model, "_vitviz_full_precision")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Pipeline.open: the one way to open a model on a device
+# ---------------------------------------------------------------------------------------------------------------------
+def test_open_a_reference_a_path_or_a_name(tiny_model, tmp_path):
+    from vitviz.model import save_checkpoint
+
+    ckpt = save_checkpoint(tiny_model, tmp_path / "tiny.safetensors")
+    for source in (f"file:{ckpt}", str(ckpt), ckpt):  # a reference, or what a user types (parse_model_ref)
+        p = Pipeline.open(source, precision="fp32", show_bar=False)
+        assert p.note is None and (p.device, p.precision, p.precision_choice) == ("cpu", "fp32", "fp32")
+        assert p.spec.labels == tiny_model.spec.labels and not p.model.training
+        torch.testing.assert_close(p.run(_image()).attentions, Pipeline(tiny_model).run(_image()).attentions)
+    r = Pipeline.open("random:vit_tiny_patch16_224", precision="auto", show_bar=False)
+    assert "Randomly initialised" in r.note and r.precision_choice == "auto" and r.precision in ("fp32", "bf16")
+    demo = Pipeline.open("demo")
+    assert demo.spec.labels is not None and demo.note is None
+
+
+def test_open_falls_back_to_the_cpu_and_fp32_with_a_note(tiny_model, tmp_path, monkeypatch):
+    import vitviz.pipeline as pipeline_mod
+    from vitviz.model import save_checkpoint
+
+    ckpt = save_checkpoint(tiny_model, tmp_path / "tiny.safetensors")
+    monkeypatch.setattr(pipeline_mod, "available_devices", lambda: ["cpu"])
+    p = Pipeline.open(f"file:{ckpt}", device="cuda:3", precision="fp16")
+    assert (p.device, p.precision) == ("cpu", "fp32")
+    assert p.note == ("device cuda:3 is not available here: using the CPU; precision fp16 is not available on cpu: "
+                      "using fp32")
+    # the policy on its own: what the machine has is kept; "cuda" names the first GPU; auto and bf16 run anywhere
+    assert placement("cpu", "bf16") == ("cpu", "bf16", None)
+    assert placement("cpu", "fp16") == ("cpu", "fp32", "precision fp16 is not available on cpu: using fp32")
+    monkeypatch.setattr(pipeline_mod, "available_devices", lambda: ["cpu", "cuda:0"])
+    assert placement("cuda", "fp16") == ("cuda:0", "fp16", None)
+    assert placement("cuda:1", "auto") == ("cpu", "auto", "device cuda:1 is not available here: using the CPU")
+
+
+def test_open_refuses_a_bad_precision_before_opening(monkeypatch):
+    import vitviz.pipeline as pipeline_mod
+
+    monkeypatch.setattr(pipeline_mod, "open_model", lambda *a, **k: pytest.fail("opened"))
+    with pytest.raises(ValueError, match="precision must be one of"):
+        Pipeline.open("demo", precision="fp64")
+
+
+def test_open_adapts_a_foreign_module_and_pipeline_does_not():
+    from textbook_models import ViTC
+
+    from vitviz.capture.foreign import AdaptedModel
+
+    module = ViTC().eval()
+    p = Pipeline.open(module)
+    assert isinstance(p.model, AdaptedModel) and p.model.module is module and p.note is None
+    assert p.run(_image()).grid == (4, 4)
+    assert Pipeline(p.model).model is p.model  # an adapted module is taken as it is
+    with pytest.raises(TypeError, match="needs a vitviz ViT or an AdaptedModel, got ViTC"):
+        Pipeline(module)
+    with pytest.raises(ValueError, match="apply to checkpoint files"):
+        Pipeline.open(module, num_heads=4)
+
+
+def test_open_the_users_own_file(tmp_path):
+    import shutil
+
+    import textbook_models
+
+    from vitviz.capture.foreign import AdaptedModel
+
+    path = tmp_path / "my_vit.py"
+    shutil.copy(textbook_models.__file__, path)
+    p = Pipeline.open(f"{path}:ViTC", init='{"emb_size": 48}')
+    assert isinstance(p.model, AdaptedModel) and p.spec.name == "ViTC" and p.spec.source_path == str(path)
+    assert "Randomly initialised" in p.note
+    with pytest.raises(ValueError, match="weights and init go with the user's own model"):
+        Pipeline.open("demo", init="{}")

@@ -184,7 +184,7 @@ def test_corrupt_cached_file(tiny):
 
 def test_load_model_path_or_name(tiny, tmp_path, monkeypatch):
     from vitviz.model.checkpoints import CheckpointError
-    from vitviz.model.sources.torch_hub import load_model
+    from vitviz.model.sources.refs import load_model
 
     info, data, ref = tiny
     f = tmp_path / "local.pth"

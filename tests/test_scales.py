@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from vitviz.imaging import COLORMAPS, DEFAULT_COLORMAP
+from vitviz.render.colormaps import COLORMAPS, DEFAULT_COLORMAP
 from vitviz.render.scales import ColourScale, format_tick, format_ticks, nice_ticks, scale_for
 
 

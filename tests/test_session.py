@@ -6,8 +6,9 @@ from PIL import Image
 
 from vitviz import analysis as A
 from vitviz import views
-from vitviz.pipeline import run_inference
+from vitviz.document.panel import render_heads, render_view
 from vitviz.document.session import Session
+from vitviz.pipeline import run_inference
 
 
 @pytest.fixture
@@ -89,9 +90,9 @@ def test_captions_and_export(session):
     cap = session.caption()
     assert "Attention rollout" in cap and "max fusion" in cap and "x.png" in cap and "tiny test ViT" in cap
     session.set_options(colorbar=False, caption=False)
-    out = session.render_export()
+    out = render_view(session)
     assert out.shape == (70, 110, 3) and out.dtype == np.uint8
-    grid = session.render_heads_grid()
+    grid = render_heads(session)
     assert grid.ndim == 3 and grid.shape[0] > 70
 
 

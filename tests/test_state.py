@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitviz.render import figures
+from vitviz.document import panel
 from vitviz.document import state as st
+from vitviz.render import figures
 from vitviz.imaging import load_image
-from vitviz.document.session import Session, ViewOptions
+from vitviz.document.session import Session
+from vitviz.views.options import ViewOptions
 
 VIEWS = ("cls", "query", "rollout", "grad_rollout", "relevance", "token_sim", "pos_sim", "token_norm")
 
@@ -55,7 +57,7 @@ def _maps(session):
         o = replace(session.options, view=key)
         from vitviz import views
 
-        out[key] = session.map_for(views.get(key), session._clamped(o))
+        out[key] = session.map_for(views.get(key), session.clamped(o))
     return out
 
 
@@ -94,7 +96,7 @@ def test_session_file_round_trip_restores_identical_maps(setup, tmp_path):
 @pytest.mark.parametrize("fmt", [".png", ".svg", ".pdf"])
 def test_exported_figure_carries_the_session_and_reopens_the_same_view(setup, fmt):
     s = setup["session"]
-    spec = figures.view_figure(s)
+    spec = panel.view_figure(s)
     out = setup["folder"] / f"figure{fmt}"
     meta = st.figure_metadata(st.capture_state(s, setup["ref"]), out)
     figures.save(spec, out, scale="native", metadata=meta)
@@ -103,6 +105,20 @@ def test_exported_figure_carries_the_session_and_reopens_the_same_view(setup, fm
     assert back.origin == str(out)
     s2, _ = st.reproduce(back)
     _assert_same(s, s2)
+
+
+def test_a_figure_exported_by_an_earlier_version_still_opens(setup):
+    """Figures written before the code moved into packages carry their state under the PNG text key
+    ``vitviz.session``: the key is part of the file format, not a module path, and such a figure reopens."""
+    from PIL.PngImagePlugin import PngInfo
+
+    s = setup["session"]
+    info = PngInfo()
+    info.add_text("vitviz.session", st.state_json(st.capture_state(s, setup["ref"]), setup["folder"]))
+    out = setup["folder"] / "older.png"
+    Image.new("RGB", (8, 8)).save(out, pnginfo=info)
+    back = st.read_state(out)
+    assert back.options == s.options and back.model == setup["ref"]
 
 
 def test_every_view_option_is_saved_and_read_back(setup):

@@ -17,9 +17,9 @@ from vitviz.demo import generate, load_demo_model
 from vitviz.imaging import load_image
 from vitviz.pipeline import Pipeline
 from vitviz.document.session import Session
-from vitviz.batch.stats import (
-    ARTEFACT_CSV, FIGURE, STATS_CSV, DatasetStats, StatsAccumulator, figure_bytes, read_stats_csv, write_outputs,
-)
+from vitviz.batch.stats import ARTEFACT_CSV, FIGURE, STATS_CSV, DatasetStats, StatsAccumulator
+from vitviz.batch.stats_files import read_stats_csv, write_outputs
+from vitviz.batch.stats_plot import figure_bytes
 
 
 def _images(folder: Path, n: int) -> list[Path]:

@@ -44,7 +44,7 @@ def test_builtin_views_in_menu_order_with_shortcuts():
     assert keys[:7] == ["cls", "query", "rollout", "grad_rollout", "relevance", "token_sim", "pos_sim"]
     assert [views.shortcut(v) for v in views.all_views()][:7] == [str(i) for i in range(1, 8)]
     for v in views.all_views():
-        assert v.title and v.quantity and set(v.reads) <= set(views.OPTION_NAMES)
+        assert v.title and v.quantity and set(v.reads) <= set(views.readable_options())
     with pytest.raises(ValueError, match="unknown view 'nope'"):
         views.get("nope")
 

@@ -99,7 +99,7 @@ def test_num_classes_zero_returns_features():
 
 
 def test_sincos_pos_embed_brute_force():
-    from vitviz.model.vit import sincos_pos_embed_2d
+    from vitviz.model.pos_embed import sincos_pos_embed_2d
 
     gh, gw, D = 3, 4, 8
     pe = sincos_pos_embed_2d((gh, gw), D)

@@ -1,4 +1,6 @@
-"""Images in and out: loading and validating user images, colormaps, overlays, exports. No Qt.
+"""Images in and out: loading and validating user images, writing PNGs and other files atomically. No Qt.
+
+Colormaps and overlays live in :mod:`vitviz.render.colormaps`.
 
 Every array here is ``numpy`` in row-major (height, width[, channels]) order; RGB(A) arrays are ``uint8``.
 """
@@ -16,10 +18,10 @@ import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Sequence
+from typing import BinaryIO, Callable
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vitviz._util.files import default_file_mode, describe_os_error, folder_problem
 
@@ -287,227 +289,6 @@ def image_from_array(arr: np.ndarray, name: str | None = None) -> LoadedImage:
     return LoadedImage(image=to_rgb(img), path=Path(name) if name else None, original_mode=img.mode)
 
 
-# ----------------------------------------------------------------------------------------------- colormaps
-def _hex(colors: Sequence[str]) -> np.ndarray:
-    return np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in colors], dtype=np.float64)
-
-
-def _lut_from_anchors(anchors: np.ndarray) -> np.ndarray:
-    xs = np.linspace(0.0, 1.0, len(anchors))
-    t = np.linspace(0.0, 1.0, 256)
-    rgb = np.stack([np.interp(t, xs, anchors[:, c]) for c in range(3)], axis=1)
-    lut = np.empty((256, 4), dtype=np.uint8)
-    lut[:, :3] = np.clip(np.round(rgb), 0, 255)
-    lut[:, 3] = 255
-    return lut
-
-
-def _lut_from_fn(fn) -> np.ndarray:
-    t = np.linspace(0.0, 1.0, 256)
-    rgb = np.clip(np.stack(fn(t), axis=1), 0.0, 1.0) * 255.0
-    lut = np.empty((256, 4), dtype=np.uint8)
-    lut[:, :3] = np.round(rgb)
-    lut[:, 3] = 255
-    return lut
-
-
-def _turbo(t):
-    r = 0.13572138 + t * (4.61539260 + t * (-42.66032258 + t * (132.13108234 + t * (-152.94239396 + t * 59.28637943))))
-    g = 0.09140261 + t * (2.19418839 + t * (4.84296658 + t * (-14.18503333 + t * (4.27729857 + t * 2.82956604))))
-    b = 0.10667330 + t * (12.64194608 + t * (-60.58204836 + t * (110.36276771 + t * (-89.90310912 + t * 27.34824973))))
-    return r, g, b
-
-
-def _jet(t):
-    r = np.clip(1.5 - np.abs(4 * t - 3), 0, 1)
-    g = np.clip(1.5 - np.abs(4 * t - 2), 0, 1)
-    b = np.clip(1.5 - np.abs(4 * t - 1), 0, 1)
-    return r, g, b
-
-
-COLORMAPS: dict[str, np.ndarray] = {
-    "viridis": _lut_from_anchors(_hex(["#440154", "#482878", "#3E4989", "#31688E", "#26828E", "#1F9E89", "#35B779",
-                                       "#6DCD59", "#B4DE2C", "#FDE725"])),
-    "magma": _lut_from_anchors(_hex(["#000004", "#180F3E", "#451077", "#721F81", "#9F2F7F", "#CD4071", "#F1605D",
-                                     "#FD9567", "#FEC98D", "#FCFDBF"])),
-    "inferno": _lut_from_anchors(_hex(["#000004", "#1B0C42", "#4B0C6B", "#781C6D", "#A52C60", "#CF4446", "#ED6925",
-                                       "#FB9A06", "#F7D03C", "#FCFFA4"])),
-    "plasma": _lut_from_anchors(_hex(["#0D0887", "#47039F", "#7301A8", "#9C179E", "#BD3786", "#D8576B", "#ED7953",
-                                      "#FA9E3B", "#FDC926", "#F0F921"])),
-    "turbo": _lut_from_fn(_turbo),
-    "jet": _lut_from_fn(_jet),
-    "hot": _lut_from_fn(lambda t: (np.clip(3 * t, 0, 1), np.clip(3 * t - 1, 0, 1), np.clip(3 * t - 2, 0, 1))),
-    "gray": _lut_from_fn(lambda t: (t, t, t)),
-    "coolwarm": _lut_from_anchors(np.array([[59, 76, 192], [98, 130, 234], [141, 176, 254], [184, 208, 249],
-                                            [221, 221, 221], [245, 196, 173], [244, 154, 123], [222, 96, 77],
-                                            [180, 4, 38]], dtype=np.float64)),
-}
-DEFAULT_COLORMAP = "inferno"
-
-
-def colormap_names() -> list[str]:
-    return list(COLORMAPS)
-
-
-def get_colormap(name: str) -> np.ndarray:
-    """The ``[256, 4] uint8`` lookup table of ``name``."""
-    try:
-        return COLORMAPS[name]
-    except KeyError:
-        raise ValueError(f"unknown colormap {name!r}; available: {', '.join(COLORMAPS)}") from None
-
-
-def value_range(values: np.ndarray, vmin: float | None = None, vmax: float | None = None) -> tuple[float, float]:
-    """``(vmin, vmax)``: the given limits, else the finite min/max of ``values`` (a flat map gives a 1-wide range)."""
-    v = np.asarray(values, dtype=np.float64)
-    finite = v[np.isfinite(v)]
-    lo = float(finite.min()) if vmin is None and finite.size else (0.0 if vmin is None else float(vmin))
-    hi = float(finite.max()) if vmax is None and finite.size else (1.0 if vmax is None else float(vmax))
-    if not hi > lo:
-        hi = lo + 1.0 if hi == lo else lo
-    return lo, hi
-
-
-def normalize(values: np.ndarray, vmin: float | None = None, vmax: float | None = None) -> np.ndarray:
-    """Scale to [0, 1] by ``value_range``; NaN stays NaN."""
-    lo, hi = value_range(values, vmin, vmax)
-    with np.errstate(invalid="ignore"):
-        return np.clip((np.asarray(values, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
-
-
-def apply_colormap(values: np.ndarray, name: str = DEFAULT_COLORMAP, vmin: float | None = None,
-                   vmax: float | None = None) -> np.ndarray:
-    """Map ``values [H, W]`` through a colormap: ``uint8 RGBA [H, W, 4]``; NaN becomes fully transparent."""
-    lut = get_colormap(name)
-    n = normalize(values, vmin, vmax)
-    nan = ~np.isfinite(n)
-    idx = np.round(np.nan_to_num(n, nan=0.0) * 255).astype(np.intp)
-    out = lut[idx]
-    if nan.any():
-        out = out.copy()
-        out[nan, 3] = 0
-    return out
-
-
-def overlay(rgb: np.ndarray, values: np.ndarray, *, cmap: str = DEFAULT_COLORMAP, opacity: float = 0.6,
-            vmin: float | None = None, vmax: float | None = None) -> np.ndarray:
-    """Blend a colour-mapped map over an image.
-
-    Args:
-        rgb: ``uint8 [H, W, 3]`` image.
-        values: ``[H, W]`` map at the image's resolution (NaN: not covered, the image shows through).
-        opacity: 0 (image only) .. 1 (map only).
-
-    Returns:
-        ``uint8 [H, W, 3]``.
-    """
-    rgb = np.asarray(rgb)
-    values = np.asarray(values)
-    if rgb.shape[:2] != values.shape:
-        raise ValueError(f"image is {rgb.shape[:2]} but the map is {values.shape}")
-    colored = apply_colormap(values, cmap, vmin, vmax)
-    alpha = (colored[..., 3:4].astype(np.float32) / 255.0) * float(np.clip(opacity, 0.0, 1.0))
-    out = rgb[..., :3].astype(np.float32) * (1 - alpha) + colored[..., :3].astype(np.float32) * alpha
-    return np.clip(np.round(out), 0, 255).astype(np.uint8)
-
-
-def _font(size: int) -> ImageFont.ImageFont:
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow < 10.1
-        return ImageFont.load_default()
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.3g}"
-
-
-def render_export(rgb: np.ndarray, values: np.ndarray | None, *, cmap: str = DEFAULT_COLORMAP, opacity: float = 0.6,
-                  colorbar: bool = False, caption: str | None = None, vmin: float | None = None,
-                  vmax: float | None = None) -> np.ndarray:
-    """The picture an export writes: the overlay at the image's own resolution, plus an optional colour bar strip at
-    the right and a caption strip at the bottom. ``values=None`` exports the plain image.
-
-    Returns:
-        ``uint8 [H', W', 3]`` with ``H' >= H`` and ``W' >= W`` (equal when neither extra is asked for).
-    """
-    base = overlay(rgb, values, cmap=cmap, opacity=opacity, vmin=vmin, vmax=vmax) if values is not None \
-        else np.asarray(rgb)[..., :3].astype(np.uint8)
-    h, w = base.shape[:2]
-    fsize = int(np.clip(min(h, w) / 28, 10, 28))
-    font = _font(fsize)
-    if colorbar and values is not None:
-        lo, hi = value_range(values, vmin, vmax)
-        bar_w = max(12, w // 40)
-        pad = max(6, fsize // 2)
-        label_w = int(fsize * 0.62 * max(len(_fmt(lo)), len(_fmt(hi)))) + pad
-        strip = Image.new("RGB", (bar_w + 2 * pad + label_w, h), (255, 255, 255))
-        top, bottom = pad + fsize // 2, h - pad - fsize // 2
-        bh = max(1, bottom - top)
-        grad = get_colormap(cmap)[np.round(np.linspace(255, 0, bh)).astype(int), :3]
-        bar = np.repeat(grad[:, None, :], bar_w, axis=1)
-        strip.paste(Image.fromarray(bar.astype(np.uint8), "RGB"), (pad, top))
-        d = ImageDraw.Draw(strip)
-        d.rectangle([pad - 1, top - 1, pad + bar_w, top + bh], outline=(0, 0, 0))
-        d.text((pad + bar_w + pad // 2, top - fsize // 2), _fmt(hi), fill=(0, 0, 0), font=font)
-        d.text((pad + bar_w + pad // 2, top + bh - fsize // 2 - 2), _fmt(lo), fill=(0, 0, 0), font=font)
-        base = np.concatenate([base, np.asarray(strip)], axis=1)
-    if caption:
-        W = base.shape[1]
-        line_h = int(fsize * 1.5)
-        lines = _wrap(caption, font, W - 2 * fsize)
-        strip = Image.new("RGB", (W, line_h * len(lines) + fsize // 2), (255, 255, 255))
-        d = ImageDraw.Draw(strip)
-        for i, line in enumerate(lines):
-            d.text((fsize // 2, fsize // 4 + i * line_h), line, fill=(0, 0, 0), font=font)
-        base = np.concatenate([base, np.asarray(strip)], axis=0)
-    return np.ascontiguousarray(base)
-
-
-def _wrap(text: str, font: ImageFont.ImageFont, width: int) -> list[str]:
-    out: list[str] = []
-    for para in text.splitlines() or [""]:
-        words, line = para.split(" "), ""
-        for word in words:
-            trial = f"{line} {word}".strip()
-            if line and font.getlength(trial) > width:
-                out.append(line)
-                line = word
-            else:
-                line = trial
-        out.append(line)
-    return out
-
-
-def tile_grid(images: Sequence[np.ndarray], ncols: int, pad: int = 4, labels: Sequence[str] | None = None,
-              background: tuple[int, int, int] = (255, 255, 255)) -> np.ndarray:
-    """Lay equal-sized ``uint8 [h, w, 3]`` tiles out in a grid with ``pad`` pixels between them; optional labels
-    are drawn in a strip above each tile. Returns ``uint8 [H, W, 3]``."""
-    if not images:
-        raise ValueError("tile_grid needs at least one image")
-    h, w = images[0].shape[:2]
-    for i, im in enumerate(images):
-        if im.shape[:2] != (h, w):
-            raise ValueError(f"tile {i} is {im.shape[:2]}, expected {(h, w)}")
-    ncols = max(1, min(ncols, len(images)))
-    nrows = (len(images) + ncols - 1) // ncols
-    fsize = int(np.clip(w / 10, 10, 24))
-    label_h = int(fsize * 1.4) if labels else 0
-    H = nrows * (h + label_h) + (nrows + 1) * pad
-    W = ncols * w + (ncols + 1) * pad
-    canvas = Image.new("RGB", (W, H), background)
-    draw = ImageDraw.Draw(canvas)
-    font = _font(fsize)
-    for i, im in enumerate(images):
-        r, c = divmod(i, ncols)
-        x = pad + c * (w + pad)
-        y = pad + r * (h + label_h + pad)
-        if labels:
-            draw.text((x + 2, y + 1), str(labels[i]), fill=(0, 0, 0), font=font)
-        canvas.paste(Image.fromarray(np.asarray(im)[..., :3].astype(np.uint8), "RGB"), (x, y + label_h))
-    return np.asarray(canvas)
-
-
 # ----------------------------------------------------------------------------------------------- writing
 def write_png(path: str | os.PathLike, rgb: np.ndarray, *, overwrite: bool = False) -> Path:
     """Write ``uint8 [H, W, 3|4]`` as PNG atomically: a temporary file in the same folder, then a rename.
@@ -541,7 +322,8 @@ def write_atomic(target: Path, write: Callable[[BinaryIO], None], *, overwrite: 
                  exists_message: str | None = None) -> Path:
     """Write a file atomically: ``write(fh)`` fills a temporary file in the target's folder, which is synced and then
     hard-linked to ``target`` (fails when the name exists, even in a race) or, with ``overwrite``, renamed over it.
-    The temporary file never stays behind. The caller checks the folder first (:func:`vitviz._util.files.folder_problem`).
+    The temporary file never stays behind. The caller checks the folder first
+    (:func:`vitviz._util.files.folder_problem`).
 
     Raises:
         FileExistsError: the target exists and ``overwrite`` is False (``exists_message``, default

@@ -5,22 +5,39 @@ model (:class:`ModelData`: position embeddings at a grid, their similarity, the 
 components), computed once per model and grid and reused for every image. :meth:`Pipeline.run` costs one forward
 and, for a model with a classifier, one backward: without a target, the gradients are taken for the top class of
 that same forward (``capture(..., target="top")``).
+
+:meth:`Pipeline.open` is the one way to open a model by reference on a device: the reference parsed and opened
+(:mod:`vitviz.model.sources`), a foreign module adapted (:func:`open_adapted`), then placed by one fallback policy
+(:func:`placement`: a device this machine lacks -> the CPU; a precision the device lacks -> fp32; each with a note).
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from vitviz._util.arrays import to_numpy  # noqa: F401 - re-exported
-from vitviz.capture import ImageCapture
-from vitviz.devices import available_devices, available_precisions, device_description  # noqa: F401
+from vitviz import analysis as A
+from vitviz._util.arrays import to_numpy
+from vitviz.capture import ImageCapture, capture
+from vitviz.capture.foreign import AdaptedModel, adapt, is_vitviz_model
+from vitviz.devices import (  # noqa: F401 - device_description re-exported
+    PRECISION_CHOICES,
+    available_devices,
+    available_precisions,
+    device_description,
+    normalise_device,
+    resolve_precision,
+)
 from vitviz.model.preprocess import CropGeometry
+from vitviz.model.sources.refs import open_model, parse_model_ref
+from vitviz.model.sources.user_module import load_user_module, parse_user_ref
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -51,8 +68,6 @@ class ModelData:
 
     def pos_similarity(self) -> np.ndarray | None:
         """``[gh, gw, gh, gw]`` cosine similarity of the position embeddings, or None when the model has none."""
-        from vitviz import analysis as A
-
         pe = self.pos_embed
         if pe is None or pe.shape[0] < self.grid[0] * self.grid[1]:
             return None
@@ -66,8 +81,6 @@ class ModelData:
         Each component is scaled on its own, so the first k of a longer list are the same: one decomposition
         serves every ``k`` up to the most asked for.
         """
-        from vitviz import analysis as A
-
         w = self.patch_embed_weight
         if w is None:
             return None
@@ -224,10 +237,6 @@ class InferenceResult:
         Args:
             patches: bool ``[gh * gw]`` over the patch tokens.
         """
-        from dataclasses import replace
-
-        from vitviz import analysis as A
-
         mask = torch.as_tensor(np.asarray(patches, dtype=bool).reshape(-1))
         attn, grads = A.exclude_tokens(self.attentions, mask, num_prefix_tokens=self.num_prefix_tokens,
                                        grads=self.attention_grads)
@@ -244,7 +253,9 @@ class InferenceResult:
         return [(int(i), self.label(int(i)), float(v)) for v, i in zip(vals, idx)]
 
 
-_FULL_PRECISION = "_vitviz_full_precision"
+# model -> float32 copies of its floating parameters and buffers (CPU), kept while the model computes below float32
+_full_precision: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, torch.Tensor]] = weakref.WeakKeyDictionary()
+_full_precision_lock = threading.Lock()
 
 
 def cast_model(model: torch.nn.Module, device: Any, dtype: torch.dtype) -> torch.nn.Module:
@@ -252,56 +263,163 @@ def cast_model(model: torch.nn.Module, device: Any, dtype: torch.dtype) -> torch
 
     Casting a float32 model to bf16/fp16 rounds its weights; casting back would not undo that (a window switched
     bf16 -> fp32 would keep computing with rounded weights). So the first cast below float32 keeps a float32 copy of
-    the floating parameters and buffers on the CPU (``model._vitviz_full_precision``: the weights' size once more),
-    and a cast back to float32 restores them bit for bit and drops the copy.
+    the floating parameters and buffers on the CPU (the weights' size once more, held here by model, for as long as
+    the model lives), and a cast back to float32 restores them bit for bit and drops the copy.
     """
-    saved = getattr(model, _FULL_PRECISION, None)
-    floating = {k: t for k, t in model.state_dict(keep_vars=True).items() if t.is_floating_point()}
-    if dtype != torch.float32 and saved is None and floating and all(t.dtype == torch.float32
-                                                                         for t in floating.values()):
-        object.__setattr__(model, _FULL_PRECISION,
-                           {k: t.detach().to("cpu", copy=True) for k, t in floating.items()})
-    model.to(device=device, dtype=dtype)
-    if dtype == torch.float32 and saved is not None:
-        with torch.no_grad():
-            for k, t in model.state_dict(keep_vars=True).items():
-                if k in saved and tuple(t.shape) == tuple(saved[k].shape):
-                    t.copy_(saved[k])
-        object.__delattr__(model, _FULL_PRECISION)
+    with _full_precision_lock:
+        saved = _full_precision.get(model)
+        floating = {k: t for k, t in model.state_dict(keep_vars=True).items() if t.is_floating_point()}
+        if dtype != torch.float32 and saved is None and floating and all(t.dtype == torch.float32
+                                                                             for t in floating.values()):
+            _full_precision[model] = {k: t.detach().to("cpu", copy=True) for k, t in floating.items()}
+        model.to(device=device, dtype=dtype)
+        if dtype == torch.float32 and saved is not None:
+            with torch.no_grad():
+                for k, t in model.state_dict(keep_vars=True).items():
+                    if k in saved and tuple(t.shape) == tuple(saved[k].shape):
+                        t.copy_(saved[k])
+            del _full_precision[model]
     return model
+
+
+def has_full_precision_copy(model: torch.nn.Module) -> bool:
+    """Whether :func:`cast_model` keeps a float32 copy of ``model``'s weights (it computes below float32)."""
+    with _full_precision_lock:
+        return model in _full_precision
+
+
+def placement(device: str, precision: str) -> tuple[str, str, str | None]:
+    """Where a model is opened: the one fallback policy of :meth:`Pipeline.open`.
+
+    ``device`` when this machine has it, else the CPU; ``precision`` when that device offers it
+    (:func:`vitviz.devices.available_precisions`: fp16 is GPU-only), else fp32. Returns ``(device, precision,
+    note)``; the note says what changed and why (None when nothing did).
+    """
+    notes = []
+    device = normalise_device(device)
+    if device not in available_devices():
+        notes.append(f"device {device} is not available here: using the CPU")
+        device = "cpu"
+    if precision not in available_precisions(device):
+        notes.append(f"precision {precision} is not available on {device}: using fp32")
+        precision = "fp32"
+    return device, precision, "; ".join(notes) or None
+
+
+def capturable(model: torch.nn.Module, **adapt_options: Any) -> torch.nn.Module:
+    """``model`` as the pipeline takes it: a vitviz ViT or an :class:`~vitviz.capture.foreign.AdaptedModel` as it
+    is, any other module adapted (:class:`~vitviz.capture.foreign.AdaptedModel`, which finds its attention, input
+    size and patch grid; ``adapt_options`` as there).
+
+    Raises:
+        CaptureError: nothing recognisable in the module (the message names what was looked for).
+    """
+    if adapt_options:
+        return adapt(model, **adapt_options)
+    if isinstance(model, AdaptedModel) or is_vitviz_model(model):
+        return model
+    return adapt(model)
+
+
+def open_adapted(source: str | os.PathLike[str] | torch.nn.Module, *, progress: Any = None, show_bar: bool = True,
+                 weights: str | os.PathLike[str] | None = None, init: Any = None,
+                 adapt_options: dict[str, Any] | None = None, **load_kwargs: Any) -> tuple[torch.nn.Module, str | None]:
+    """The model ``source`` names, ready to capture: ``(model, note)`` with a note for the user or None.
+
+    Args:
+        source: a model reference or what a user types for one (:func:`vitviz.model.sources.refs.parse_model_ref`:
+            ``demo``, a checkpoint path, ``pretrained:NAME``, ``hub:OWNER/NAME``, ``random:NAME`` ...), the user's
+            own ``path/to/file.py:ClassName`` (:func:`vitviz.model.sources.user_module.load_user_module`, with
+            ``weights`` and ``init``), or an ``nn.Module``. A module that is not a vitviz ViT is adapted here
+            (:func:`capturable`).
+        progress, show_bar: for downloads (:func:`vitviz.model.sources.refs.open_model`).
+        adapt_options: for :func:`vitviz.capture.foreign.adapt` (``preprocess``, ``labels``, ``name``, and for other
+            modules ``input_size``, ``attention``, ``blocks`` ...).
+        load_kwargs: ``num_heads``, ``num_classes``, ``img_size``, ``preprocess``, ``labels`` for checkpoint files.
+
+    Raises:
+        CheckpointError, PretrainedError, ValueError: the reference, file or weights (naming them and the cause);
+        CaptureError: a module whose attention cannot be captured.
+    """
+    opts = dict(adapt_options or {})
+    is_module = isinstance(source, torch.nn.Module)
+    user = None if is_module else parse_user_ref(os.fspath(source))
+    if (weights is not None or init is not None) and user is None:
+        raise ValueError("weights and init go with the user's own model: path/to/file.py:ClassName")
+    given = sorted(k for k, v in load_kwargs.items() if v is not None)
+    if given and (is_module or user is not None):
+        raise ValueError(f"options {given} apply to checkpoint files, not to a module")
+    if is_module:
+        return capturable(source, **opts), None
+    if user is not None:
+        loaded = load_user_module(os.fspath(source), weights=weights, init=init)
+        name = opts.pop("name", None)
+        if is_vitviz_model(loaded.module):
+            return adapt(loaded.module, **opts), loaded.note
+        return AdaptedModel(loaded.module, name=name or loaded.name, source_path=loaded.path, **opts), loaded.note
+    model, note = open_model(parse_model_ref(source), progress=progress, show_bar=show_bar, **load_kwargs)
+    return capturable(model, **opts), note
 
 
 class Pipeline:
     """A model on a device and precision, ready to turn images into :class:`InferenceResult` s.
 
     Args:
-        model: a :class:`vitviz.model.ViT` with ``spec`` set, or any other ViT module (wrapped in a
-            :class:`vitviz.capture.foreign.AdaptedModel`, which finds its attention, input size and patch grid); moved to
-            ``device`` / ``precision`` here.
+        model: a :class:`vitviz.model.ViT` with ``spec`` set, or an :class:`vitviz.capture.foreign.AdaptedModel`
+            (any other ViT module: open it with :meth:`open`, or adapt it with :func:`vitviz.capture.foreign.adapt`);
+            moved to ``device`` / ``precision`` here.
         device: torch device string.
         precision: "fp32" | "bf16" | "fp16", or "auto": bf16 where the device multiplies bf16 natively, else fp32
             (:func:`vitviz.devices.resolve_precision`). ``precision`` is then the one chosen, ``precision_choice``
             what was asked for.
+
+    Attributes:
+        note: what the user should be told about how the model was opened (:meth:`open`: random weights, the CPU
+            instead of a missing GPU ...), or None.
     """
 
     def __init__(self, model: torch.nn.Module, *, device: str = "cpu", precision: str = "fp32"):
-        from vitviz.devices import PRECISION_CHOICES, resolve_precision
-
         if precision not in PRECISION_CHOICES:
             raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {precision!r}")
+        if not isinstance(model, AdaptedModel) and not is_vitviz_model(model):
+            raise TypeError(f"a Pipeline needs a vitviz ViT or an AdaptedModel, got {type(model).__name__}: open it "
+                            "with Pipeline.open(module) (or adapt it with vitviz.capture.foreign.adapt)")
         self.precision_choice = precision  # what was asked for ("auto" included)
         precision = resolve_precision(precision, device)
-        from vitviz.capture.foreign import AdaptedModel, adapt, is_vitviz_model
-
-        if not isinstance(model, AdaptedModel) and not is_vitviz_model(model):
-            model = adapt(model)  # CaptureError naming what was looked for when nothing is recognisable
         self.model = model
         self.device = device
         self.precision = precision
+        self.note: str | None = None
         self._model_data: dict[tuple[int, int], ModelData] = {}
         self._lock = threading.Lock()
         model.eval()
         cast_model(model, device, DTYPES[precision])
+
+    @classmethod
+    def open(cls, source: str | os.PathLike[str] | torch.nn.Module, *, device: str = "cpu", precision: str = "fp32",
+             progress: Any = None, show_bar: bool = True, **options: Any) -> "Pipeline":
+        """The one way to open a model on a device: ``source`` opened and adapted (:func:`open_adapted`: a model
+        reference, a checkpoint path, the user's ``file.py:ClassName`` or an ``nn.Module``), then placed by the one
+        fallback policy (:func:`placement`: a missing device -> the CPU, a precision the device lacks -> fp32).
+
+        Args:
+            source, progress, show_bar, options: as :func:`open_adapted` (``options``: ``weights`` and ``init`` for
+                the user's own module, ``adapt_options``, ``num_heads``, ``num_classes`` ... for checkpoint files).
+            device, precision: where to run it (as :class:`Pipeline`), before the fallback.
+
+        Returns:
+            The pipeline; its :attr:`note` joins what the user should be told (the model's note, the fallback's).
+
+        Raises:
+            as :func:`open_adapted`; ValueError: an unknown precision.
+        """
+        if precision not in PRECISION_CHOICES:
+            raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {precision!r}")
+        model, note = open_adapted(source, progress=progress, show_bar=show_bar, **options)
+        device, precision, moved = placement(device, precision)
+        pipeline = cls(model, device=device, precision=precision)
+        pipeline.note = "; ".join(n for n in (note, moved) if n) or None
+        return pipeline
 
     @property
     def spec(self):
@@ -363,9 +481,6 @@ class Pipeline:
             One :class:`InferenceResult` per image, in order; each image's tensors are slices of the batch's
             (the batch's buffers live as long as any of its results).
         """
-        from vitviz.analysis import analyse_batch
-        from vitviz.capture import capture
-
         prepared = [im if isinstance(im, PreparedImage) else self.prepare(im) for im in images]
         n = len(prepared)
         sources = ["image"] * n if sources is None else [str(s) for s in sources]
@@ -394,7 +509,7 @@ class Pipeline:
             # the analyses of the whole group in one sweep over the layers (vitviz.analysis.analyse_batch)
             sweep = [None] * len(idx)
             if cap.num_prefix_tokens >= 1:
-                sweep = analyse_batch(cap.attentions, cap.attention_grads, grid=tuple(cap.grid),
+                sweep = A.analyse_batch(cap.attentions, cap.attention_grads, grid=tuple(cap.grid),
                                       patch_size=cap.patch_size, num_prefix_tokens=cap.num_prefix_tokens)
             for b, i in enumerate(idx):
                 caps[i], analyses[i] = cap.image(b), sweep[b]
@@ -422,5 +537,6 @@ class Pipeline:
 
 def run_inference(model: torch.nn.Module, image: Any, *, source: str = "image", target: int | None = None,
                   device: str = "cpu", precision: str = "fp32") -> InferenceResult:
-    """One-off :meth:`Pipeline.run` (the model is moved to ``device`` / ``precision``)."""
-    return Pipeline(model, device=device, precision=precision).run(image, source=source, target=target)
+    """One-off :meth:`Pipeline.run` (the model, adapted when it is not a vitviz ViT, is moved to ``device`` /
+    ``precision``)."""
+    return Pipeline(capturable(model), device=device, precision=precision).run(image, source=source, target=target)

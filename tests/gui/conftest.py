@@ -1,6 +1,7 @@
 """Fixtures for the GUI tests: a tiny random model, a non-square test image, settings in tmp_path."""
 
 import os
+import threading
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -8,7 +9,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from gui_helpers import Recorder, make_image  # noqa: E402
+from gui_helpers import Recorder, leftover_threads, make_image  # noqa: E402
 
 
 @pytest.fixture
@@ -45,3 +46,15 @@ def window(qtbot, tiny_model, settings):
 def _private_settings(tmp_path, monkeypatch):
     """No GUI test ever touches the user's real settings."""
     monkeypatch.setenv("VITVIZ_SETTINGS", str(tmp_path / "default-settings.ini"))
+
+
+@pytest.fixture(autouse=True)
+def no_thread_outlives_its_test():
+    """A GUI test fails when a thread of vitviz it started (the window's worker, a loader, a writer: their names start
+    with ``vitviz-``) is still running after its windows were closed. Autouse fixtures are set up first, so this
+    check runs after qtbot and the window closed theirs. (Test infrastructure such as the fake Hub's server threads
+    and tqdm's monitor is not vitviz's to stop.)"""
+    before = set(threading.enumerate())
+    yield
+    left = leftover_threads(before)
+    assert not left, f"threads still running after the test: {[t.name for t in left]}"

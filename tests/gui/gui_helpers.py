@@ -1,5 +1,8 @@
 """Helpers shared by the GUI tests (imported as ``gui_helpers``; fixtures live in conftest.py)."""
 
+import threading
+import time
+
 import numpy as np
 from PIL import Image
 
@@ -19,7 +22,6 @@ class Recorder:
         self.infos = []
         self.confirm_answer = False
         self.confirms = []
-        self.save_path = None
 
     def error(self, title, message, detail=""):
         self.errors.append((title, message))
@@ -35,9 +37,6 @@ class Recorder:
         self.confirms.append(path)
         return self.confirm_answer
 
-    def save_png(self, suggested):
-        return self.save_path
-
     def open_images(self, folder):
         return []
 
@@ -46,3 +45,15 @@ def open_and_wait(qtbot, w, path, timeout=30000):
     with qtbot.waitSignal(w.resultShown, timeout=timeout):
         w.open_images([str(path)])
     return w.session.result
+
+
+def leftover_threads(before: set, wait_s: float = 10.0) -> list:
+    """vitviz's own threads (named ``vitviz-...``) started since ``before`` that are still running after up to
+    ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = [t for t in threading.enumerate()
+                if t not in before and t.is_alive() and t.name.startswith("vitviz-")]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.02)

@@ -53,7 +53,7 @@ def test_grid_of_images_by_views_with_labels(qtbot, window, three):
     levels = [b.levels for b in cw.column_bars]
     assert levels[0] == (c.cell(1, 0).scale.lo, c.cell(1, 0).scale.hi)
     # per panel: a bar under each panel
-    cw.shared_check.setChecked(False)
+    cw.bar.shared_check.setChecked(False)
     qtbot.waitUntil(lambda: not cw.comparison.spec.shared_scale)
     assert all(p.scale_bar.isVisible() for p in cw.panels) and not any(b.isVisible() for b in cw.column_bars)
 
@@ -132,13 +132,13 @@ def test_classes_layout_and_exported_figure(qtbot, window, three, tmp_path):
 def test_layout_controls_switch_and_keep_a_valid_spec(qtbot, window, three):
     open_and_wait(qtbot, window, three[0])
     cw = _open_compare(qtbot, window)
-    assert cw.spec.layout == "views" and cw.views_button.isVisible() and not cw.view_combo.isVisible()
-    cw.layout_combo.setCurrentIndex(cmp.LAYOUTS.index("layers"))
+    assert cw.spec.layout == "views" and cw.bar.views_button.isVisible() and not cw.bar.view_combo.isVisible()
+    cw.bar.layout_combo.setCurrentIndex(cmp.LAYOUTS.index("layers"))
     qtbot.waitUntil(lambda: cw.comparison.spec.layout == "layers")
-    assert cw.view_combo.isVisible() and cw.layers_button.isVisible() and not cw.images_button.isVisible()
+    assert cw.bar.view_combo.isVisible() and cw.bar.layers_button.isVisible() and not cw.bar.images_button.isVisible()
     assert [p.label.text() for p in cw.panels] == ["layer 0", "layer 1", "layer 2"]
     # the layer menu toggles one layer off
-    menu = cw.layers_button.menu()
+    menu = cw.bar.layers_button.menu()
     menu.aboutToShow.emit()
     menu.actions()[1].setChecked(False)
     qtbot.waitUntil(lambda: cw.comparison.spec.layers == (0, 2))

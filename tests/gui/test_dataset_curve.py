@@ -3,7 +3,8 @@
 import numpy as np
 
 from gui_helpers import open_and_wait
-from vitviz.batch.stats import STATS_COLUMNS, DatasetStats, _csv_bytes, stats_rows
+from vitviz.batch.stats import STATS_COLUMNS, DatasetStats
+from vitviz.batch.stats_files import csv_bytes, stats_rows
 
 
 def _csv(path, L, H, seed=0, images=12):
@@ -11,7 +12,7 @@ def _csv(path, L, H, seed=0, images=12):
     mean = rng.uniform(5, 40, (L, H))
     stats = DatasetStats(model="tiny test ViT", images=images, distance_mean=mean, distance_sd=mean / 10,
                          entropy_mean=rng.uniform(0, 3, (L, H)), entropy_sd=np.full((L, H), 0.1))
-    path.write_bytes(_csv_bytes(STATS_COLUMNS, stats_rows(stats)))
+    path.write_bytes(csv_bytes(STATS_COLUMNS, stats_rows(stats)))
     return np.round(mean, 4)
 
 
@@ -53,7 +54,7 @@ def _csv_with(path, mean):
     L, H = mean.shape
     stats = DatasetStats(model="tiny test ViT", images=12, distance_mean=mean, distance_sd=mean / 10,
                          entropy_mean=np.ones((L, H)), entropy_sd=np.zeros((L, H)))
-    path.write_bytes(_csv_bytes(STATS_COLUMNS, stats_rows(stats)))
+    path.write_bytes(csv_bytes(STATS_COLUMNS, stats_rows(stats)))
 
 
 def test_dataset_of_another_model_or_a_bad_file(qtbot, window, image_path, tmp_path):

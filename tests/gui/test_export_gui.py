@@ -8,8 +8,9 @@ import numpy as np
 from gui_helpers import Recorder, open_and_wait
 from PIL import Image
 
-from vitviz.render import figures as F
 from vitviz import imaging
+from vitviz.document import panel as P
+from vitviz.render import figures as F
 
 
 class ExportRecorder(Recorder):
@@ -32,7 +33,7 @@ def test_export_view_defaults_to_print_size_and_writes_each_format(qtbot, window
     w.set_view("relevance")
     png = w.export_view(str(tmp_path / "v.png"))
     with Image.open(png) as im:
-        x, y, cw, ch = F.build(F.view_figure(w.session))._vitviz_layout.cells[0]
+        x, y, cw, ch = F.lay_out(P.view_figure(w.session)).cells[0]
         assert max(cw, ch) >= 2048 and im.width > cw and im.height > ch
         assert im.info["dpi"][0] > 300
     assert "Exported" in w.statusBar().currentMessage() and "dpi" in w.statusBar().currentMessage()
@@ -59,17 +60,17 @@ def test_the_export_dialog_offers_types_and_sizes_and_remembers_them(qtbot, wind
     open_and_wait(qtbot, w, image_path)
     out = tmp_path / "chosen.png"
     w.dialogs = ExportRecorder(answer=(str(out), "2"))
-    w.act_export.trigger()
+    w.acts.export.trigger()
     (title, suggested, filters, scales, scale), = w.dialogs.asked
     assert filters == (".png", ".svg", ".pdf") and scales[:2] == ("print", "native") and scale == "print"
     assert suggested.endswith(".png") and Path(suggested).stem == Path(w.session.export_name()).stem
     with Image.open(out) as im:
-        L = F.build(F.view_figure(w.session), k=2)._vitviz_layout
+        L = F.lay_out(P.view_figure(w.session), 2)
         assert im.size == (L.width, L.height)
     assert w.settings.value("export_scale") == "2"
     # the next time the dialog starts from the remembered size and type
     w.dialogs = ExportRecorder(answer=None)
-    w.act_export.trigger()
+    w.acts.export.trigger()
     assert w.dialogs.asked[0][4] == "2"
     assert w.dialogs.errors == []
 
@@ -98,7 +99,7 @@ def test_layer_animation_from_the_window(qtbot, window, image_path, tmp_path):
     out = tmp_path / "layers.gif"
     w.dialogs = ExportRecorder(answer=(str(out), "native"))
     assert "animation" in " ".join(a.text().lower() for a in w.menuBar().actions()[0].menu().actions())
-    w.act_export_animation.trigger()
+    w.acts.export_animation.trigger()
     with Image.open(out) as im:
         assert im.n_frames == w.session.result.num_layers
     assert w.dialogs.asked[0][2] == (".gif", ".apng", ".mp4")
@@ -115,10 +116,10 @@ def test_export_metadata_hook_reaches_every_format(qtbot, window, image_path, tm
     w.dialogs = w.dialogs_recorder
     open_and_wait(qtbot, w, image_path)
     state = json.dumps({"view": w.session.options.view, "image": str(image_path)})
-    monkeypatch.setattr(w, "export_metadata", lambda: {"vitviz.document.session": state})
+    monkeypatch.setattr(w, "export_metadata", lambda: {"vitviz.session": state})
     for name in ("m.png", "m.svg", "m.pdf"):
-        assert F.read_metadata(w.export_view(str(tmp_path / name), scale="native"))["vitviz.document.session"] == state
-    assert F.read_metadata(w.export_animation(str(tmp_path / "m.apng"), scale="native"))["vitviz.document.session"] == state
+        assert F.read_metadata(w.export_view(str(tmp_path / name), scale="native"))["vitviz.session"] == state
+    assert F.read_metadata(w.export_animation(str(tmp_path / "m.apng"), scale="native"))["vitviz.session"] == state
 
 
 def test_read_only_folder_shows_an_error_and_keeps_the_file(qtbot, window, image_path, tmp_path, monkeypatch):

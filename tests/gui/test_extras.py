@@ -68,7 +68,7 @@ def test_precision_change_reruns_in_bf16(qtbot, window, image_path):
     assert [combo.itemData(i) for i in range(combo.count())] == ["auto", "fp32", "bf16"]
     auto = f"auto ({resolve_precision('auto', 'cpu')})"
     assert combo.itemText(0) == "auto" and combo.itemData(0, Qt.ItemDataRole.ToolTipRole).startswith(auto)
-    assert window.precision_menu.actions()[0].text() == auto
+    assert window.menus.precision.actions()[0].text() == auto
     assert auto in window.model_label.text() or window.precision != "auto"
     with qtbot.waitSignal(window.resultShown, timeout=30000):
         window.set_precision("bf16")
@@ -110,7 +110,7 @@ def test_drop_files_opens_them(qtbot, window, tmp_path):
     assert window.session.images == [str(a), str(b)]
     assert window.session.result.source == str(a)
     assert window.prefs.recent_files()[0] == str(a)
-    assert any(act.text() == "a.png" for act in window.recent_menu.actions())
+    assert any(act.text() == "a.png" for act in window.menus.recent.actions())
 
 
 def test_describe_error_names_file_and_cause():
@@ -154,8 +154,9 @@ def test_copy_view_puts_the_export_on_the_clipboard(qtbot, window, image_path):
     window.copy_view()
     img = QApplication.clipboard().image()
     assert (img.width(), img.height()) == (110, 70)
+    from vitviz.document.panel import render_view
     from vitviz.gui.dialogs import rgb_from_qimage
-    np.testing.assert_array_equal(rgb_from_qimage(img), window.session.render_export())
+    np.testing.assert_array_equal(rgb_from_qimage(img), render_view(window.session))
 
 
 def test_failed_start_model_falls_back_to_the_demo_model(qtbot, settings, tmp_path):

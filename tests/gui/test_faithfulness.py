@@ -352,7 +352,7 @@ def test_the_tab_fits_its_dock(qtbot, demo_window, samples, size):
     w = demo_window
     tab = w.plots.faithfulness
     open_and_wait(qtbot, w, samples[0])
-    geometry.fit_to(w, QRect(0, 0, *size))  # the window and its docks as on a screen of that size
+    geometry.fit_to(w, w.docks, QRect(0, 0, *size))  # the window and its docks as on a screen of that size
     qtbot.wait(50)
     w.layout().activate()
     qtbot.wait(50)

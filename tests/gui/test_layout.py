@@ -3,12 +3,12 @@ one colour scale for the head thumbnails, the plots' titles, legends, axes and c
 
 import numpy as np
 import pytest
+from gui_helpers import open_and_wait
 from PySide6.QtCore import QByteArray, QPoint, QRect, QSize
 
-from gui_helpers import open_and_wait
-from vitviz import imaging
 from vitviz.gui import geometry
 from vitviz.gui.mosaic import MIN_TILE
+from vitviz.render import colormaps
 
 SMALL = QRect(0, 0, 1280, 800)
 
@@ -24,7 +24,7 @@ def _inside(inner: QRect, outer: QRect) -> bool:
 
 
 def _dock_rects(w) -> dict[str, QRect]:
-    return {name: QRect(d.mapTo(w, QPoint(0, 0)), d.size()) for name, d in w._docks.items() if d.isVisible()}
+    return {name: QRect(d.mapTo(w, QPoint(0, 0)), d.size()) for name, d in w.docks.items() if d.isVisible()}
 
 
 # ---------------------------------------------------------------------------------------------- geometry rules
@@ -50,13 +50,13 @@ def test_dock_columns_take_at_most_half_the_width():
 
 
 def test_window_opens_inside_a_1280x800_screen_and_a_remembered_geometry_is_clamped(window):
-    geometry.place_window(window, None, None, available=SMALL)  # no remembered geometry: a first open
+    geometry.place_window(window, window.docks, None, None, available=SMALL)  # no remembered geometry: a first open
     assert window.size() == QSize(1152, 720)
     assert _inside(window.frameGeometry(), SMALL)
     window.setGeometry(QRect(600, 400, 1600, 1000))  # last time, on a bigger monitor
     saved: QByteArray = window.saveGeometry()
     state = window.saveState()
-    geometry.place_window(window, saved, state, available=SMALL)
+    geometry.place_window(window, window.docks, saved, state, available=SMALL)
     assert _inside(window.frameGeometry(), SMALL), window.frameGeometry()
 
 
@@ -64,7 +64,7 @@ def test_at_1280x800_every_dock_and_the_status_bar_are_on_screen_and_the_canvas_
         qtbot, window, image_path):
     open_and_wait(qtbot, window, image_path)
     window.heads.grid_toggle.setChecked(True)  # the widest heads panel
-    geometry.fit_to(window, SMALL)
+    geometry.fit_to(window, window.docks, SMALL)
     _settle(qtbot, window)
     # no minimum size pushes the window (frame included) past the screen
     assert window.frameGeometry() == SMALL, (window.frameGeometry(), window.geometry())
@@ -83,10 +83,10 @@ def test_at_1280x800_every_dock_and_the_status_bar_are_on_screen_and_the_canvas_
     plots.setCurrentIndex(0)
     _settle(qtbot, window)
     assert plots.dist_widget.ci.minimumWidth() <= plots.dist_widget.width()
-    assert window.heads.scroll.width() <= window._docks["heads"].width()
+    assert window.heads.scroll.width() <= window.docks["heads"].width()
     # the same on the first-open size of that screen (90 %)
     window.resize(geometry.initial_size(SMALL))
-    geometry.fit_docks(window)
+    geometry.fit_docks(window, window.docks)
     _settle(qtbot, window)
     assert window.size() == QSize(1152, 720), window.size()
     for name, r in _dock_rects(window).items():
@@ -99,7 +99,7 @@ def test_all_layers_grid_tiles_are_at_least_48_px_and_the_current_layer_is_marke
     r = open_and_wait(qtbot, window, image_path)
     window.set_layer(1)
     window.heads.grid_toggle.setChecked(True)
-    geometry.fit_to(window, SMALL)
+    geometry.fit_to(window, window.docks, SMALL)
     _settle(qtbot, window)
     m = window.heads.mosaic
     assert (m.rows, m.cols) == (r.num_layers, r.num_heads)
@@ -140,7 +140,7 @@ def test_head_thumbnails_share_one_colour_scale_shown_by_a_colour_bar(qtbot, win
     assert len(set(corners)) == 1, corners  # equal values, equal colours
     s = panel.scale
     # the colours are those of that one scale
-    expected = imaging.apply_colormap(np.array([[0.15]], np.float32), s.cmap, s.lo, s.hi)[0, 0]
+    expected = colormaps.apply_colormap(np.array([[0.15]], np.float32), s.cmap, s.lo, s.hi)[0, 0]
     np.testing.assert_array_equal(np.asarray(corners[0]), expected)
     assert float(maps.min()) - 1e-6 <= s.lo < s.hi <= float(maps.max()) + 1e-6  # robust: inside the data
     assert panel.scale_bar.levels == (s.lo, s.hi) and panel.scale_bar.label == "attention weight"
@@ -188,7 +188,7 @@ def test_position_embedding_grid_has_a_diverging_colour_bar_and_48_px_tiles(qtbo
     r = open_and_wait(qtbot, window, image_path)
     p = window.plots
     p.setCurrentIndex(1)
-    geometry.fit_to(window, SMALL)
+    geometry.fit_to(window, window.docks, SMALL)
     _settle(qtbot, window)
     bar = p.pos_bar
     assert bar.levels == (-1.0, 1.0)
@@ -202,7 +202,7 @@ def test_position_embedding_grid_has_a_diverging_colour_bar_and_48_px_tiles(qtbo
     m = p.pos_mosaic
     img = np.asarray(m.item.image)
     f = m.tile[0] // gh
-    top = imaging.get_colormap("coolwarm")[-1]
+    top = colormaps.get_colormap("coolwarm")[-1]
     t = m.tile_rect(1, 2)
     np.testing.assert_array_equal(img[int(t.top()) + 1 * f, int(t.left()) + 2 * f], top)
     # "Fit" shows the whole grid in the panel

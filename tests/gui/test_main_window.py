@@ -331,7 +331,7 @@ def test_settings_round_trip(qtbot, tiny_model, settings, tmp_path):
     w.controls.opacity_slider.setValue(35)
     w.controls.interp_combo.setCurrentIndex(1)
     w.set_view("rollout")
-    w._docks["plots"].hide()
+    w.docks["plots"].hide()
     w.prefs.remember_folder(str(tmp_path / "x.png"))
     size = (w.width(), w.height())
     w.close()
@@ -346,7 +346,7 @@ def test_settings_round_trip(qtbot, tiny_model, settings, tmp_path):
     assert w2.device == "cpu" and w2.precision == "auto"  # the default, remembered as the choice "auto"
     assert settings.value("model") == f"file:{ckpt}"
     w2.show()
-    assert not w2._docks["plots"].isVisible()
+    assert not w2.docks["plots"].isVisible()
     w2.close()
     # a window started without a model loads the remembered checkpoint
     w3 = MainWindow(settings=settings)

@@ -60,21 +60,19 @@ def demo_window(qtbot, settings, fake_hub):
 def test_model_menu_lists_the_curated_models_with_sizes_and_cached_marks(demo_window, fake_hub):
     _cache_tiny(fake_hub, DINO)
     w = demo_window()
-    from vitviz.gui.menus import refresh_model_list
-
-    refresh_model_list(w)  # (what opening the menu does)
-    texts = {ref: a.text() for ref, a in w.model_actions.items()}
+    w.models.refresh_menu()  # (what opening the menu does)
+    texts = {ref: a.text() for ref, a in w.acts.models.items()}
     for m in catalog.HUB_MODELS:
         title, state = texts[m.ref].split("\t")
         assert title == m.title
         assert state == ("cached" if m is DINO else f"{m.size_mb:.0f} MB"), (m.key, state)
-        assert m.repo in w.model_actions[m.ref].toolTip()
+        assert m.repo in w.acts.models[m.ref].toolTip()
     for name in catalog.TORCHVISION_VITS:
         assert texts[f"pretrained:{name}"].startswith(name + "\t")
-    assert w.model_actions["demo"].isChecked()
+    assert w.acts.models["demo"].isChecked()
     model_menu = next(a.menu() for a in w.menuBar().actions() if a.text() == "&Model")
     in_menu = [a for a in model_menu.actions()]
-    assert all(w.model_actions[m.ref] in in_menu for m in catalog.HUB_MODELS)
+    assert all(w.acts.models[m.ref] in in_menu for m in catalog.HUB_MODELS)
     headers = [a.text() for a in in_menu if not a.isEnabled()]
     assert list(catalog.HUB_GROUPS.values()) == headers
 
@@ -87,15 +85,15 @@ def test_choosing_a_model_asks_with_its_size_and_the_dialog_cancels_cleanly(demo
     w = demo_window()
     w.dialogs.confirm_answer = True
     model = w.model
-    w.model_actions[DEIT.ref].trigger()
+    w.acts.models[DEIT.ref].trigger()
     assert w.dialogs.confirms and "88 MB" in w.dialogs.confirms[0] and DEIT.repo in w.dialogs.confirms[0]
-    qtbot.waitUntil(lambda: w.download_dialog.is_visible(), timeout=10000)
-    d = w.download_dialog.dialog
+    qtbot.waitUntil(lambda: w.models.download_dialog.is_visible(), timeout=10000)
+    d = w.models.download_dialog.dialog
     assert "DeiT-S/16" in d.labelText() and "MB" in d.labelText()
     qtbot.waitUntil(lambda: 0 < d.value() < 1000, timeout=10000)
     qtbot.mouseClick(d.findChild(QPushButton), Qt.MouseButton.LeftButton)  # the dialog's Cancel button
     qtbot.waitUntil(lambda: not w.runner.is_busy(), timeout=20000)
-    assert not w.download_dialog.is_visible()
+    assert not w.models.download_dialog.is_visible()
     assert w.model is model and w.model_key == "demo" and w.controller.loading is None
     assert w.dialogs.errors == []  # a cancel is not an error
     cache = tmp_path / "hf-cache"
@@ -112,14 +110,12 @@ def test_a_download_in_the_window_ends_in_the_new_model(demo_window, fake_hub, q
     progress = []
     w.controller.progress.connect(lambda d, t: progress.append((d, t)))
     with qtbot.waitSignal(w.modelChanged, timeout=30000):
-        w.model_actions[DINO.ref].trigger()
+        w.acts.models[DINO.ref].trigger()
     assert w.model_key == DINO.ref and w.controller.title() == "DINO ViT-S/8"
     assert progress and progress[-1][0] == progress[-1][1] > 0
-    assert not w.download_dialog.is_visible()
-    from vitviz.gui.menus import refresh_model_list
-
-    refresh_model_list(w)
-    assert w.model_actions[DINO.ref].text().endswith("\tcached") and w.model_actions[DINO.ref].isChecked()
+    assert not w.models.download_dialog.is_visible()
+    w.models.refresh_menu()
+    assert w.acts.models[DINO.ref].text().endswith("\tcached") and w.acts.models[DINO.ref].isChecked()
     assert w.prefs.photo_model() == DINO.ref
 
 
@@ -127,7 +123,7 @@ def test_offline_and_not_cached_is_one_clear_error(demo_window, fake_hub, qtbot,
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     w = demo_window()
     w.dialogs.confirm_answer = True
-    w.model_actions[DEIT.ref].trigger()
+    w.acts.models[DEIT.ref].trigger()
     qtbot.waitUntil(lambda: bool(w.dialogs.errors), timeout=20000)
     title, message = w.dialogs.errors[0]
     assert "DeiT-S/16" in message and str(tmp_path / "hf-cache") in message and "offline" in message
@@ -201,21 +197,19 @@ def test_the_shapes_model_chosen_by_the_user_stays(demo_window, fake_hub, qtbot,
 
 
 def test_open_model_by_name_takes_every_form_and_names_bad_ones(demo_window, fake_hub, qtbot):
-    from vitviz.gui.menus import open_model_by_name
-
     fake_hub.add("facebook/dino-vits8-tiny", timm_repo(num_classes=0, img_size=32)[0])
     w = demo_window()
     w.dialogs.confirm_answer = True
     w.dialogs.ask_model_name = lambda: "no such thing"
-    open_model_by_name(w)
+    w.models.open_by_name()
     assert w.dialogs.errors and "no such thing" in w.dialogs.errors[0][1] and "facebook/dinov2-small" in \
         w.dialogs.errors[0][1]
     assert w.model_key == "demo" and not w.runner.is_busy()
     w.dialogs.ask_model_name = lambda: "facebook/dino-vits8-tiny"
     with qtbot.waitSignal(w.modelChanged, timeout=30000):
-        open_model_by_name(w)
+        w.models.open_by_name()
     assert w.model_key == "hub:facebook/dino-vits8-tiny"
     assert w.dialogs.confirms and "facebook/dino-vits8-tiny" in w.dialogs.confirms[-1]
     w.dialogs.ask_model_name = lambda: None  # the dialog cancelled: nothing happens
-    open_model_by_name(w)
+    w.models.open_by_name()
     assert w.model_key == "hub:facebook/dino-vits8-tiny" and len(w.dialogs.errors) == 1

@@ -28,8 +28,8 @@ def test_a_registered_view_is_listed_and_drawn(qtbot, tiny_model, settings, imag
         qtbot.addWidget(w)
         w.show()
         r = open_and_wait(qtbot, w, image_path)
-        assert "toy_square" in w.controls.view_buttons and "toy_square" in w.view_actions
-        assert w.view_actions["toy_square"].shortcut().toString() == "Ctrl+9"
+        assert "toy_square" in w.controls.view_buttons and "toy_square" in w.acts.views
+        assert w.acts.views["toy_square"].shortcut().toString() == "Ctrl+9"
         w.controls.view_buttons["toy_square"].click()  # the user picks it
         assert w.session.options.view == "toy_square"
         w.set_query(5)
@@ -55,7 +55,7 @@ def test_controls_follow_what_each_view_reads(qtbot, window, image_path):
                                              else "Layer"), v.key
         assert c.head_combo.isEnabled() == ("head" in v.reads), v.key
         assert c.discard_spin.isEnabled() == ("discard_ratio" in v.reads), v.key
-        assert c.view_buttons[v.key].isChecked() and window.view_actions[v.key].isChecked()
+        assert c.view_buttons[v.key].isChecked() and window.acts.views[v.key].isChecked()
         # the canvas says what it shows, and the query box is drawn only where the view uses the patch
         assert window.canvas.title.text() == window.session.title() and window.canvas.title.isVisible()
         assert window.canvas.marker.isVisible() == ("query" in v.reads), v.key

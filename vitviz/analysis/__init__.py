@@ -14,7 +14,7 @@ from vitviz._util.lazy import lazy_names
 
 # name -> submodule; imported on first use so that the views (and the window) can be listed without torch
 _LAZY = {
-    "FUSIONS": "common", "Head": "common", "HeadFusion": "common",
+    "FUSIONS": "basics", "Head": "basics", "HeadFusion": "basics",
     "ArtefactTokens": "artefacts", "artefact_attention_share": "artefacts", "exclude_tokens": "artefacts",
     "high_norm_tokens": "artefacts", "register_attention_share": "artefacts", "token_norms": "artefacts",
     "top_mass_mask": "masks",

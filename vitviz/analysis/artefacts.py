@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import torch
 
-from vitviz.analysis.common import as_float, check_attn, with_batch_dim
+from vitviz.analysis.basics import as_float, check_attn, with_batch_dim
 from vitviz.analysis.attention_maps import check_grads
 
 __all__ = [

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from vitviz.analysis.common import (
+from vitviz.analysis.basics import (
     CLAMPS,
     FUSIONS,
     Head,
@@ -116,7 +116,7 @@ def _discard_(A: torch.Tensor, num_prefix_tokens: int, discard_ratio: float) -> 
     return A
 
 
-def _fused(a: torch.Tensor, head_fusion: HeadFusion) -> torch.Tensor:
+def fused_heads(a: torch.Tensor, head_fusion: HeadFusion) -> torch.Tensor:
     """``a [B, L, H, R, N]`` -> ``[B, L, R, N]``, heads fused; a new tensor (the caller's is never modified)."""
     check_choice(head_fusion, FUSIONS, "head_fusion")
     B, L, H, R, N = a.shape
@@ -126,7 +126,7 @@ def _fused(a: torch.Tensor, head_fusion: HeadFusion) -> torch.Tensor:
     return fuse_heads(a, head_fusion, dim=2)
 
 
-def _transitions_from_fused(A: torch.Tensor, num_prefix_tokens: int, discard_ratio: float) -> torch.Tensor:
+def transitions_from_fused(A: torch.Tensor, num_prefix_tokens: int, discard_ratio: float) -> torch.Tensor:
     """``A [..., R, N]`` (fresh tensor, modified in place) -> ``(discard(A) + I)`` with rows normalised to 1.
 
     ``R`` is ``N``, or 1 for the [CLS] row alone (its diagonal entry is then column 0).
@@ -155,11 +155,11 @@ def rollout_transitions(
         ``[L, N, N]`` (or ``[B, L, N, N]``) float32 (float64 for float64 input).
     """
     a, batched = check_attn(as_float(attn, "attn"))
-    A = _transitions_from_fused(_fused(a, head_fusion), num_prefix_tokens, discard_ratio)
+    A = transitions_from_fused(fused_heads(a, head_fusion), num_prefix_tokens, discard_ratio)
     return A if batched else A[0]
 
 
-def _cls_row_of_product(T: torch.Tensor, last_row: torch.Tensor, *, residual: bool) -> torch.Tensor:
+def cls_row_of_product(T: torch.Tensor, last_row: torch.Tensor, *, residual: bool) -> torch.Tensor:
     """Row 0 of ``T_{L-1} ... T_0`` (``residual=False``) or of ``(I + T_{L-1}) ... (I + T_0)``.
 
     Computed as a row vector times matrices, last layer first, in float64: ``O(L N^2)`` instead of ``O(L N^3)``.
@@ -176,7 +176,7 @@ def _cls_row_of_product(T: torch.Tensor, last_row: torch.Tensor, *, residual: bo
     return v[:, 0]
 
 
-def _pool_row_of_product(T: torch.Tensor, row: torch.Tensor, *, residual: bool) -> torch.Tensor:
+def pool_row_of_product(T: torch.Tensor, row: torch.Tensor, *, residual: bool) -> torch.Tensor:
     """``row T_{L-1} ... T_s`` (``residual=False``) or ``row (I + T_{L-1}) ... (I + T_s)``, float64 ``[B, N]``.
 
     ``row [B, N]``: the (fused) attention of a pooling head's query over the last layer's output tokens (SigLIP's
@@ -202,19 +202,19 @@ def check_query_row(a: torch.Tensor, query_row: Any, batched: bool, what: str = 
     return r.to(a.dtype)
 
 
-def _cls_row(A: torch.Tensor, last: torch.Tensor, num_prefix_tokens: int, discard_ratio: float, *,
+def cls_row(A: torch.Tensor, last: torch.Tensor, num_prefix_tokens: int, discard_ratio: float, *,
              residual: bool = False) -> torch.Tensor:
     """Row 0 of the rollout (``residual=False``) or relevance (``residual=True``) product from fused layers.
 
     ``A [B, n, N, N]``: fused attention of layers ``start .. L-2`` (a fresh tensor: rollout modifies it in place);
-    ``last [B, N]``: the fused [CLS] row of layer ``L-1``. Rollout: :func:`_transitions_from_fused` per layer.
+    ``last [B, N]``: the fused [CLS] row of layer ``L-1``. Rollout: :func:`transitions_from_fused` per layer.
     Relevance: ``(I + A)`` per layer. Returns ``[B, N]`` float64.
     """
     if residual:
-        return _cls_row_of_product(A, last, residual=True)
-    T = _transitions_from_fused(A, num_prefix_tokens, discard_ratio)
-    last = _transitions_from_fused(last[:, None].clone(), num_prefix_tokens, discard_ratio)[:, 0]
-    return _cls_row_of_product(T, last, residual=False)
+        return cls_row_of_product(A, last, residual=True)
+    T = transitions_from_fused(A, num_prefix_tokens, discard_ratio)
+    last = transitions_from_fused(last[:, None].clone(), num_prefix_tokens, discard_ratio)[:, 0]
+    return cls_row_of_product(T, last, residual=False)
 
 
 def attention_rollout(
@@ -257,20 +257,20 @@ def attention_rollout(
     s = check_layer(start_layer, L, "start_layer")
     check_choice(head_fusion, FUSIONS, "head_fusion")
     if query_row is not None:
-        r = _fused(check_query_row(a, query_row, batched)[:, None, :, None].contiguous(), head_fusion)[:, 0, 0]
-        row = _pool_row_of_product(_transitions_from_fused(_fused(a[:, s:], head_fusion), num_prefix_tokens,
+        r = fused_heads(check_query_row(a, query_row, batched)[:, None, :, None].contiguous(), head_fusion)[:, 0, 0]
+        row = pool_row_of_product(transitions_from_fused(fused_heads(a[:, s:], head_fusion), num_prefix_tokens,
                                                            discard_ratio), r, residual=False)
         out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
         return out if batched else out[0]
-    A = _fused(a[:, s:-1], head_fusion)
+    A = fused_heads(a[:, s:-1], head_fusion)
     # only the [CLS] row of the last layer (made contiguous: the same GEMV over heads as the other layers)
-    last = _fused(a[:, -1:, :, :1].contiguous(), head_fusion)[:, 0, 0]
-    row = _cls_row(A, last, num_prefix_tokens, discard_ratio)
+    last = fused_heads(a[:, -1:, :, :1].contiguous(), head_fusion)[:, 0, 0]
+    row = cls_row(A, last, num_prefix_tokens, discard_ratio)
     out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
     return out if batched else out[0]
 
 
-def _grad_weighted(a: torch.Tensor, g: torch.Tensor, clamp: GradClamp) -> torch.Tensor:
+def grad_weighted(a: torch.Tensor, g: torch.Tensor, clamp: GradClamp) -> torch.Tensor:
     """``[B, L, H, R, N]`` x2 -> ``[B, L, R, N]``: mean_h(A*G) clamped at 0 after or before the mean.
 
     One (image, layer) at a time so that the ``[H, R, N]`` product stays in cache; the mean over heads is a GEMV with
@@ -349,13 +349,13 @@ def gradient_rollout(
             raise ValueError("gradient_rollout with a query_row needs its query_grads")
         r = check_query_row(a, query_row, batched)[:, None, :, None]
         rg = check_query_row(a, query_grads, batched, "query_grads")[:, None, :, None]
-        v = _grad_weighted(r.contiguous(), rg.contiguous(), clamp)[:, 0, 0]
-        T = _transitions_from_fused(_grad_weighted(a[:, s:], g[:, s:], clamp), num_prefix_tokens, discard_ratio)
-        row = _pool_row_of_product(T, v, residual=False)
+        v = grad_weighted(r.contiguous(), rg.contiguous(), clamp)[:, 0, 0]
+        T = transitions_from_fused(grad_weighted(a[:, s:], g[:, s:], clamp), num_prefix_tokens, discard_ratio)
+        row = pool_row_of_product(T, v, residual=False)
         out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
         return out if batched else out[0]
-    A = _grad_weighted(a[:, s:-1], g[:, s:-1], clamp)
-    last = _grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], clamp)[:, 0, 0]  # only its [CLS] row is needed
-    row = _cls_row(A, last, num_prefix_tokens, discard_ratio)
+    A = grad_weighted(a[:, s:-1], g[:, s:-1], clamp)
+    last = grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], clamp)[:, 0, 0]  # only its [CLS] row is needed
+    row = cls_row(A, last, num_prefix_tokens, discard_ratio)
     out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
     return out if batched else out[0]

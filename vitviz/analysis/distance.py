@@ -8,13 +8,13 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis.common import as_float, check_attn, resolve_grid
+from vitviz.analysis.basics import as_float, check_attn, resolve_grid
 
 __all__ = ["attention_entropy", "mean_attention_distance", "patch_distances"]
 
 
 @lru_cache(maxsize=8)
-def _patch_distances(gh: int, gw: int, patch_size: float, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def cached_patch_distances(gh: int, gw: int, patch_size: float, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The cached ``[gh*gw, gh*gw]`` distance matrix (computed in float64, then cast): callers must not modify it."""
     y, x = torch.meshgrid(torch.arange(gh, dtype=torch.float64), torch.arange(gw, dtype=torch.float64), indexing="ij")
     c = torch.stack([y.reshape(-1), x.reshape(-1)], dim=1)
@@ -24,7 +24,7 @@ def _patch_distances(gh: int, gw: int, patch_size: float, dtype: torch.dtype = t
 
 def patch_distances(grid: tuple[int, int], patch_size: float) -> torch.Tensor:
     """Euclidean distance between patch centres in pixels: ``[gh*gw, gh*gw]`` float64 (row-major patches)."""
-    return _patch_distances(int(grid[0]), int(grid[1]), float(patch_size)).clone()
+    return cached_patch_distances(int(grid[0]), int(grid[1]), float(patch_size)).clone()
 
 
 def distance_sums_(x: torch.Tensor, p: int, dist: torch.Tensor, buf: torch.Tensor, num: torch.Tensor,
@@ -86,7 +86,7 @@ def mean_attention_distance(
     N = a.shape[-1]
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     p = int(num_prefix_tokens)
-    dist = _patch_distances(gh, gw, float(patch_size), a.dtype).to(a.device)
+    dist = cached_patch_distances(gh, gw, float(patch_size), a.dtype).to(a.device)
     B, L, H = a.shape[:3]
     M = N - p
     num = torch.empty((B, L, H, M), dtype=a.dtype, device=a.device)

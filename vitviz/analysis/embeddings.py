@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis.common import as_float, check_layer, resolve_grid, with_batch_dim
+from vitviz.analysis.basics import as_float, check_layer, resolve_grid, with_batch_dim
 
 __all__ = ["embedding_filters", "position_embedding_similarity", "token_similarity"]
 

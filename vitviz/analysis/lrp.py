@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis.common import as_float, check_attn, check_layer, resolve_grid
-from vitviz.analysis.attention_maps import _cls_row, _grad_weighted, _pool_row_of_product, check_grads, check_query_row
+from vitviz.analysis.basics import as_float, check_attn, check_layer, resolve_grid
+from vitviz.analysis.attention_maps import cls_row, grad_weighted, pool_row_of_product, check_grads, check_query_row
 
 __all__ = ["relevance"]
 
@@ -55,13 +55,13 @@ def relevance(
             raise ValueError("relevance with a query_row needs its query_grads")
         r = check_query_row(a, query_row, batched)[:, None, :, None]
         rg = check_query_row(a, query_grads, batched, "query_grads")[:, None, :, None]
-        v = _grad_weighted(r.contiguous(), rg.contiguous(), "before_mean")[:, 0, 0]
-        row = _pool_row_of_product(_grad_weighted(a[:, s:], g[:, s:], "before_mean"), v, residual=True)
+        v = grad_weighted(r.contiguous(), rg.contiguous(), "before_mean")[:, 0, 0]
+        row = pool_row_of_product(grad_weighted(a[:, s:], g[:, s:], "before_mean"), v, residual=True)
         out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
         return out if batched else out[0]
-    Abar = _grad_weighted(a[:, s:-1], g[:, s:-1], "before_mean")
-    last = _grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], "before_mean")[:, 0, 0]  # its [CLS] row only
+    Abar = grad_weighted(a[:, s:-1], g[:, s:-1], "before_mean")
+    last = grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], "before_mean")[:, 0, 0]  # its [CLS] row only
     # row 0 of (I + Abar_{L-1}) ... (I + Abar_s), which is R after the loop above
-    row = _cls_row(Abar, last, num_prefix_tokens, 0.0, residual=True)
+    row = cls_row(Abar, last, num_prefix_tokens, 0.0, residual=True)
     out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
     return out if batched else out[0]

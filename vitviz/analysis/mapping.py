@@ -9,7 +9,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from vitviz.analysis.common import as_float
+from vitviz.analysis.basics import as_float
 from vitviz.model.preprocess import CropGeometry
 
 UpsampleMode = Literal["nearest", "bilinear"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis.common import (
+from vitviz.analysis.basics import (
     CLAMPS,
     FUSIONS,
     HeadFusion,
@@ -32,13 +32,13 @@ from vitviz.analysis.common import (
     resolve_grid,
 )
 from vitviz.analysis.distance import (
-    _patch_distances,
+    cached_patch_distances,
     distance_from_sums,
     distance_sums_,
     entropy_from_sums,
     entropy_sum_,
 )
-from vitviz.analysis.attention_maps import GradClamp, _cls_row, _fused, check_grads
+from vitviz.analysis.attention_maps import GradClamp, cls_row, fused_heads, check_grads
 
 __all__ = ["ImageAnalyses", "analyse_batch", "analyse_image"]
 
@@ -148,7 +148,7 @@ def analyse_batch(
     gh, gw = resolve_grid(N, grid, p)
     s = check_layer(start_layer, L, "start_layer")
     dt, dev = a.dtype, a.device
-    dist = _patch_distances(gh, gw, float(patch_size), dt).to(dev)
+    dist = cached_patch_distances(gh, gw, float(patch_size), dt).to(dev)
     per_image = (2 * H + 3 * max(L - 1 - s, 0) + 2) * N * N * a.element_size()
     chunk = max(1, min(B, int(max_chunk_bytes) // max(per_image, 1)))
     out: list[ImageAnalyses] = []
@@ -161,11 +161,11 @@ def analyse_batch(
             return rows[:, p:].reshape(-1, gh, gw).to(dt)
 
         # the same transitions and products as attention_rollout / gradient_rollout / relevance
-        rollout = to_maps(_cls_row(*roll, p, discard_ratio))
+        rollout = to_maps(cls_row(*roll, p, discard_ratio))
         grad_rollout = relevance = None
         if gb is not None:
-            relevance = to_maps(_cls_row(*pos, p, 0.0, residual=True))  # first: the next line may modify pos
-            grad_rollout = to_maps(_cls_row(*(grad if clamp == "after_mean" else pos), p, discard_ratio))
+            relevance = to_maps(cls_row(*pos, p, 0.0, residual=True))  # first: the next line may modify pos
+            grad_rollout = to_maps(cls_row(*(grad if clamp == "after_mean" else pos), p, discard_ratio))
         for i in range(ab.shape[1]):
             out.append(ImageAnalyses(
                 rollout=rollout[i],
@@ -222,7 +222,7 @@ def _layers(a: torch.Tensor, g: torch.Tensor | None, p: int, dist: torch.Tensor,
         last = l == L - 1
         R = 1 if last else N
         rows = x[:, :, :1] if last else x
-        fused = _fused(rows[:, None].contiguous(), head_fusion)[:, 0]  # [B, R, N]
+        fused = fused_heads(rows[:, None].contiguous(), head_fusion)[:, 0]  # [B, R, N]
         if last:
             roll[1].copy_(fused[:, 0])
         else:

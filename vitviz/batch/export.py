@@ -1,10 +1,10 @@
 """``vitviz export``: the window's maps for many images, headless, resumable and sharded. No Qt.
 
 The maps are made by the window's own code: each image's :class:`~vitviz.pipeline.InferenceResult` goes into a
-:class:`~vitviz.document.session.Session`, the view, layer, head and query are set as the window sets them, and the files are
-``Session.current_map()`` (npy: float32 ``[gh, gw]`` at patch resolution) and the figure the window's File > Export
-writes (:func:`vitviz.render.figures.view_figure` encoded by :func:`vitviz.render.figures.encode`: PNG, colour bar and caption
-optional). Nothing here computes a map.
+:class:`~vitviz.document.session.Session`, the view, layer, head and query are set as the window sets them, and the
+files are ``Session.current_map()`` (npy: float32 ``[gh, gw]`` at patch resolution) and the figure the window's
+File > Export writes (:func:`vitviz.document.panel.view_figure` encoded by :func:`vitviz.render.figures.encode`:
+PNG, colour bar and caption optional). Nothing here computes a map.
 
 Streaming: :func:`vitviz.batch.inputs.stream_batches` reads and preprocesses images on a loader thread; each batch goes
 through the model in one forward and one backward (:meth:`vitviz.pipeline.Pipeline.run_batch`: the gradients only
@@ -12,22 +12,23 @@ when a requested view needs them); a writer thread renders and writes the files 
 computed. The queues between them hold at most a batch or two, so 10,000 images use the memory of a few batches.
 
 Files (under ``--out``): ``<name>_<view>_<options>.png|.npy`` where ``<name>`` mirrors the input's folders
-(:class:`vitviz.batch.inputs.InputImage`) and the rest is the window's export name (:meth:`vitviz.views.View.file_stem`);
-``manifest.jsonl`` (``manifest-K-of-N.jsonl`` for a shard) with one JSON line per image (:func:`manifest_record`).
+(:class:`vitviz.batch.inputs.InputImage`) and the rest is the window's export name
+(:meth:`vitviz.views.View.file_stem`); ``manifest.jsonl`` (``manifest-K-of-N.jsonl`` for a shard) with one JSON line
+per image (:mod:`vitviz.batch.manifest`).
 Every file is written atomically (:func:`vitviz.imaging.write_atomic`: no partial file, even when killed), and an
 image's manifest line is appended only after all its files are complete, so an interrupted run loses no finished
 image; a rerun skips every image whose line says it is complete for the same request (model, views, layers ...) and
 whose files exist. A hidden journal (``.manifest.jsonl.pending``) names the files of the image being written, so that
 a rerun after ``kill -9`` may replace them; any other existing file is replaced only with ``--overwrite``.
 
-Every option lives in :class:`ExportOptions` and :func:`add_arguments` (the CLI's flags map one to one).
+What can be asked is :class:`~vitviz.batch.export_options.ExportOptions` (the command's flags map one to one:
+:mod:`vitviz.cli.export_command`); what each image becomes, :mod:`vitviz.batch.export_plan`; the manifest and the
+journal, :mod:`vitviz.batch.manifest`.
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
+import io
 import os
 import queue
 import signal
@@ -37,356 +38,37 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitviz.batch.inputs import (
-    InputImage, Loaded, add_common_arguments, check_device, expand_inputs, inputs_for_cli, parse_shard, progress_bar,
-    stream_batches, take_shard,
-)
+import numpy as np
 
-DEFAULT_VIEWS = ("cls", "rollout", "grad_rollout", "relevance")
-FORMATS = ("png", "npy", "both")
-HEAD_WORDS = ("mean", "max", "min")
-MANIFEST = "manifest.jsonl"
-FAILED_BASE = 64  # exit status 64 + n: n images failed (capped at 63)
-MAX_FAILED_STATUS = 63
+from vitviz._util.files import describe_os_error
+from vitviz.batch.export_options import ExportOptions
+from vitviz.batch.export_plan import check_against_model, grid_of, map_requests, needs_gradients, resolve_target
+from vitviz.batch.failures import FAILED_BASE, MAX_FAILED_STATUS, error_text
+from vitviz.batch.inputs import InputImage, Loaded, expand_inputs, progress_bar, stream_batches, take_shard
+from vitviz.batch.manifest import (
+    Appender,
+    is_complete,
+    journal_path,
+    manifest_name,
+    read_manifests,
+    request_id,
+    source_key,
+)
+from vitviz.devices import precision_reason
+from vitviz.document import panel
+from vitviz.document.session import Session
+from vitviz.imaging import ExportError, write_atomic
+from vitviz.render import figures
 
 
 class ExportFatal(RuntimeError):
     """The run cannot go on (the output folder is not writable, every image fails to write ...)."""
 
 
-# ----------------------------------------------------------------------------------------------- options
-@dataclass(frozen=True)
-class ExportOptions:
-    """Everything ``vitviz export`` can be told, in one place (see :func:`add_arguments` for each flag's help).
-
-    Attributes:
-        views: view keys of :mod:`vitviz.views`.
-        layers: for views with a layer: ``"all"``, ``"last"``, ``"emb"`` (the embeddings, in the token views) or
-            block indices (negative from the end).
-        heads: for views with a head: ``"mean"``, ``"max"``, ``"min"``, ``"all"`` or head indices.
-        query: ``(row, col)`` of the query patch (query, token similarity and position-embedding views), None = the
-            centre patch.
-        target: ``"top"``, a class index or a class name (or a unique part of one).
-        format: ``"png"``, ``"npy"`` or ``"both"``.
-        scale: PNG size: ``"native"`` (the image's own pixels), ``"print"`` (long side >= 2048 px, the window's
-            default) or an integer factor.
-        colorbar, caption, cmap: the figure's colour bar, its title + caption, and the colormap (as in the window).
-        batch_size: images per forward pass.
-        device, precision: where and how the model runs (``"auto"``: bf16 where the hardware has it).
-        shard: ``(K, N)``: this run does shard K of N.
-        overwrite: recompute every image and replace existing files.
-        quiet: no progress bar (log lines only).
-        animate: also each layer-dependent view over every layer as one animation (``"gif"``, ``"apng"``, ``"mp4"``;
-            :func:`vitviz.render.figures.layer_figures`: one colour scale across layers, the layer drawn on each frame),
-            at ``scale``; None: no animation.
-        fps: frames per second of the animations.
-    """
-
-    views: tuple[str, ...] = DEFAULT_VIEWS
-    layers: tuple[str, ...] = ("last",)
-    heads: tuple[str, ...] = ("mean",)
-    query: tuple[int, int] | None = None
-    target: str = "top"
-    format: str = "png"
-    scale: str = "native"
-    colorbar: bool = True
-    caption: bool = True
-    cmap: str = "inferno"
-    batch_size: int = 16
-    device: str = "cpu"
-    precision: str = "auto"
-    shard: tuple[int, int] = (1, 1)
-    overwrite: bool = False
-    quiet: bool = False
-    animate: str | None = None
-    fps: float = 2.0
-
-    def request(self, model: str, precision: str) -> dict[str, Any]:
-        """What the files depend on (a rerun with the same request skips the images done)."""
-        d = asdict(self)
-        for k in ("batch_size", "device", "precision", "shard", "overwrite", "quiet"):
-            d.pop(k)
-        d.update(model=model, precision=precision)
-        return d
-
-
-def _words(values: Sequence[str] | None) -> list[str]:
-    return [w.strip() for v in (values or []) for w in str(v).split(",") if w.strip()]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags of ``vitviz export`` (the model's load options and ``--debug`` are added by :mod:`vitviz.cli`)."""
-    add_common_arguments(p, "output folder (created if missing)",
-                         overwrite_help="redo every image, also those done, and replace existing files")
-    p.add_argument("--views", action="append", metavar="V[,V...]",
-                   help=f"views, comma-separated or the flag repeated (default: {','.join(DEFAULT_VIEWS)})")
-    p.add_argument("--layers", action="append", metavar="L[,L...]",
-                   help="layers of the views that have one: indices (negative from the end), 'last' (default), "
-                        "'all', 'emb' (token views: the embeddings)")
-    p.add_argument("--heads", action="append", metavar="H[,H...]",
-                   help="heads of the views that have one: mean (default), max, min, indices or 'all'")
-    p.add_argument("--query", metavar="ROW,COL",
-                   help="query patch of the query / token-similarity / position-embedding views (default: centre)")
-    p.add_argument("--target", default="top",
-                   help="class of the gradient views: 'top' (each image's top class, default), an index or a name "
-                        "(or a unique part of one)")
-    p.add_argument("--format", choices=FORMATS, default="png",
-                   help="png: the overlay as the window exports it; npy: the raw map at patch resolution (float32); "
-                        "both")
-    p.add_argument("--scale", default="native",
-                   help="PNG size: native (the image's pixels, default), print (long side >= 2048 px, the "
-                        "window's default) or a factor 1-16")
-    p.add_argument("--no-colorbar", dest="colorbar", action="store_false", help="PNG without the colour bar")
-    p.add_argument("--no-caption", dest="caption", action="store_false", help="PNG without title and caption")
-    p.add_argument("--cmap", default="inferno", help="colormap (default inferno)")
-    p.add_argument("--shard", metavar="K/N", help="do shard K of N (a deterministic 1/N of the images), e.g. for "
-                                                  "a cluster job array")
-    p.add_argument("--animate", choices=("gif", "apng", "mp4"),
-                   help="also write each view that has a layer (or start layer) over every layer as one animation, "
-                        "the layer drawn on each frame, one colour scale across layers (mp4 needs imageio-ffmpeg)")
-    p.add_argument("--fps", type=float, default=2.0, help="frames per second of --animate (default 2)")
-
-
-def options_from_args(args: argparse.Namespace) -> ExportOptions:
-    """:class:`ExportOptions` from parsed flags, checked (ValueError naming the flag and the problem)."""
-    from vitviz import views as registry
-    from vitviz.imaging import colormap_names
-
-    names = _words(args.views) or list(DEFAULT_VIEWS)
-    valid = [v.key for v in registry.all_views()]
-    unknown = [n for n in names if n not in valid]
-    if unknown:
-        raise ValueError(f"--views {' '.join(unknown)}: unknown view; valid: {', '.join(valid)}")
-    layers = _words(args.layers) or ["last"]
-    for w in layers:
-        if w not in ("all", "last", "emb") and not _is_int(w):
-            raise ValueError(f"--layers {w}: expected a layer index, 'last', 'all' or 'emb'")
-    heads = _words(args.heads) or ["mean"]
-    for w in heads:
-        if w not in HEAD_WORDS + ("all",) and not (_is_int(w) and int(w) >= 0):
-            raise ValueError(f"--heads {w}: expected a head index (0, 1 ...), mean, max, min or all")
-    query = None
-    if args.query:
-        parts = str(args.query).replace(" ", "").split(",")
-        if len(parts) != 2 or not all(_is_int(x) and int(x) >= 0 for x in parts):
-            raise ValueError(f"--query {args.query}: expected ROW,COL of a patch, e.g. 7,7")
-        query = (int(parts[0]), int(parts[1]))
-    from vitviz.render.figures import parse_scale
-
-    scale = str(parse_scale(args.scale))
-    if args.cmap not in colormap_names():
-        raise ValueError(f"--cmap {args.cmap}: unknown colormap; valid: {', '.join(colormap_names())}")
-    shard = parse_shard(args.shard) if args.shard else (1, 1)
-    animate = getattr(args, "animate", None)
-    fps = float(getattr(args, "fps", 2.0))
-    if not 0 < fps <= 60:
-        raise ValueError(f"--fps {fps:g}: must be more than 0 and at most 60")
-    if animate == "mp4":
-        from vitviz.render.figures import mp4_problem
-
-        if mp4_problem():
-            raise ValueError(f"--animate mp4: {mp4_problem()}")
-    if animate and not any(registry.get(n).slider for n in names):
-        raise ValueError(f"--animate: none of the views ({', '.join(names)}) changes with the layer")
-    return ExportOptions(views=tuple(dict.fromkeys(names)), layers=tuple(layers), heads=tuple(heads), query=query,
-                         target=str(args.target).strip(), format=args.format, scale=scale, colorbar=args.colorbar,
-                         caption=args.caption, cmap=args.cmap, batch_size=args.batch_size, device=args.device,
-                         precision=args.precision, shard=shard, overwrite=args.overwrite, quiet=args.quiet,
-                         animate=animate, fps=fps)
-
-
-def _is_int(w: str) -> bool:
-    try:
-        int(w)
-    except ValueError:
-        return False
-    return True
-
-
-# ----------------------------------------------------------------------------------------------- targets, plans
-def resolve_target(text: str | int | None, labels: Sequence[str] | None, num_classes: int) -> int | None:
-    """``"top"`` / None -> None (each image's top class); an index; or a class name: the label itself or one of its
-    comma-separated names (case-insensitive), else a unique part of one.
-
-    Raises:
-        ValueError: out of range, no class or several classes match (naming them), or a name without labels.
-    """
-    if text is None or str(text).strip().lower() in ("", "top"):
-        return None
-    t = str(text).strip()
-    if num_classes <= 0:
-        raise ValueError(f"--target {t}: the model has no classification head, so there is no class to explain")
-    if _is_int(t):
-        i = int(t)
-        if not 0 <= i < num_classes:
-            raise ValueError(f"--target {t}: out of range for a model with {num_classes} classes "
-                             f"(valid: 0..{num_classes - 1})")
-        return i
-    if not labels:
-        raise ValueError(f"--target {t}: the model has no class names; give a class index (0..{num_classes - 1})")
-    low = t.lower()
-    exact = [i for i, lab in enumerate(labels)
-             if low == lab.lower() or low in (n.strip().lower() for n in lab.split(","))]
-    hits = exact or [i for i, lab in enumerate(labels) if low in lab.lower()]
-    if len(hits) == 1:
-        return hits[0]
-    if not hits:
-        raise ValueError(f"--target {t}: no class name contains {t!r}")
-    shown = ", ".join(f"{labels[i]} ({i})" for i in hits[:6]) + (" ..." if len(hits) > 6 else "")
-    raise ValueError(f"--target {t}: {len(hits)} classes match ({shown}); be more precise or give the index")
-
-
-def needs_gradients(view_keys: Sequence[str]) -> bool:
-    """Whether any of the views needs the attention gradients of a target class."""
-    from vitviz import views as registry
-
-    return any(registry.get(k).needs_grads or "target" in registry.get(k).reads for k in view_keys)
-
-
-def _grid_of(spec: Any, cfg: Any) -> tuple[int, int] | None:
-    """The patch grid of the model's input (crop / patch size), or None when the spec does not say."""
-    try:
-        h, w = spec.input_size
-        p = int(cfg.patch_size)
-        return (int(h) // p, int(w) // p) if p > 0 else None
-    except (AttributeError, TypeError, ValueError):
-        return None
-
-
-def check_against_model(options: ExportOptions, depth: int | None, heads: int | None,
-                        grid: tuple[int, int] | None = None) -> None:
-    """Layer and head indices and the query patch against the model (ValueError naming the flag and the valid
-    range)."""
-    if grid and options.query is not None and not (options.query[0] < grid[0] and options.query[1] < grid[1]):
-        raise ValueError(f"--query {options.query[0]},{options.query[1]}: outside the model's {grid[0]}x{grid[1]} "
-                         f"patch grid (rows 0..{grid[0] - 1}, columns 0..{grid[1] - 1})")
-    if depth:
-        for w in options.layers:
-            if _is_int(w) and not -depth <= int(w) < depth:
-                raise ValueError(f"--layers {w}: the model has {depth} layers (valid: 0..{depth - 1}, or -1 for the "
-                                 "last)")
-    if heads:
-        for w in options.heads:
-            if _is_int(w) and not 0 <= int(w) < heads:
-                raise ValueError(f"--heads {w}: the model has {heads} heads (valid: 0..{heads - 1})")
-
-
-def map_requests(result: Any, options: ExportOptions) -> list[tuple[str, dict[str, Any]]]:
-    """Every map to make of ``result``: ``(view key, ViewOptions changes)``, in the order of the views, then layers,
-    then heads; each view gets only the layers and heads it reads."""
-    from vitviz import views as registry
-
-    L, H = result.num_layers, result.num_heads
-    gh, gw = result.grid
-    row, col = options.query if options.query is not None else (gh // 2, gw // 2)
-    if not (0 <= row < gh and 0 <= col < gw):
-        raise ValueError(f"--query {row},{col}: outside the {gh}x{gw} patch grid")
-    out = []
-    for key in options.views:
-        v = registry.get(key)
-        layers: list[int | None] = [None]
-        if "layer" in v.reads:
-            lo, hi = v.layer_range(result)
-            layers = []
-            for w in options.layers:
-                if w == "all":
-                    layers += list(range(lo, hi + 1))
-                elif w == "last":
-                    layers.append(L - 1)
-                elif w == "emb":
-                    if lo < 0:
-                        layers.append(-1)
-                else:
-                    i = int(w)
-                    layers.append(i + L if i < 0 else i)
-            layers = list(dict.fromkeys(x for x in layers if lo <= x <= hi)) or [L - 1]
-        head_list: list[Any] = [None]
-        if "head" in v.reads:
-            head_list = []
-            for w in options.heads:
-                head_list += list(range(H)) if w == "all" else [w] if w in HEAD_WORDS else [int(w)]
-            head_list = list(dict.fromkeys(head_list))
-        for layer in layers:
-            for head in head_list:
-                changes: dict[str, Any] = {"view": key, "query": row * gw + col}
-                if layer is not None:
-                    changes["layer"] = layer
-                if head is not None:
-                    changes["head"] = head
-                out.append((key, changes))
-    return out
-
-
-# ----------------------------------------------------------------------------------------------- manifest
-def manifest_name(shard: tuple[int, int]) -> str:
-    k, n = shard
-    return MANIFEST if n == 1 else f"manifest-{k}-of-{n}.jsonl"
-
-
-def _journal(out: Path, name: str) -> Path:
-    return out / f".{name}.pending"
-
-
-def read_manifests(out: Path) -> tuple[dict[str, dict], set[str]]:
-    """The latest record of each source in every ``manifest*.jsonl`` of ``out`` (all shards), and every file any
-    record or pending journal names (relative to ``out``: the files this tool wrote, which a rerun may replace).
-    A damaged line (a run killed while appending) is skipped."""
-    records: dict[str, dict] = {}
-    ours: set[str] = set()
-    for path in sorted(out.glob("manifest*.jsonl")) + sorted(out.glob(".manifest*.jsonl.pending")):
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(rec, dict):
-                continue
-            ours.update(str(f) for f in rec.get("files", []) if isinstance(f, str))
-            if "source" in rec and not path.name.endswith(".pending"):
-                records[_key(str(rec["source"]))] = rec
-    return records, ours
-
-
-def _key(source: str) -> str:
-    return os.path.normpath(os.path.abspath(source))
-
-
-def is_complete(record: dict | None, request_id: str, out: Path) -> bool:
-    """A manifest record of an image finished for this request, whose files all exist."""
-    return (record is not None and record.get("status") == "ok" and record.get("request") == request_id
-            and all((out / f).is_file() for f in record.get("files", [])))
-
-
-def request_id(request: dict[str, Any]) -> str:
-    return hashlib.sha1(json.dumps(request, sort_keys=True).encode()).hexdigest()[:12]
-
-
-class _Appender:
-    """A JSON-lines file appended one whole line per ``os.write`` (a kill cannot interleave two records), flushed to
-    the system at once."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-
-    def write(self, record: dict) -> None:
-        os.write(self.fd, (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-# ----------------------------------------------------------------------------------------------- the run
 @dataclass
 class ExportSummary:
     """What a run did. ``peak_live_results``: the most :class:`~vitviz.pipeline.InferenceResult` s alive at once
@@ -437,7 +119,7 @@ class Exporter:
         self.target = resolve_target(options.target, self.labels, self.num_classes)
         cfg = getattr(pipeline.model, "config", None)
         check_against_model(options, getattr(cfg, "depth", None), getattr(cfg, "num_heads", None),
-                            _grid_of(spec, cfg))
+                            grid_of(spec, cfg))
         self.gradients = needs_gradients(options.views) and self.num_classes > 0
         self.request = options.request(model_ref, pipeline.precision)
         self.request_id = request_id(self.request)
@@ -471,20 +153,18 @@ class Exporter:
         self._remove_stale_temporaries()
         if not o.overwrite:
             before = len(todo)
-            todo = [im for im in todo if not is_complete(records.get(_key(im.path)), self.request_id, self.out)]
+            todo = [im for im in todo if not is_complete(records.get(source_key(im.path)), self.request_id, self.out)]
             s.skipped = before - len(todo)
         name = manifest_name(o.shard)
         s.manifest = self.out / name
-        from vitviz.devices import precision_reason
-
         shard = f", shard {o.shard[0]}/{o.shard[1]} of {len(images)}" if o.shard[1] > 1 else ""
         self.log(f"vitviz export: {len(todo)} image(s) to do, {s.skipped} already done{shard}; "
                  f"{getattr(self.pipeline.spec, 'name', 'model')} on {self.pipeline.device}, "
                  f"{precision_reason(self.pipeline.precision_choice, self.pipeline.device)}; batch "
                  f"{o.batch_size}; {len(o.views)} view(s) -> {self.out}")
-        self._manifest = _Appender(s.manifest)
-        self._journal_path = _journal(self.out, name)
-        self._journal = _Appender(self._journal_path)
+        self._manifest = Appender(s.manifest)
+        self._journal_path = journal_path(self.out, name)
+        self._journal = Appender(self._journal_path)
         self._bar = progress_bar(len(todo), "export", quiet=o.quiet)
         jobs: queue.Queue = queue.Queue(maxsize=1)  # one batch waits while one is written and one is computed
         writer = threading.Thread(target=self._write_loop, args=(jobs,), name="vitviz-writer", daemon=True)
@@ -538,9 +218,6 @@ class Exporter:
                         pass
 
     def _prepare_folder(self) -> None:
-        from vitviz._util.files import describe_os_error
-        from vitviz.imaging import ExportError
-
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
@@ -656,7 +333,7 @@ class Exporter:
                 job.error, write_failed = e, isinstance(e, OSError)
         if job.error is not None:
             record["status"] = "error"
-            record["error"] = _error_text(job.error, item.path)
+            record["error"] = error_text(job.error, item.path)
         record["files"] = written
         record["timings"] = {"load_s": round(job.load_s, 4), "compute_s": round(job.compute_s, 4),
                              "write_s": round(time.perf_counter() - t, 4)}
@@ -684,18 +361,12 @@ class Exporter:
                 "target": target}
 
     def _write_maps(self, r: Any, item: InputImage, written: list[str]) -> list[dict[str, Any]]:
-        """Every requested map of one result through a :class:`~vitviz.document.session.Session`, as the window makes it."""
-        import io
-
-        import numpy as np
-
-        from vitviz.render import figures
-        from vitviz.document.session import Session
-
+        """Every requested map of one result through a :class:`~vitviz.document.session.Session`, as the window
+        makes it."""
         o = self.options
         session = Session()
         session.set_result(r)
-        session.set_options(cmap=o.cmap, colorbar=o.colorbar, caption=o.caption)
+        session.set_options(**dict(o.display))
         base = session.options
         maps = []
         for key, changes in map_requests(r, o):
@@ -720,7 +391,7 @@ class Exporter:
                 np.save(buf, np.ascontiguousarray(m, dtype=np.float32))
                 files.append((stem + ".npy", buf.getvalue()))
             if o.format in ("png", "both"):
-                spec = figures.view_figure(session)
+                spec = panel.view_figure(session)
                 data, _ = figures.encode(spec, ".png", scale=figures.parse_scale(o.scale))
                 files.append((stem + ".png", data))
             for rel, data in files:
@@ -735,8 +406,6 @@ class Exporter:
                           written: list[str]) -> list[dict[str, Any]]:
         """``--animate``: each requested view that has a layer slider over every layer, one file per view (and head,
         query as for its maps): ``<name>_<view>[_<head>]_layers.<gif|apng|mp4>``."""
-        from vitviz.render import figures
-
         out = []
         done = set()
         for key, changes in map_requests(r, self.options):
@@ -755,7 +424,7 @@ class Exporter:
                 entry["unavailable"] = session.unavailable_reason() or "not available for this model"
                 out.append(entry)
                 continue
-            specs = figures.layer_figures(session)
+            specs = panel.layer_figures(session)
             fmt = "." + self.options.animate
             data = figures.encode_animation(specs, fmt, scale=figures.parse_scale(self.options.scale),
                                             fps=self.options.fps)
@@ -768,8 +437,6 @@ class Exporter:
         return out
 
     def _write_file(self, rel: str, data: bytes, written: list[str]) -> None:
-        from vitviz.imaging import ExportError, write_atomic
-
         target = self.out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         replace_ok = self.options.overwrite or rel in self._ours
@@ -782,22 +449,6 @@ class Exporter:
         self._ours.add(rel)
         write_atomic(target, lambda fh: fh.write(data), overwrite=replace_ok, suffix=Path(rel).suffix + ".tmp")
         written.append(rel)
-
-
-def _error_text(e: BaseException, path: str) -> str:
-    """One line naming the file: the project's errors already do."""
-    from vitviz.imaging import ImageError
-
-    if isinstance(e, ImageError):
-        msg = str(e)
-    elif isinstance(e, MemoryError):
-        msg = f"not enough memory ({e})" if str(e) else "not enough memory"
-    elif isinstance(e, (ValueError, RuntimeError, OSError)):
-        msg = str(e) or type(e).__name__
-    else:
-        msg = f"unexpected {type(e).__name__}: {e}"
-    msg = " ".join(part.strip() for part in msg.splitlines() if part.strip())
-    return msg if path in msg else f"{path}: {msg}"
 
 
 def _sigterm_as_interrupt() -> Callable[[], None]:
@@ -816,7 +467,6 @@ def _sigterm_as_interrupt() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-# ----------------------------------------------------------------------------------------------- the command
 def export_images(pipeline: Any, inputs: Sequence[str] | Sequence[InputImage], out: str | os.PathLike,
                   options: ExportOptions | None = None, *, model_ref: str = "model",
                   log: Callable[[str], None] | None = None) -> ExportSummary:
@@ -830,29 +480,3 @@ def export_images(pipeline: Any, inputs: Sequence[str] | Sequence[InputImage], o
     else:
         images = list(inputs)  # type: ignore[arg-type]
     return Exporter(pipeline, options, out, model_ref=model_ref, log=log).run(images)
-
-
-def run_cli(args: argparse.Namespace, report: Callable[[BaseException, str | None], int], load: Callable) -> int:
-    """``vitviz export``: checks every flag, loads the model, exports; returns the exit status (0; 2: the command
-    could not run; 64 + n: n images failed; 130: interrupted)."""
-    from vitviz.pipeline import Pipeline
-
-    options = options_from_args(args)
-    device = check_device(options.device, options.precision, options.batch_size)
-    options = replace(options, device=device)
-    images, status = inputs_for_cli(args.inputs, report)
-    if not images:
-        return 2
-    from vitviz.model.sources.refs import parse_model_ref
-
-    ref = parse_model_ref(args.model)
-    model = load(args, args.model)
-    pipeline = Pipeline(model, device=device, precision=options.precision)
-    summary = Exporter(pipeline, options, args.out, model_ref=ref).run(images)
-    return summary.exit_status or status
-
-
-def read_manifest(path: str | os.PathLike) -> list[dict]:
-    """The records of one manifest, in order."""
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 import os
 import queue
+import sys
 import threading
 import time
 import zlib
@@ -24,6 +25,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+from tqdm import tqdm
+
+from vitviz.imaging import IMAGE_SUFFIXES, ImageError, load_image
 
 LIST_SUFFIXES = (".txt", ".lst", ".list")
 
@@ -45,8 +50,6 @@ class InputImage:
 
 def _folder_images(d: Path) -> list[Path]:
     """Image files under ``d``, recursively, sorted; hidden files and folders skipped, links to folders not followed."""
-    from vitviz.imaging import IMAGE_SUFFIXES
-
     found = []
     for root, dirs, files in os.walk(d, followlinks=False):
         dirs[:] = sorted(x for x in dirs if not x.startswith("."))
@@ -81,8 +84,6 @@ def _is_list_file(item: str) -> bool:
 
 def _read_list(item: str) -> tuple[list[str], Path]:
     """The entries of a text file of paths (one a line; blank lines and ``#`` comments skipped) and its folder."""
-    from vitviz.imaging import ImageError
-
     p = Path(item.removeprefix("@")).expanduser()
     try:
         text = p.read_text(encoding="utf-8-sig")
@@ -234,8 +235,6 @@ class Loaded:
 
 
 def _load_one(pipeline: Any, item: InputImage) -> Loaded:
-    from vitviz.imaging import ImageError, load_image
-
     t = time.perf_counter()
     try:
         loaded = load_image(item.path)
@@ -297,44 +296,7 @@ def stream_batches(pipeline: Any, items: Sequence[InputImage], batch_size: int) 
         thread.join(timeout=30)
 
 
-def add_common_arguments(p: Any, out_help: str, overwrite_help: str = "replace existing output files") -> None:
-    """The flags ``vitviz export`` and ``vitviz stats`` share: inputs, model, output folder, batch size, device,
-    precision, overwrite, quiet."""
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="image files, folders (searched recursively), glob patterns ('**' recurses) or text files "
-                        "listing paths (.txt/.lst/.list, or @FILE)")
-    p.add_argument("--model", "-m", required=True, metavar="M",
-                   help="checkpoint file or folder, a pretrained name, 'demo' or random:ARCH")
-    p.add_argument("--out", "-o", required=True, metavar="DIR", help=out_help)
-    p.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default 16)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                   help="auto (default): bf16 where the CPU or GPU multiplies bf16 natively, else fp32")
-    p.add_argument("--overwrite", action="store_true", help=overwrite_help)
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar (for logs)")
-
-
-def check_device(device: str, precision: str, batch_size: int) -> str:
-    """The device (``cuda`` -> ``cuda:0``) when it exists here and takes ``precision``, and a batch size of at least
-    one (ValueError naming the flag otherwise)."""
-    from vitviz.devices import available_devices, available_precisions, normalise_device
-
-    if batch_size < 1:
-        raise ValueError(f"--batch-size {batch_size}: must be at least 1")
-    d = normalise_device(device)
-    if d not in available_devices():
-        raise ValueError(f"--device {device}: not available here (available: {', '.join(available_devices())})")
-    if precision not in available_precisions(d):
-        raise ValueError(f"--precision {precision}: not available on {d} (available: "
-                         f"{', '.join(available_precisions(d))})")
-    return d
-
-
 def progress_bar(total: int, desc: str, *, quiet: bool = False, unit: str = "image"):
     """A tqdm bar on stderr with the rate (images/s) and the time left; off with ``quiet`` (then only log lines)."""
-    import sys
-
-    from tqdm import tqdm
-
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=quiet, dynamic_ncols=True,
                 smoothing=0.1, mininterval=0.5)

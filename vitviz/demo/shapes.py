@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 from PIL import Image, ImageDraw
 
-CLASSES: tuple[str, ...] = ("circle", "square", "triangle", "star", "cross", "ring", "hexagon", "heart")
+from vitviz.resources import DEMO_CLASSES as CLASSES  # the demo model's classes, declared below the model layer
 
 Stream = Literal["train", "val", "test", "samples"]
 STREAMS: dict[str, int] = {"train": 1, "val": 2, "test": 3, "samples": 4}

@@ -1,193 +1,194 @@
-"""How the session's current map is drawn: artefact tokens, the colour scale, the mass mask, the title. No Qt.
+"""How a map is drawn and described: artefact tokens, the colour scale, the top-mass mask, the title. No Qt.
 
-A mix-in of :class:`vitviz.document.session.Session` (it reads ``self.result``, ``self.options``, ``self.view`` and caches
-in ``self._cache``); kept apart so that the document (images, options, maps) and its appearance each have one room.
+Plain functions of what they read (the result, the view, the options, the map). What costs something to find is
+kept in the document's map cache (``cache``: anything with ``get_or(key, make)``, one per result).
+:class:`vitviz.document.session.Session` offers them as methods for its current view.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from vitviz import analysis
+from vitviz.render.scales import ColourScale, scale_for
+from vitviz.views.base import View, pool_row
+from vitviz.views.options import ViewOptions
+
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.analysis.artefacts import ArtefactTokens
-    from vitviz.render.scales import ColourScale
-    from vitviz.views import View
+    from vitviz.pipeline import InferenceResult
+
+__all__ = ["Cache", "artefact_grid", "artefact_patches", "artefact_text", "artefacts", "colormap", "levels", "mask",
+           "quantity_text", "reads_pool_row", "register_share", "result_for", "scale_stack", "scale_text",
+           "shows_query", "title"]
 
 
-class Appearance:
-    """Artefact tokens, colour scale, mask and title of the current view (see :class:`vitviz.document.session.Session`)."""
+class Cache(Protocol):
+    """The per-result cache of a document: ``get_or(key, make)`` returns the value kept under ``key`` or keeps and
+    returns ``make()``."""
 
-    # ------------------------------------------------------------------ artefact tokens
-    def artefacts(self) -> "ArtefactTokens | None":
-        """The high-norm patch tokens of the current result (:func:`vitviz.analysis.high_norm_tokens`, defaults)."""
-        r = self.result
-        if r is None:
-            return None
+    def get_or(self, key: Any, fn: Callable[[], Any]) -> Any: ...
 
-        def find():
-            from vitviz import analysis as A
 
-            return A.high_norm_tokens(r.tokens, num_prefix_tokens=r.num_prefix_tokens)
+# ----------------------------------------------------------------------------------------------- artefact tokens
+def artefacts(result: InferenceResult | None, cache: Cache) -> ArtefactTokens | None:
+    """The high-norm patch tokens of ``result`` (:func:`vitviz.analysis.high_norm_tokens`, defaults)."""
+    if result is None:
+        return None
+    return cache.get_or(("artefacts",), lambda: analysis.high_norm_tokens(
+        result.tokens, num_prefix_tokens=result.num_prefix_tokens))
 
-        return self._cache.get_or(("artefacts",), find)
 
-    def artefact_grid(self) -> np.ndarray | None:
-        """bool ``[gh, gw]``: the flagged patches (None without a result)."""
-        a = self.artefacts()
-        if a is None:
-            return None
-        return np.asarray(a.mask, dtype=bool).reshape(self.result.grid)
+def artefact_grid(result: InferenceResult | None, cache: Cache) -> np.ndarray | None:
+    """bool ``[gh, gw]``: the flagged patches (None without a result)."""
+    a = artefacts(result, cache)
+    if a is None:
+        return None
+    return np.asarray(a.mask, dtype=bool).reshape(result.grid)
 
-    def artefact_patches(self) -> list[tuple[int, int]]:
-        """(row, col) of every flagged patch, row-major."""
-        g = self.artefact_grid()
-        return [] if g is None else [(int(r), int(c)) for r, c in zip(*np.nonzero(g))]
 
-    def artefact_text(self) -> str:
-        """For the status bar: how many patches are flagged, where, and how far above the median norm."""
-        a = self.artefacts()
-        cells = self.artefact_patches()
-        if a is None:
-            return ""
-        reg = self.register_share()
-        reg_text = "" if reg is None else (f" · registers take {reg:.0%} of [CLS] attention at layer "
-                                           f"{self.attention_layer()}")
-        if not cells:
-            return "no artefact tokens" + reg_text
-        shown = ", ".join(f"({r}, {c})" for r, c in cells[:6]) + (" …" if len(cells) > 6 else "")
-        return f"{len(cells)} artefact token{'s' * (len(cells) > 1)} (norm > {a.ratio:g}× median): {shown}" + reg_text
+def artefact_patches(grid: np.ndarray | None) -> list[tuple[int, int]]:
+    """(row, col) of every flagged patch of ``grid`` (:func:`artefact_grid`), row-major."""
+    return [] if grid is None else [(int(r), int(c)) for r, c in zip(*np.nonzero(grid))]
 
-    def register_share(self) -> float | None:
-        """For a model with registers: the share of the [CLS] row's attention (mean of heads) that goes to the
-        register tokens at the attention layer shown; None without registers."""
-        r = self.result
-        if r is None or not r.num_registers or r.num_prefix_tokens <= r.num_registers:
-            return None
 
-        def shares():
-            from vitviz import analysis as A
+def register_share(result: InferenceResult | None, cache: Cache, layer: int) -> float | None:
+    """For a model with registers: the share of the [CLS] row's attention (mean of heads) that goes to the register
+    tokens at ``layer``; None without registers."""
+    r = result
+    if r is None or not r.num_registers or r.num_prefix_tokens <= r.num_registers:
+        return None
 
-            return np.asarray(A.register_attention_share(r.attentions, num_registers=r.num_registers,
-                                                         num_prefix_tokens=r.num_prefix_tokens), dtype=float)
+    def shares():
+        return np.asarray(analysis.register_attention_share(r.attentions, num_registers=r.num_registers,
+                                                            num_prefix_tokens=r.num_prefix_tokens), dtype=float)
 
-        return float(self._cache.get_or(("register-share",), shares)[self.attention_layer()])
+    return float(cache.get_or(("register-share",), shares)[layer])
 
-    def result_for(self, view: "View", options: Any) -> Any:
-        """The result ``view`` computes from: the captured one, or, with "ignore artefact tokens", one whose
-        attention has the flagged patches' key columns removed and its rows renormalised
-        (:func:`vitviz.analysis.exclude_tokens`)."""
-        r = self.result
-        if not view.ignores_artefacts(options):
-            return r
-        grid = self.artefact_grid()
-        if grid is None or not grid.any():
-            return r
-        return self._cache.get_or(("excluding-artefacts",), lambda: r.excluding(grid.reshape(-1)))
 
-    # ------------------------------------------------------------------ colour scale
-    def levels(self) -> "ColourScale | None":
-        """The colour scale of the current map under the options' scale mode (None without a map)."""
-        if self.current_map() is None:
-            return None
-        return self._cache.get_or(("levels", self.options), self._levels)  # the window asks twice per redraw
+def artefact_text(result: InferenceResult | None, cache: Cache, layer: int) -> str:
+    """For the status bar: how many patches are flagged, where, how far above the median norm, and the registers'
+    share of [CLS] attention at ``layer``."""
+    a = artefacts(result, cache)
+    if a is None:
+        return ""
+    cells = artefact_patches(artefact_grid(result, cache))
+    reg = register_share(result, cache, layer)
+    reg_text = "" if reg is None else f" · registers take {reg:.0%} of [CLS] attention at layer {layer}"
+    if not cells:
+        return "no artefact tokens" + reg_text
+    shown = ", ".join(f"({r}, {c})" for r, c in cells[:6]) + (" …" if len(cells) > 6 else "")
+    return f"{len(cells)} artefact token{'s' * (len(cells) > 1)} (norm > {a.ratio:g}× median): {shown}" + reg_text
 
-    def _levels(self) -> "ColourScale":
-        from vitviz.render.scales import scale_for
 
-        m = self.current_map()
-        o, v = self.options, self.view
-        exclude = None
-        if o.scale_excludes_artefacts:
-            g = self.artefact_grid()
-            if g is not None and g.any() and g.shape == m.shape:
-                exclude = g
-        kw = dict(signed=True if v.signed else None, log=o.log_scale and not v.signed, percentile=o.percentile,
-                  cmap=o.cmap)
-        if o.scale == "fixed":
-            return scale_for(m, mode="fixed", fixed=o.fixed_range, **kw)
-        stack = self.scale_stack()
-        if stack is not None:
-            ex = None if exclude is None else np.broadcast_to(exclude, stack.shape)
-            return scale_for(m, mode="shared", shared=stack, exclude=ex, **kw)
-        mode = "per_map" if o.scale == "per_map" else "robust"
-        return scale_for(m, mode=mode, exclude=exclude, **kw)
+def result_for(result: InferenceResult | None, cache: Cache, view: View, options: ViewOptions) -> Any:
+    """The result ``view`` computes from: ``result``, or, with "ignore artefact tokens", one whose attention has the
+    flagged patches' key columns removed and its rows renormalised (:func:`vitviz.analysis.exclude_tokens`)."""
+    if not view.ignores_artefacts(options):
+        return result
+    grid = artefact_grid(result, cache)
+    if grid is None or not grid.any():
+        return result
+    return cache.get_or(("excluding-artefacts",), lambda: result.excluding(grid.reshape(-1)))
 
-    def scale_stack(self) -> np.ndarray | None:
-        """The maps a shared scale spans: ``[n, gh, gw]`` over the layer slider's range ("layers") or over the
-        heads ("heads"); None when the mode is not shared or the view does not vary along that axis."""
-        o, v, r = self.options, self.view, self.result
-        if r is None:
-            return None
-        if o.scale == "layers" and v.slider is not None:
-            lo, hi = v.layer_range(r)
-            maps = [self.map_for(v, replace(o, **{v.slider: i})) for i in range(lo, hi + 1)]
-        elif o.scale == "heads" and "head" in v.reads:
-            maps = [self.map_for(v, replace(o, head=h)) for h in range(r.num_heads)]
-        else:
-            return None
-        maps = [m for m in maps if m is not None]
-        return np.stack(maps) if maps else None
 
-    def scale_text(self) -> str:
-        """The scale mode in words, for the colour bar's tooltip and captions."""
-        o = self.options
-        text = {"robust": f"robust ({o.percentile:g}th percentile)", "per_map": "min–max of this map",
-                "layers": "shared across layers", "heads": "shared across heads", "fixed": "fixed"}[o.scale]
-        if o.log_scale:
-            text += ", log"
-        if o.scale_excludes_artefacts and self.artefact_patches():
-            text += ", artefact tokens excluded"
-        return text
+# ----------------------------------------------------------------------------------------------- colour scale
+def levels(m: np.ndarray, view: View, options: ViewOptions, *, artefacts: np.ndarray | None = None,
+           stack: np.ndarray | None = None) -> ColourScale:
+    """The colour scale of the map ``m`` under the options' scale mode.
 
-    def colormap(self, scale: "ColourScale | None" = None) -> str:
-        """The colormap the map is drawn with: the user's, or a diverging one centred at 0 for signed quantities."""
-        scale = self.levels() if scale is None else scale
-        return scale.cmap if scale is not None else self.options.cmap
+    Args:
+        artefacts: bool ``[gh, gw]`` patches left out of the levels (the flagged ones when the options say so).
+        stack: the maps a shared scale spans (:func:`scale_stack`); None: ``m``'s own levels.
+    """
+    o, v = options, view
+    exclude = artefacts if artefacts is not None and artefacts.any() and artefacts.shape == m.shape else None
+    kw = dict(signed=True if v.signed else None, log=o.log_scale and not v.signed, percentile=o.percentile,
+              cmap=o.cmap)
+    if o.scale == "fixed":
+        return scale_for(m, mode="fixed", fixed=o.fixed_range, **kw)
+    if stack is not None:
+        ex = None if exclude is None else np.broadcast_to(exclude, stack.shape)
+        return scale_for(m, mode="shared", shared=stack, exclude=ex, **kw)
+    mode = "per_map" if o.scale == "per_map" else "robust"
+    return scale_for(m, mode=mode, exclude=exclude, **kw)
 
-    def quantity_text(self) -> str:
-        """The colour bar's label: the view's quantity and unit, e.g. ``"relevance (a.u.)"``."""
-        v = self.view
-        return f"{v.quantity} ({v.unit})" if v.unit else v.quantity
 
-    def reads_pool_row(self) -> bool:
-        """Whether the current view reads the attention-pooling head's row in place of [CLS] (SigLIP's "MAP" head:
-        the [CLS] view and the [CLS]-based views of a model that pools with attention)."""
-        from vitviz.views.base import pool_row
+def scale_stack(result: InferenceResult | None, view: View, options: ViewOptions,
+                map_for: Callable[[View, ViewOptions], np.ndarray | None]) -> np.ndarray | None:
+    """The maps a shared scale spans: ``[n, gh, gw]`` over the layer slider's range ("layers") or over the heads
+    ("heads"), each ``map_for(view, options)``; None when the mode is not shared or the view does not vary along
+    that axis."""
+    o, v, r = options, view, result
+    if r is None:
+        return None
+    if o.scale == "layers" and v.slider is not None:
+        lo, hi = v.layer_range(r)
+        maps = [map_for(v, replace(o, **{v.slider: i})) for i in range(lo, hi + 1)]
+    elif o.scale == "heads" and "head" in v.reads:
+        maps = [map_for(v, replace(o, head=h)) for h in range(r.num_heads)]
+    else:
+        return None
+    maps = [m for m in maps if m is not None]
+    return np.stack(maps) if maps else None
 
-        r, v = self.result, self.view
-        return (r is not None and "query" not in v.reads and (v.needs_cls or v.key == "cls")
-                and pool_row(r) is not None)
 
-    def shows_query(self) -> bool:
-        """Whether the selected-patch box means something in the current view (it reads the query patch, or the
-        model has no [CLS] so the patch stands in for it, unless an attention-pooling head's row does)."""
-        r, v = self.result, self.view
-        return r is not None and ("query" in v.reads or (r.num_prefix_tokens == 0 and "head" in v.reads
-                                                         and not self.reads_pool_row()))
+def scale_text(options: ViewOptions, has_artefacts: bool) -> str:
+    """The scale mode in words, for the colour bar's tooltip and captions (``has_artefacts``: patches are
+    flagged)."""
+    o = options
+    text = {"robust": f"robust ({o.percentile:g}th percentile)", "per_map": "min–max of this map",
+            "layers": "shared across layers", "heads": "shared across heads", "fixed": "fixed"}[o.scale]
+    if o.log_scale:
+        text += ", log"
+    if o.scale_excludes_artefacts and has_artefacts:
+        text += ", artefact tokens excluded"
+    return text
 
-    # ------------------------------------------------------------------ mask
-    def mask(self) -> np.ndarray | None:
-        """bool ``[gh, gw]``: the patches holding the top ``mask_keep`` of the map's mass (None when off)."""
-        m = self.current_map()
-        keep = self.options.mask_keep
-        if m is None or keep <= 0:
-            return None
 
-        def make():
-            from vitviz import analysis as A
+def colormap(scale: ColourScale | None, options: ViewOptions) -> str:
+    """The colormap a map is drawn with: its scale's (the user's, or a diverging one centred at 0 for signed
+    quantities), else the options'."""
+    return scale.cmap if scale is not None else options.cmap
 
-            return np.asarray(A.top_mass_mask(m, keep=keep), dtype=bool)
 
-        return self._cache.get_or(("mask", keep) + self.view.cache_key(self.options), make)
+def quantity_text(view: View) -> str:
+    """The colour bar's label: the view's quantity and unit, e.g. ``"relevance (a.u.)"``."""
+    return f"{view.quantity} ({view.unit})" if view.unit else view.quantity
 
-    # ------------------------------------------------------------------ title
-    def title(self) -> str:
-        """What the canvas shows, e.g. ``"Relevance (Chefer et al.) · Egyptian cat · start layer 0 · mean of
-        heads"``, plus the mask when one is drawn."""
-        text = self.describe_view()
-        if self.options.mask_keep > 0:
-            text += f" · top {self.options.mask_keep:.0%} of mass"
-        return text
+
+def reads_pool_row(result: InferenceResult | None, view: View) -> bool:
+    """Whether ``view`` reads the attention-pooling head's row in place of [CLS] (SigLIP's "MAP" head: the [CLS]
+    view and the [CLS]-based views of a model that pools with attention)."""
+    r, v = result, view
+    return r is not None and "query" not in v.reads and (v.needs_cls or v.key == "cls") and pool_row(r) is not None
+
+
+def shows_query(result: InferenceResult | None, view: View) -> bool:
+    """Whether the selected-patch box means something in ``view`` (it reads the query patch, or the model has no
+    [CLS] so the patch stands in for it, unless an attention-pooling head's row does)."""
+    r, v = result, view
+    return r is not None and ("query" in v.reads or (r.num_prefix_tokens == 0 and "head" in v.reads
+                                                     and not reads_pool_row(r, v)))
+
+
+# ----------------------------------------------------------------------------------------------- mask, title
+def mask(m: np.ndarray | None, view: View, options: ViewOptions, cache: Cache) -> np.ndarray | None:
+    """bool ``[gh, gw]``: the patches holding the top ``mask_keep`` of the map ``m``'s mass (None when off)."""
+    keep = options.mask_keep
+    if m is None or keep <= 0:
+        return None
+    return cache.get_or(("mask", keep) + view.cache_key(options),
+                        lambda: np.asarray(analysis.top_mass_mask(m, keep=keep), dtype=bool))
+
+
+def title(description: str, options: ViewOptions) -> str:
+    """What the canvas shows: the view's ``description`` (e.g. ``"Relevance (Chefer et al.) · Egyptian cat · start
+    layer 0 · mean of heads"``), plus the mask when one is drawn."""
+    if options.mask_keep > 0:
+        description += f" · top {options.mask_keep:.0%} of mass"
+    return description

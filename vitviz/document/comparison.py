@@ -8,14 +8,15 @@ No Qt. A :class:`CompareSpec` says what to compare (it is part of the saved sess
 
 :func:`needed_runs` lists the model runs a comparison needs beyond the window's own result (other images at their
 top class; the shown image for other targets); :func:`build_comparison` lays the panels out from the results as a
-:class:`Comparison`: one :class:`~vitviz.document.session.Session` per panel (the window's options with the panel's view,
-layer or result, so every map, colour scale, mask and caption is the window's own code), the colour scale of each
-panel, labels, title and caption. :func:`comparison_figure` turns it into a :class:`vitviz.render.figures.FigureSpec`
+:class:`Comparison`: one :class:`~vitviz.document.session.Session` per panel (the window's options with the panel's
+view, layer or result, so every map, colour scale, mask and caption is the window's own code), the colour scale of
+each panel, labels, title and caption. Each panel shows :func:`vitviz.document.panel.panel_of` of its session in its
+colour scale. :func:`comparison_figure` turns it into a :class:`vitviz.render.figures.FigureSpec`
 for PNG / SVG / PDF export; the Compare window (:mod:`vitviz.gui.compare_window`) draws the same comparison on screen.
 
 Shared scale: the panels that show the same view (a column of ``"views"``, every panel of ``"layers"`` and
-``"classes"``) get one colour scale from all their maps (:func:`vitviz.render.scales.scale_for` in mode ``"shared"`` with
-the window's percentile, artefact exclusion, log and diverging rules; a typed fixed range stays fixed). Per panel:
+``"classes"``) get one colour scale from all their maps (:func:`vitviz.render.scales.scale_for` in mode ``"shared"``
+with the window's percentile, artefact exclusion, log and diverging rules; a typed fixed range stays fixed). Per panel:
 each panel's scale is what the window would use for it alone (its scale mode).
 """
 
@@ -29,12 +30,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitviz import views
-from vitviz.document.session import Session, ViewOptions
+from vitviz.document.panel import panel_of
+from vitviz.document.session import Session
+from vitviz.render.figures import FigureSpec, Panel, grid_shape
+from vitviz.render.scales import ColourScale, scale_for
+from vitviz.views.options import ViewOptions
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vitviz.render.figures import FigureSpec
     from vitviz.pipeline import InferenceResult
-    from vitviz.render.scales import ColourScale
 
 __all__ = ["LAYOUTS", "Cell", "CompareSpec", "Comparison", "build_comparison", "comparison_figure",
            "default_classes", "default_layers", "needed_runs"]
@@ -105,6 +108,11 @@ class Cell:
     def unavailable(self) -> str | None:
         """Why the panel has no map (None when it has one)."""
         return self.session.unavailable_reason()
+
+    def panel(self, *, on_image: bool = False) -> Panel:
+        """What this cell shows (:func:`vitviz.document.panel.panel_of` of its document, in its colour scale);
+        ``on_image``: with the map on the photo's pixels, for a figure."""
+        return panel_of(self.session, self.scale, on_image=on_image)
 
 
 @dataclass
@@ -187,16 +195,14 @@ def _options(o: ViewOptions) -> dict[str, Any]:
 def _cell_session(result: InferenceResult, options: ViewOptions, pool: dict | None) -> Session:
     """A document showing ``result`` with ``options``. The documents of one result share one map cache (its keys
     name the view and the options), kept in ``pool`` across builds."""
-    s = Session()
+    entry = None if pool is None else pool.get(id(result))
+    shared = entry[1] if entry is not None and entry[0] is result else None
+    s = Session(cache=shared)
     s.images = [result.source]
     s.result = result
-    if pool is not None:
-        entry = pool.get(id(result))
-        if entry is None or entry[0] is not result:
-            pool[id(result)] = (result, s._cache)
-        else:
-            s._cache = entry[1]
-    s.options = s._clamped(options)
+    if pool is not None and shared is None:
+        pool[id(result)] = (result, s.cache)
+    s.options = s.clamped(options)
     return s
 
 
@@ -287,8 +293,6 @@ def build_comparison(spec: CompareSpec, base: Session,
             cells.append(Cell(_cell_session(res, replace(o, view=v.key), pool), 0, 0, label))
         title = f"{v.title} per class"
     if spec.layout != "views":
-        from vitviz.render.figures import grid_shape
-
         nrows, ncols = grid_shape(len(cells), r.image_size)
         for i, c in enumerate(cells):
             c.row, c.col = divmod(i, ncols)
@@ -315,8 +319,6 @@ def _check_count(n: int) -> None:
 
 def _scales(cells: list[Cell], shared: bool, o: ViewOptions) -> str:
     """Give each cell its colour scale; returns the words for the caption."""
-    from vitviz.render.scales import scale_for
-
     groups: dict[str, list[Cell]] = {}
     for c in cells:
         if c.map is not None:
@@ -381,27 +383,24 @@ def _texts(spec: CompareSpec, cells: list[Cell], title: str, scale_note: str, ba
 
 # ----------------------------------------------------------------------------------------------- the figure
 def comparison_figure(comp: Comparison) -> FigureSpec:
-    """The comparison as a :class:`vitviz.render.figures.FigureSpec`: every panel in the window's colours (its scale, the
-    query-patch box where the view uses it, the mask), row and column labels (the panel labels in the ``"layers"``
+    """The comparison as a :class:`vitviz.render.figures.FigureSpec`: every panel in the window's colours (its scale,
+    the query-patch box where the view uses it, the mask), row and column labels (the panel labels in the ``"layers"``
     and ``"classes"`` layouts), one colour bar when all panels share a scale (else one under each panel), the title
     and the caption. The options' ``caption`` and ``colorbar`` switch those off."""
-    from vitviz.render.figures import FigureSpec, _view_panel
-
     o = comp.cells[0].session.options
     quantities = {c.session.quantity_text() for c in comp.cells if c.scale is not None}
     one_label = len(quantities) == 1
     panels = []
     for c in comp.cells:
-        s = c.session
         label = c.label
         if c.scale is None:
             label = f"{label + ': ' if label else ''}not available"
         # the window's own picture of this panel (map, query box, mask, artefact outlines), in the panel's scale
-        p = _view_panel(s, c.scale)
+        p = c.panel(on_image=True)
         # a column that shares one scale (images x views) gets one bar, under its last panel
         last = c.row == comp.nrows - 1 or not (comp.spec.layout == "views" and comp.spec.shared_scale)
         panels.append(replace(p, label=label, marker=p.marker if c.scale is not None else None,
-                              colorbar_label=None if one_label else s.quantity_text(), own_colorbar=last))
+                              colorbar_label=None if one_label else p.colorbar_label, own_colorbar=last))
     return FigureSpec(panels=tuple(panels), ncols=comp.ncols, title=comp.title if o.caption else None,
                       caption=comp.caption if o.caption else None, row_labels=comp.row_labels,
                       col_labels=comp.col_labels, colorbar=o.colorbar,

@@ -1,8 +1,9 @@
 """The document behind the desktop app: the opened images, the current result, and what the user is looking at.
 
 No Qt here. The GUI writes the user's intent into a :class:`Session` (view, layer, head, query patch, colormap ...)
-and asks it for numbers to draw: the current map ``[gh, gw]``, per-head thumbnails, plot data, hover read-outs and
-the exported picture. Everything is computed from the stored :class:`~vitviz.pipeline.InferenceResult` through the
+and asks it for numbers to draw: the current map ``[gh, gw]``, per-head thumbnails, plot data, hover read-outs, the
+colour scale, mask and title (:mod:`vitviz.document.appearance`); :mod:`vitviz.document.panel` assembles what a panel
+shows from it. Everything is computed from the stored :class:`~vitviz.pipeline.InferenceResult` through the
 registry of views (:mod:`vitviz.views`); changing what is looked at never re-runs the model. Derived maps are cached
 per result, keyed by the options each view reads.
 """
@@ -13,54 +14,22 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from vitviz import views
 from vitviz._util.arrays import to_numpy as _np
-from vitviz.document.appearance import Appearance
-from vitviz.views import HEAD_REDUCTIONS, View
+from vitviz.document import appearance
+from vitviz.views.base import View
+from vitviz.views.options import HEAD_REDUCTIONS, ViewOptions, checked
 
 if TYPE_CHECKING:  # pragma: no cover - torch is imported when the first result arrives, not at start-up
     import torch
 
+    from vitviz.analysis.artefacts import ArtefactTokens
     from vitviz.pipeline import InferenceResult
-
-HeadChoice = int | Literal["mean", "max", "min"]
-Interpolation = Literal["nearest", "bilinear"]
-ScaleMode = Literal["robust", "per_map", "layers", "heads", "fixed"]
-SCALE_MODES: tuple[str, ...] = ("robust", "per_map", "layers", "heads", "fixed")
-MaskStyle = Literal["contour", "dim"]
-
-
-@dataclass(frozen=True)
-class ViewOptions:
-    """What the user is looking at. Immutable; the session swaps it for a modified copy."""
-
-    view: str = "cls"
-    layer: int = 0
-    head: HeadChoice = "mean"
-    query: int = 0  # patch index in row-major order (0 .. gh*gw-1), prefix tokens not counted
-    head_fusion: Literal["mean", "max", "min"] = "mean"
-    discard_ratio: float = 0.0
-    start_layer: int = 0
-    cmap: str = "inferno"
-    opacity: float = 0.6
-    interpolation: Interpolation = "nearest"
-    colorbar: bool = True
-    caption: bool = True
-    # artefact tokens (high-norm patches, Darcet et al. 2023)
-    ignore_artefacts: bool = False  # drop their key columns from every attention layer (renormalised rows)
-    scale_excludes_artefacts: bool = True  # the colour scale is computed without them (they are still drawn)
-    # colour scale: see vitviz.render.scales.scale_for
-    scale: ScaleMode = "robust"
-    percentile: float = 99.5
-    log_scale: bool = False
-    fixed_range: tuple[float, float] | None = None
-    # "keep the top p of the mass" mask (DINO's visualisation); 0 = no mask
-    mask_keep: float = 0.0
-    mask_style: MaskStyle = "contour"
+    from vitviz.render.scales import ColourScale
 
 
 @dataclass(frozen=True)
@@ -93,19 +62,25 @@ class _LRU(OrderedDict):
             self.popitem(last=False)
 
 
-class Session(Appearance):
+class Session:
     """The app's document: the opened images, the current result and the view options.
 
     Qt-free; the GUI calls :meth:`set_options` and then asks for :meth:`current_map` etc. All maps are float32
     numpy arrays ``[gh, gw]`` over the patch grid, raw (not normalised).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cache: _LRU | None = None) -> None:
+        """``cache``: the map cache to use (documents showing one result may share one); default a new one."""
         self.images: list[str] = []
         self.index: int = -1
         self.result: InferenceResult | None = None
         self.options = ViewOptions()
-        self._cache = _LRU(512)
+        self._cache = _LRU(512) if cache is None else cache
+
+    @property
+    def cache(self) -> _LRU:
+        """The per-result cache of maps, colour scales and masks (emptied for each new result)."""
+        return self._cache
 
     # ------------------------------------------------------------------ images
     def add_images(self, paths: list[str]) -> int:
@@ -143,11 +118,11 @@ class Session(Appearance):
         self._cache.clear()
         if result.source in self.images:
             self.index = self.images.index(result.source)
-        self.options = self._clamped(self.options)
+        self.options = self.clamped(self.options)
 
     def set_options(self, **changes: Any) -> ViewOptions:
         """Change view options (unknown names raise); returns the new, clamped options."""
-        self.options = self._clamped(replace(self.options, **changes))
+        self.options = self.clamped(replace(self.options, **changes))
         return self.options
 
     @property
@@ -181,38 +156,19 @@ class Session(Appearance):
         lo, hi = self.slider_range()
         return self.set_options(**{v.slider: min(max(int(value), lo), hi)})
 
-    def _clamped(self, o: ViewOptions) -> ViewOptions:
-        r = self.result
-        views.get(o.view)  # raises for an unknown view
-        if not (isinstance(o.head, int) or o.head in HEAD_REDUCTIONS):
-            raise ValueError(f"head must be an index or one of {HEAD_REDUCTIONS}, got {o.head!r}")
-        if o.scale not in SCALE_MODES:
-            raise ValueError(f"scale must be one of {SCALE_MODES}, got {o.scale!r}")
-        if o.mask_style not in ("contour", "dim"):
-            raise ValueError(f"mask_style must be 'contour' or 'dim', got {o.mask_style!r}")
+    def clamped(self, o: ViewOptions) -> ViewOptions:
+        """``o`` checked against the option table (:func:`vitviz.views.options.checked`: an unknown view or choice
+        raises ValueError naming the option, numbers are clamped to their range and to the shown model) and a fixed
+        colour scale's range checked."""
+        view = views.get(o.view)  # raises for an unknown view
+        o = checked(o, self.result, view)
         if o.scale == "fixed":
             from vitviz.render.scales import scale_for
 
             if o.fixed_range is None:
                 raise ValueError("a fixed colour scale needs a range (fixed_range=(lo, hi))")
             scale_for(np.zeros(1), mode="fixed", fixed=o.fixed_range, log=o.log_scale)  # ValueError: what is wrong
-        o = replace(o, percentile=float(min(max(o.percentile, 50.0), 100.0)),
-                    mask_keep=float(min(max(o.mask_keep, 0.0), 1.0)))
-        if r is None:
-            return o
-        lo, hi = self.layer_range(o.view)
-        head = o.head
-        if isinstance(head, int):
-            head = min(max(head, 0), r.num_heads - 1)
-        return replace(
-            o,
-            layer=min(max(int(o.layer), lo), hi),
-            head=head,
-            query=min(max(int(o.query), 0), r.num_patches - 1),
-            start_layer=min(max(int(o.start_layer), 0), r.num_layers - 1),
-            discard_ratio=float(min(max(o.discard_ratio, 0.0), 0.99)),
-            opacity=float(min(max(o.opacity, 0.0), 1.0)),
-        )
+        return o
 
     def query_token(self) -> int:
         """Token index of the selected query patch (prefix tokens counted)."""
@@ -424,24 +380,75 @@ class Session(Appearance):
         mode = "bilinear" if self.options.interpolation == "bilinear" else "nearest"
         return _np(map_to_image(torch.as_tensor(m), r.geometry, mode=mode))
 
-    def render_export(self, scale: str | int = "native") -> np.ndarray | None:
-        """The current view as the figure an export writes (:func:`vitviz.render.figures.view_figure`: the map in the
-        colours of the screen, with the title, colour bar and caption the options ask for), drawn at ``scale``
-        (default ``"native"``: the image at its own pixels; ``"print"``: long side >= 2048 px): uint8 ``[H', W', 3]``.
-        With neither caption nor colour bar it is the overlay at exactly the image's size. None without a map.
-        :func:`vitviz.render.figures.save` writes it as PNG / SVG / PDF."""
-        from vitviz.render import figures
+    # ------------------------------------------------------------------ appearance (vitviz.document.appearance)
+    def artefacts(self) -> ArtefactTokens | None:
+        """The high-norm patch tokens of the current result (:func:`vitviz.analysis.high_norm_tokens`, defaults)."""
+        return appearance.artefacts(self.result, self._cache)
 
-        spec = figures.view_figure(self)
-        return None if spec is None else figures.render(spec, scale).pixels
+    def artefact_grid(self) -> np.ndarray | None:
+        """bool ``[gh, gw]``: the flagged patches (None without a result)."""
+        return appearance.artefact_grid(self.result, self._cache)
 
-    def render_heads_grid(self, scale: str | int = "native", *, all_layers: bool = False) -> np.ndarray | None:
-        """Every head of the current layer (``all_layers``: every layer x head) on one shared colour scale, with a
-        title, tile labels and the colour bar (:func:`vitviz.render.figures.heads_figure`): uint8 ``[H', W', 3]``."""
-        from vitviz.render import figures
+    def artefact_patches(self) -> list[tuple[int, int]]:
+        """(row, col) of every flagged patch, row-major."""
+        return appearance.artefact_patches(self.artefact_grid())
 
-        spec = figures.heads_figure(self, all_layers=all_layers)
-        return None if spec is None else figures.render(spec, scale).pixels
+    def artefact_text(self) -> str:
+        """For the status bar: how many patches are flagged, where, and how far above the median norm."""
+        return appearance.artefact_text(self.result, self._cache, self.attention_layer())
+
+    def register_share(self) -> float | None:
+        """For a model with registers: the share of the [CLS] row's attention (mean of heads) that goes to the
+        register tokens at the attention layer shown; None without registers."""
+        return appearance.register_share(self.result, self._cache, self.attention_layer())
+
+    def result_for(self, view: View, options: ViewOptions) -> Any:
+        """The result ``view`` computes from (without the artefact tokens when the options ignore them)."""
+        return appearance.result_for(self.result, self._cache, view, options)
+
+    def levels(self) -> ColourScale | None:
+        """The colour scale of the current map under the options' scale mode (None without a map)."""
+        m = self.current_map()
+        if m is None:
+            return None
+        o = self.options
+        return self._cache.get_or(("levels", o), lambda: appearance.levels(  # the window asks twice per redraw
+            m, self.view, o, artefacts=self.artefact_grid() if o.scale_excludes_artefacts else None,
+            stack=self.scale_stack()))
+
+    def scale_stack(self) -> np.ndarray | None:
+        """The maps a shared scale spans: ``[n, gh, gw]`` over the layer slider's range ("layers") or over the
+        heads ("heads"); None when the mode is not shared or the view does not vary along that axis."""
+        return appearance.scale_stack(self.result, self.view, self.options, self.map_for)
+
+    def scale_text(self) -> str:
+        """The scale mode in words, for the colour bar's tooltip and captions."""
+        o = self.options
+        return appearance.scale_text(o, o.scale_excludes_artefacts and bool(self.artefact_patches()))
+
+    def colormap(self, scale: ColourScale | None = None) -> str:
+        """The colormap the map is drawn with: the user's, or a diverging one centred at 0 for signed quantities."""
+        return appearance.colormap(self.levels() if scale is None else scale, self.options)
+
+    def quantity_text(self) -> str:
+        """The colour bar's label: the view's quantity and unit, e.g. ``"relevance (a.u.)"``."""
+        return appearance.quantity_text(self.view)
+
+    def reads_pool_row(self) -> bool:
+        """Whether the current view reads the attention-pooling head's row in place of [CLS]."""
+        return appearance.reads_pool_row(self.result, self.view)
+
+    def shows_query(self) -> bool:
+        """Whether the selected-patch box means something in the current view."""
+        return appearance.shows_query(self.result, self.view)
+
+    def mask(self) -> np.ndarray | None:
+        """bool ``[gh, gw]``: the patches holding the top ``mask_keep`` of the map's mass (None when off)."""
+        return appearance.mask(self.current_map(), self.view, self.options, self._cache)
+
+    def title(self) -> str:
+        """What the canvas shows: the view's description, plus the mask when one is drawn."""
+        return appearance.title(self.describe_view(), self.options)
 
 
 def _rows(r: InferenceResult, attn: torch.Tensor, query: int) -> np.ndarray:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from vitviz.gui.main_window import MainWindow
 from vitviz.gui.settings import APPLICATION, ORGANIZATION
+from vitviz.model.sources.refs import parse_model_ref
 
 
 def dark_palette() -> QPalette:
@@ -54,10 +56,6 @@ def install_excepthook() -> None:
     previous = sys.excepthook
 
     def hook(exc_type, exc, tb):
-        import traceback
-
-        from PySide6.QtWidgets import QMessageBox
-
         text = "".join(traceback.format_exception(exc_type, exc, tb))
         previous(exc_type, exc, tb)
         if issubclass(exc_type, KeyboardInterrupt):
@@ -82,13 +80,11 @@ def run_gui(images: list[str], model: str | None = None, device: str | None = No
             model, else the bundled demo).
         device: torch device (default: the remembered one, else CPU).
         module: an already-built model to show instead (``vitviz --model file.py:Class``; see
-            :func:`vitviz.capture.foreign.load_user_model`); ``note`` is shown in the status bar.
+            :func:`vitviz.pipeline.open_adapted`); ``note`` is shown in the status bar.
 
     Returns:
         The exit code of the event loop.
     """
-    from vitviz.model.sources.refs import parse_model_ref
-
     ref = parse_model_ref(model) if model is not None else None  # raises before any window opens
     app = make_app()
     install_excepthook()

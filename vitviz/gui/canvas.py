@@ -15,7 +15,8 @@ from PySide6.QtCore import QPoint, QPointF, QRect, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPainterPath, QPen, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QLabel, QSizePolicy, QWidget
 
-from vitviz import imaging
+from vitviz.render import colormaps
+from vitviz.render.scales import ColourScale
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)
 
@@ -64,7 +65,7 @@ class ColorBar(QWidget):
         self.setToolTip("Colour scale of the current map")
 
     def set_colormap(self, name: str) -> None:
-        lut = np.ascontiguousarray(imaging.get_colormap(name)[::-1, :4])  # top = high
+        lut = np.ascontiguousarray(colormaps.get_colormap(name)[::-1, :4])  # top = high
         self._image = QImage(lut.data, 1, lut.shape[0], 4, QImage.Format.Format_RGBA8888).copy()
         self.update()
 
@@ -92,8 +93,6 @@ class ColorBar(QWidget):
         """``[(position 0..1 from the bottom, text)]`` of the tick labels drawn."""
         if self.levels is None:
             return []
-        from vitviz.render.scales import ColourScale
-
         scale = self.scale if self.scale is not None else ColourScale(*self.levels)
         pairs = scale.ticks(5)
         pos = scale.normalise(np.asarray([v for v, _ in pairs], dtype=np.float64))
@@ -186,7 +185,7 @@ class Canvas(pg.GraphicsLayoutWidget):
 
         self._cmap_name = ""
         self.colorbar = ColorBar()
-        self.set_colormap(imaging.DEFAULT_COLORMAP)
+        self.set_colormap(colormaps.DEFAULT_COLORMAP)
         # the photo only changes with the image: cache its rendering at device resolution (re-rendered on zoom)
         self.image_item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
@@ -234,8 +233,8 @@ class Canvas(pg.GraphicsLayoutWidget):
         """Show a map (float ``[h, w]``) stretched over the crop; ``None`` hides it.
 
         Args:
-            levels: a :class:`vitviz.render.scales.ColourScale` (its ``normalise`` maps values to the colormap: linear, log
-                or centred at 0), a ``(lo, hi)`` pair, or None for the map's own min-max.
+            levels: a :class:`vitviz.render.scales.ColourScale` (its ``normalise`` maps values to the colormap:
+                linear, log or centred at 0), a ``(lo, hi)`` pair, or None for the map's own min-max.
             label: the colour bar's quantity and unit.
         """
         self.overlay_values = values  # the raw map shown (the image item holds its colour-normalised copy)
@@ -324,7 +323,7 @@ class Canvas(pg.GraphicsLayoutWidget):
         if name == self._cmap_name:
             return
         self._cmap_name = name
-        self.overlay_item.setLookupTable(imaging.get_colormap(name))
+        self.overlay_item.setLookupTable(colormaps.get_colormap(name))
         self.colorbar.set_colormap(name)
 
     def set_opacity(self, opacity: float) -> None:

@@ -15,53 +15,32 @@ window's model (kind ``"compare"``, a batch at a time); results are kept until t
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from PIL import Image
 from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QAction, QColor
-from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
-    QGraphicsRectItem,
-    QGridLayout,
-    QHBoxLayout,
-    QLabel,
-    QMainWindow,
-    QMenu,
-    QPushButton,
-    QScrollArea,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QGraphicsRectItem, QGridLayout, QLabel, QMainWindow, QScrollArea, QVBoxLayout, QWidget
 
 from vitviz.document import comparison as cmp
-from vitviz import views
+from vitviz.document.session import Session
 from vitviz.gui.canvas import Canvas, outline
+from vitviz.gui.compare_bar import CompareBar, default_spec
+from vitviz.gui.controller import Controller
+from vitviz.gui.export_service import ExportService
 from vitviz.gui.mosaic import BACKGROUND, ScaleBar
-
-if TYPE_CHECKING:  # pragma: no cover
-    from vitviz.gui.main_window import MainWindow
+from vitviz.gui.worker import split_detail
+from vitviz.imaging import load_image
 
 KIND = "compare"  # the worker's job kind
 BATCH = 8  # images per forward when analysing other images or classes
 KEEP_RESULTS = 12  # results kept for comparisons (each holds every layer's attention: ~50 MB for a ViT-B)
 MIN_PANEL = (170, 130)  # px: smaller panels scroll
-DEFAULT_VIEWS = ("cls", "rollout", "grad_rollout", "relevance")
 HOVER_COLOR = QColor(255, 255, 255)
-
-
-def default_spec(win: MainWindow) -> cmp.CompareSpec:
-    """The first comparison: the main window's view beside three others, for up to four open images."""
-    s = win.session
-    keys = [v.key for v in views.all_views()]
-    chosen = [s.options.view] + [k for k in DEFAULT_VIEWS if k != s.options.view]
-    shown = s.result.source if s.result is not None else None
-    images = [shown] if shown else []
-    images += [p for p in s.images if p != shown][:3]
-    return cmp.CompareSpec(layout="views", views=tuple(k for k in chosen if k in keys)[:4], images=tuple(images))
 
 
 class ComparePanel(QWidget):
@@ -107,33 +86,32 @@ class ComparePanel(QWidget):
     def show_cell(self, cell: cmp.Cell, *, own_bar: bool) -> None:
         """Draw ``cell`` (its map in its colour scale, the query patch where its view uses it, the mask)."""
         self.cell = cell
-        s, o = cell.session, cell.session.options
-        r = s.result
+        p = cell.panel()  # what the panel shows, as the main canvas and the exported figure draw it
+        r = cell.session.result
         if self._photo_id != id(r):
             self._photo_id = id(r)
-            self.canvas.set_photo(r.rgb)
-            y0, x0, y1, x1 = s.crop_rect_yx()
-            self.canvas.set_crop(x0, y0, x1 - x0, y1 - y0)
-        self.canvas.set_opacity(o.opacity)
+            self.canvas.set_photo(p.photo)
+            self.canvas.set_crop(*p.crop)
+        self.canvas.set_opacity(p.opacity)
         text = cell.label or ""
-        if cell.scale is None:
-            why = cell.unavailable or "not available"
+        if p.scale is None:
+            why = p.unavailable or "not available"
             self.canvas.set_overlay(None)
             self.canvas.set_mask(None)
             self.label.setText(f"{text}: {why}" if text else why)
         else:
-            self.canvas.set_colormap(cell.scale.cmap)
-            self.canvas.set_overlay(s.display_map(), cell.scale, label=s.quantity_text())
-            self.canvas.set_mask(s.mask(), o.mask_style)
+            self.canvas.set_colormap(p.scale.cmap)
+            self.canvas.set_overlay(p.grid_values, p.scale, label=p.colorbar_label)
+            self.canvas.set_mask(p.mask, p.mask_style)
             self.label.setText(text)
         self.label.setVisible(bool(self.label.text()))
-        self.label.setToolTip(s.title())
+        self.label.setToolTip(p.title)
         # the selected patch where the view uses it (as on the main canvas); the hover outline links every panel
-        self.canvas.set_marker(s.patch_rect(o.query) if cell.scale is not None and s.shows_query() else None)
-        self.canvas.set_artefacts(s.artefact_patches(), r.grid)
-        self.scale_bar.setVisible(own_bar and cell.scale is not None)
-        if own_bar and cell.scale is not None:
-            self.scale_bar.set_scale(cell.scale, s.quantity_text())
+        self.canvas.set_marker(p.marker if p.scale is not None else None)
+        self.canvas.set_artefacts(list(p.outlined), p.grid)
+        self.scale_bar.setVisible(own_bar and p.scale is not None)
+        if own_bar and p.scale is not None:
+            self.scale_bar.set_scale(p.scale, p.colorbar_label)
 
     def set_hover(self, patch: tuple[int, int] | None) -> float | None:
         """Outline ``patch`` (row, col) of this panel's grid (None hides it); returns the map's value there."""
@@ -161,20 +139,35 @@ class ComparePanel(QWidget):
 
 
 class CompareWindow(QMainWindow):
-    """Images x views, one view over layers, or one view per class, linked to ``main`` (see the module docstring).
+    """Images x views, one view over layers, or one view per class, of the main window's document (see the module
+    docstring); the main window makes it and calls :meth:`refresh` whenever it redraws.
+
+    Args:
+        parent: the main window (the Qt parent only).
+        session: the main window's document (its image, options, images and result).
+        controller: the main window's model and worker (other images and classes run there).
+        exports: the export service both windows share; ``metadata(path, compare=spec)``: the session's state for
+            an exported grid's metadata.
+        show_error: the one place errors reach the user.
+        spec: what to compare first (default: :func:`default_spec`).
 
     Signals:
         drawn(): the grid was redrawn (tests wait for it).
+        querySelected(index): a patch clicked in a panel, as the query patch index of the main window's grid.
     """
 
     drawn = Signal()
+    querySelected = Signal(int)
 
-    def __init__(self, main: MainWindow, spec: cmp.CompareSpec | None = None):
-        super().__init__(main)
+    def __init__(self, parent: QWidget, *, session: Session, controller: Controller, exports: ExportService,
+                 show_error: Callable[..., None], metadata: Callable[..., dict[str, str] | None],
+                 spec: cmp.CompareSpec | None = None):
+        super().__init__(parent)
         self.setWindowFlag(Qt.WindowType.Window, True)
         self.setWindowTitle("Compare — vitviz")
-        self.main = main
-        self.spec = spec or default_spec(main)
+        self.session, self.controller, self.exports = session, controller, exports
+        self.show_error, self.metadata = show_error, metadata
+        self.spec = spec or default_spec(session)  # what the grid shows (self.bar shows it and edits a copy)
         self.results: dict[tuple[str, int | None], Any] = {}
         self._pool: dict = {}
         self._asked: set = set()  # runs submitted and not yet back
@@ -185,10 +178,9 @@ class CompareWindow(QMainWindow):
         self._grid_key = None
         self._hover: tuple[int, int] | None = None
         self._build()
-        main.viewRefreshed.connect(self.refresh)
-        main.controller.modelChanged.connect(self._on_model_changed)
-        main.controller.runner.done.connect(self._on_done)
-        main.controller.runner.failed.connect(self._on_failed)
+        controller.modelChanged.connect(self._on_model_changed)
+        controller.runner.done.connect(self._on_done)
+        controller.runner.failed.connect(self._on_failed)
         self.resize(1200, 760)
 
     # ------------------------------------------------------------------ construction
@@ -197,31 +189,8 @@ class CompareWindow(QMainWindow):
         outer = QVBoxLayout(central)
         outer.setContentsMargins(6, 6, 6, 6)
         outer.setSpacing(4)
-        bar = QHBoxLayout()
-        self.layout_combo = QComboBox()
-        for key in cmp.LAYOUTS:
-            self.layout_combo.addItem(cmp.LAYOUT_TITLES[key], key)
-        self.layout_combo.setToolTip("What the grid compares")
-        self.views_button = self._menu_button("Views", self._fill_views_menu)
-        self.images_button = self._menu_button("Images", self._fill_images_menu)
-        self.layers_button = self._menu_button("Layers", self._fill_layers_menu)
-        self.classes_button = self._menu_button("Classes", self._fill_classes_menu)
-        self.view_combo = QComboBox()
-        self.view_combo.addItem("the main window's view", "")
-        for v in views.all_views():
-            self.view_combo.addItem(v.title, v.key)
-        self.shared_check = QCheckBox("One colour scale per view")
-        self.shared_check.setToolTip("Panels that show the same view share one colour scale (robust percentile of "
-                                     "all their maps); off: each panel has its own")
-        self.export_button = QPushButton("Export…")
-        self.export_button.setToolTip("Export the grid as one figure (PNG, SVG or PDF) carrying the session")
-        bar.addWidget(QLabel("Compare:"))
-        for w in (self.layout_combo, self.views_button, self.images_button, self.view_combo, self.layers_button,
-                  self.classes_button, self.shared_check):
-            bar.addWidget(w)
-        bar.addStretch(1)
-        bar.addWidget(self.export_button)
-        outer.addLayout(bar)
+        self.bar = CompareBar(self.session, self.spec)
+        outer.addWidget(self.bar)
         self.title = QLabel("")
         self.title.setWordWrap(True)
         self.title.setStyleSheet("font-size: 14px; color: rgb(235, 235, 238);")
@@ -249,119 +218,16 @@ class CompareWindow(QMainWindow):
         self.caption.setStyleSheet("color: rgb(185, 185, 190); font-size: 11px;")
         outer.addWidget(self.caption)
         self.setCentralWidget(central)
-        self.layout_combo.currentIndexChanged.connect(lambda _: self._set(layout=self.layout_combo.currentData()))
-        self.view_combo.currentIndexChanged.connect(self._on_view_combo)
-        self.shared_check.toggled.connect(lambda b: self._set(shared_scale=bool(b)))
-        self.export_button.clicked.connect(self.export_dialog)
-        self._sync_controls()
-
-    def _menu_button(self, text: str, fill) -> QToolButton:
-        b = QToolButton()
-        b.setText(text)
-        b.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
-        menu = QMenu(b)
-        menu.aboutToShow.connect(lambda m=menu: fill(m))
-        b.setMenu(menu)
-        return b
-
-    def _check_action(self, menu: QMenu, text: str, checked: bool, toggled) -> QAction:
-        a = menu.addAction(text)
-        a.setCheckable(True)
-        a.setChecked(checked)
-        a.toggled.connect(toggled)
-        return a
-
-    def _fill_views_menu(self, menu: QMenu) -> None:
-        menu.clear()
-        for v in views.all_views():
-            self._check_action(menu, v.title, v.key in self.spec.views,
-                               lambda on, k=v.key: self._toggle("views", k, on))
-
-    def _fill_images_menu(self, menu: QMenu) -> None:
-        menu.clear()
-        for p in self.main.session.images:
-            a = self._check_action(menu, Path(p).name, p in self.spec.images,
-                                   lambda on, p=p: self._toggle("images", p, on))
-            a.setToolTip(p)
-
-    def _fill_layers_menu(self, menu: QMenu) -> None:
-        menu.clear()
-        r = self.main.session.result
-        if r is None:
-            return
-        v = self._layers_view()
-        if v.slider is None:
-            menu.addAction(f"{v.title} does not change with the layer").setEnabled(False)
-            return
-        lo, hi = (0, r.num_layers - 1) if v.slider == "start_layer" else v.layer_range(r)
-        chosen = self.spec.layers or cmp.default_layers(v, r)
-        for x in range(lo, hi + 1):
-            text = v.layer_text(x) if v.slider == "layer" else f"start layer {x}"
-            self._check_action(menu, text, x in chosen, lambda on, x=x, c=chosen: self._toggle("layers", x, on, c))
-
-    def _fill_classes_menu(self, menu: QMenu) -> None:
-        menu.clear()
-        r = self.main.session.result
-        if r is None or r.attention_grads is None:
-            menu.addAction("this model has no classifier").setEnabled(False)
-            return
-        chosen = self.spec.classes or cmp.default_classes(r)
-        offered = [i for i, _, _ in r.top_k(10)]
-        offered += [c for c in chosen if c not in offered]
-        probs = r.probabilities
-        for c in offered:
-            self._check_action(menu, f"{r.label(c)} ({float(probs[c]):.1%})", c in chosen,
-                               lambda on, c=c, ch=chosen: self._toggle("classes", c, on, ch))
-
-    def _layers_view(self) -> views.View:
-        return views.get(self.spec.views[0]) if self.spec.views and self.spec.layout != "views" \
-            else self.main.session.view
+        self.bar.changed.connect(self.set_spec)
+        self.bar.export_button.clicked.connect(self.export_dialog)
 
     # ------------------------------------------------------------------ the user's choices
     def set_spec(self, spec: cmp.CompareSpec) -> None:
         """Show ``spec`` (e.g. from an opened session)."""
         self.spec = spec
         self._failed.clear()
-        self._sync_controls()
+        self.bar.show_spec(spec)
         self.refresh()
-
-    def _set(self, **changes: Any) -> None:
-        if self.spec.layout != changes.get("layout", self.spec.layout):
-            # each layout reads views differently: keep the views only where they mean the same thing
-            changes.setdefault("views", () if changes["layout"] != "views" else default_spec(self.main).views)
-        self.set_spec(cmp.CompareSpec(**{**self.spec.__dict__, **changes}))
-
-    def _toggle(self, name: str, value: Any, on: bool, current: tuple | None = None) -> None:
-        have = list(current if current is not None and not getattr(self.spec, name) else getattr(self.spec, name))
-        if on and value not in have:
-            have.append(value)
-        elif not on and value in have:
-            have.remove(value)
-        if name == "layers":
-            have.sort()
-        self._set(**{name: tuple(have)})
-
-    def _on_view_combo(self) -> None:
-        key = self.view_combo.currentData()
-        if self.spec.layout != "views":
-            self._set(views=(key,) if key else ())
-
-    def _sync_controls(self) -> None:
-        s = self.spec
-        for w in (self.layout_combo, self.view_combo, self.shared_check):
-            w.blockSignals(True)
-        self.layout_combo.setCurrentIndex(cmp.LAYOUTS.index(s.layout))
-        self.shared_check.setChecked(s.shared_scale)
-        key = s.views[0] if s.views and s.layout != "views" else ""
-        self.view_combo.setCurrentIndex(max(0, self.view_combo.findData(key)))
-        for w in (self.layout_combo, self.view_combo, self.shared_check):
-            w.blockSignals(False)
-        views_layout = s.layout == "views"
-        self.views_button.setVisible(views_layout)
-        self.images_button.setVisible(views_layout)
-        self.view_combo.setVisible(not views_layout)
-        self.layers_button.setVisible(s.layout == "layers")
-        self.classes_button.setVisible(s.layout == "classes")
 
     # ------------------------------------------------------------------ results
     def _on_model_changed(self, _note: str = "") -> None:
@@ -374,21 +240,15 @@ class CompareWindow(QMainWindow):
 
     def _request(self, missing: list[tuple[str, int | None]]) -> None:
         """Analyse ``missing`` (image, target) runs on the worker with the main window's model."""
-        c = self.main.controller
+        c = self.controller
         pipeline = c.pipeline
-        base = self.main.session.result
+        base = self.session.result
         if pipeline is None or base is None:
             return
         self._asked = set(missing)
         base_rgb, base_src = base.rgb, base.source
 
         def work(job):
-            import os
-
-            from PIL import Image
-
-            from vitviz.imaging import load_image
-
             out, failed = {}, {}
             todo = []
             for src, t in missing:  # an unreadable image is named, the others are still compared
@@ -420,7 +280,7 @@ class CompareWindow(QMainWindow):
             return
         pipeline, out, failed = payload
         self._asked.clear()
-        if out is None or pipeline is not self.main.controller.pipeline:
+        if out is None or pipeline is not self.controller.pipeline:
             return  # cancelled, or another model since
         self._failed.update(failed)
         self.results.update(out)
@@ -432,8 +292,6 @@ class CompareWindow(QMainWindow):
     def _on_failed(self, kind: str, title: str, message: str, job) -> None:
         if kind != KIND:
             return
-        from vitviz.gui.worker import split_detail
-
         text, _ = split_detail(message)
         self._failed.update({k: text for k in self._asked})  # not asked again until the choice changes
         self._asked.clear()
@@ -449,7 +307,7 @@ class CompareWindow(QMainWindow):
         """Rebuild the comparison from the main window's document and draw it (runs what is missing first)."""
         if not self.isVisible():
             return
-        base = self.main.session
+        base = self.session
         if base.result is None:
             self._show_message("Open an image in the main window first.")
             return
@@ -571,7 +429,7 @@ class CompareWindow(QMainWindow):
         if rc is None:
             return
         gw = self.comparison.cells[index].session.result.grid[1]
-        self.main.set_query(rc[0] * gw + rc[1])  # the main window redraws, and this grid with it
+        self.querySelected.emit(rc[0] * gw + rc[1])  # the main window redraws, and this grid with it
 
     # ------------------------------------------------------------------ export
     def figure(self):
@@ -582,43 +440,22 @@ class CompareWindow(QMainWindow):
         """Write the grid as one figure to ``path`` (PNG / SVG / PDF by extension; PNG at ``scale``, default the
         main window's remembered export size) with the session, comparison included, in its metadata. Asks before
         replacing a file; errors are shown. Returns the file written, or None."""
-        from vitviz.render import figures
-        from vitviz.gui import export_service as exporting
-
-        w = self.main
         spec = self.figure()
         if spec is None:
-            w.show_error("Nothing to export", "The comparison has not been drawn yet.")
+            self.show_error("Nothing to export", "The comparison has not been drawn yet.")
             return None
         if not Path(path).suffix:
             path = str(path) + ".png"
-        scale = exporting._settings(w, "scale", "print") if scale is None else scale
-        meta = w.sessions.metadata(path, compare=self.spec)
-        out = exporting._write_asking(w, path, lambda ow: figures.save(spec, path, scale=scale, metadata=meta,
-                                                                       overwrite=ow))
-        if out is not None:
-            w.prefs.set_export_folder(str(Path(out).parent))
-            self.statusBar().showMessage(f"Exported {out} ({exporting._size_note(out)})", 8000)
-        return out
+        return self.exports.save_figure(spec, path, scale=scale, metadata=self.metadata(path, compare=self.spec),
+                                        status=self.statusBar().showMessage)
 
     def export_dialog(self):
-        from vitviz import imaging
-        from vitviz.gui import export_service as exporting
-
-        w = self.main
         if self.comparison is None:
-            w.show_error("Nothing to export", "The comparison has not been drawn yet.")
+            self.show_error("Nothing to export", "The comparison has not been drawn yet.")
             return None
-        r = w.session.result
-        name = f"{Path(r.source).stem}_compare_{self.spec.layout}.png"
-        suggested = str(imaging.next_free_path(Path(w.prefs.export_folder()) / name))
-        answer = w.dialogs.save_export("Export comparison", suggested, exporting.FIGURE_FILTERS,
-                                       exporting.FIGURE_SCALES, exporting._settings(w, "scale", "print"))
-        if not answer:
-            return None
-        path, scale = answer
-        w.settings.setValue("export_scale", scale)
-        return self.export(path, scale)
+        name = f"{Path(self.session.result.source).stem}_compare_{self.spec.layout}.png"
+        answer = self.exports.ask_figure("Export comparison", name)
+        return None if not answer else self.export(*answer)
 
     # ------------------------------------------------------------------ events
     def showEvent(self, event) -> None:

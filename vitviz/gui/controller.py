@@ -8,18 +8,20 @@ Widgets never touch these: they call the controller's methods and redraw from it
 from __future__ import annotations
 
 import hashlib
+import os
 import weakref
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from vitviz import imaging
 from vitviz.devices import available_devices, available_precisions, normalise_device, torch_loaded
 from vitviz.gui.worker import Job, TaskRunner, split_detail
 from vitviz.model.sources.refs import describe_ref
-
 
 EVALUATIONS_KEPT = 32  # faithfulness tables kept (a few KB each)
 EVALUATION_BATCH = 32  # at most this many perturbed images per forward in the window
@@ -82,6 +84,11 @@ class Controller(QObject):
     def model(self):
         return None if self.pipeline is None else self.pipeline.model
 
+    @property
+    def closing(self) -> bool:
+        """The window is closing: results and failures that still arrive are dropped."""
+        return self._closing
+
     def is_busy(self, kind: str | None = None) -> bool:
         return self.runner.is_busy(kind)
 
@@ -109,16 +116,10 @@ class Controller(QObject):
         device, precision = self.device, self.precision
 
         def work(job: Job):
-            from vitviz.model.sources.refs import open_model
             from vitviz.pipeline import Pipeline
 
-            model, note = open_model(ref, progress=job.report, show_bar=False)
-            dev, prec = device, precision
-            if dev not in available_devices():
-                note = "; ".join(filter(None, [note, f"device {dev} is not available here: using the CPU"]))
-                dev = "cpu"
-                prec = prec if prec in available_precisions(dev) else "auto"
-            return ref, Pipeline(model, device=dev, precision=prec), note
+            pipeline = Pipeline.open(ref, device=device, precision=precision, progress=job.report, show_bar=False)
+            return ref, pipeline, pipeline.note
 
         self.loading = ref
         self._yield_evaluation("another model was asked for")
@@ -179,8 +180,6 @@ class Controller(QObject):
         pil = self.memory_images.get(source) if pil is None else pil
 
         def work(job: Job):
-            from vitviz import imaging
-
             image = pil if pil is not None else imaging.load_image(source).image
             if job.cancelled:
                 return None, remember, generation, ""
@@ -193,10 +192,6 @@ class Controller(QObject):
 
     def rerun(self, result: Any, target: int | None = None) -> None:
         """The shown image again (e.g. for another target); in-memory images are re-run from their pixels."""
-        import os
-
-        from PIL import Image
-
         pil = None
         if not os.path.isfile(result.source):
             pil = Image.fromarray(np.ascontiguousarray(result.rgb), "RGB")

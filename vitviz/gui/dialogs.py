@@ -7,10 +7,23 @@ import os
 import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QProgressDialog, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QInputDialog,
+    QLabel,
+    QMessageBox,
+    QProgressDialog,
+    QWidget,
+)
+
+from vitviz.model.sources import catalog  # plain data: no torch at start-up
 
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.tif *.tiff *.webp *.gif);;All files (*)"
 CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pth *.pt *.bin *.npz *.ckpt);;All files (*)"
+SESSION_FILTER = "vitviz sessions (*.vitviz.json);;All files (*)"
+OPEN_FILTER = ("vitviz sessions and figures (*.vitviz.json *.json *.png *.svg *.pdf);;vitviz sessions "
+               "(*.vitviz.json);;Figures exported by vitviz (*.png *.svg *.pdf);;All files (*)")
 
 
 class Dialogs:
@@ -62,34 +75,20 @@ class Dialogs:
 
     def save_session(self, suggested: str) -> str | None:
         """Where to save a session (``.vitviz.json``), or None."""
-        from vitviz.gui.session_files import SESSION_FILTER
-
         f, _ = QFileDialog.getSaveFileName(self.parent, "Save session", suggested, SESSION_FILTER,
                                            options=QFileDialog.Option.DontConfirmOverwrite)
         return f or None
 
     def open_session(self, folder: str) -> str | None:
         """A session file or an exported figure to open, or None."""
-        from vitviz.gui.session_files import OPEN_FILTER
-
         f, _ = QFileDialog.getOpenFileName(self.parent, "Open session", folder, OPEN_FILTER)
         return f or None
-
-    def save_png(self, suggested: str) -> str | None:
-        f, _ = QFileDialog.getSaveFileName(self.parent, "Export PNG", suggested, "PNG image (*.png)",
-                                           options=QFileDialog.Option.DontConfirmOverwrite)
-        if not f:
-            return None
-        return f if f.lower().endswith(".png") else f + ".png"
-
 
     def save_export(self, title: str, suggested: str, filters: dict[str, str],
                     scales: tuple[tuple[str, str], ...], scale: str) -> tuple[str, str] | None:
         """Ask where to export and at what size: a save dialog whose file types are ``filters`` (extension ->
         filter text; the chosen type adds its extension when the name has none of them) with a "Size" choice among
         ``scales`` ((value, text) pairs; ``scale`` preselected). Returns ``(path, scale value)`` or None."""
-        from PySide6.QtWidgets import QComboBox, QLabel
-
         dlg = QFileDialog(self.parent, title, suggested)
         dlg.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
         dlg.setOption(QFileDialog.Option.DontUseNativeDialog, True)  # a native dialog takes no extra widget
@@ -135,8 +134,6 @@ def write_asking(dialogs: Dialogs, path: str, write) -> object:
 
 def confirm_download(dialogs: Dialogs, ref: str) -> bool:
     """Ask before downloading a named model that is not cached (True for anything else)."""
-    from vitviz.model.sources import catalog
-
     if ref.startswith("hub:"):
         repo = ref[4:]
         if catalog.hub_is_cached(repo):
@@ -147,7 +144,7 @@ def confirm_download(dialogs: Dialogs, ref: str) -> bool:
                                                   f"{catalog.hf_cache_dir()} and opens offline afterwards.")
     if not ref.startswith("pretrained:"):
         return True
-    from vitviz.model.sources.torch_hub import PRETRAINED, is_cached
+    from vitviz.model.sources.torch_hub import PRETRAINED, is_cached  # imports torch: only for a torchvision name
 
     name = ref.split(":", 1)[1]
     info = PRETRAINED.get(name)
@@ -201,8 +198,6 @@ class DownloadDialog:
         else:
             d.setRange(0, 0)
             amount = f"{done / 1e6:.1f} MB"
-        from vitviz.model.sources import catalog
-
         d.setLabelText(f"Downloading {name}\n{amount}\n\ninto {catalog.hf_cache_dir()}")
         if not d.isVisible():
             d.show()

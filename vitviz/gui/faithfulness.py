@@ -17,20 +17,35 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPixmap
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QIcon, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QFrame, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton, QScrollArea,
-    QSizePolicy, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+    QAbstractItemView,
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
 )
 
+from vitviz.evaluate import view_options
 from vitviz.gui.mosaic import BACKGROUND
+from vitviz.views.presets import FAITHFULNESS_VIEWS
 
 EXPLAIN = ("Patches are ranked by each map and removed (deletion: replaced by the baseline, most salient first) or "
            "revealed (insertion: starting from the baseline image) a whole patch at a time; each curve is the model's "
            "probability of the target class after each step, its area (AUC) the score. A faithful map makes the "
            "probability fall fast when deleting (low AUC) and rise fast when inserting (high AUC). Random rankings "
            "of the patches are the floor (Petsiuk et al. 2018).")
-VIEWS = ("cls_last", "rollout", "grad_rollout", "relevance")  # evaluate.DEFAULT_VIEWS (importing it imports torch)
+VIEWS = FAITHFULNESS_VIEWS  # = vitviz.evaluate.DEFAULT_VIEWS (importing vitviz.evaluate imports torch)
 SEEDS = 5  # random rankings per mode: a ViT-Ti/16 table is then ~350 forwards
 STEPS = 20
 BASELINES = ("mean", "blur")
@@ -67,8 +82,6 @@ def forwards_estimate(steps: int, views: int, seeds: int) -> int:
 def _swatch(rgb: tuple[int, int, int], dashed: bool = False) -> QIcon:
     pm = QPixmap(14, 14)
     pm.fill(QColor(0, 0, 0, 0))
-    from PySide6.QtGui import QPainter, QPen
-
     p = QPainter(pm)
     pen = QPen(QColor(*rgb), 3)
     if dashed:
@@ -452,8 +465,6 @@ class FaithfulnessPanel(QWidget):
         self.table.blockSignals(True)
         self.table.clearSelection()
         if s is not None and r is not None and self.shown is not None and self.shown_key == self.current_key:
-            from vitviz.evaluate import view_options
-
             o = s.options
             for i, k in enumerate(self._row_keys):
                 if k is None:
@@ -472,8 +483,6 @@ class FaithfulnessPanel(QWidget):
         key = self._row_keys[row]
         if key is None:
             return
-        from vitviz.evaluate import view_options
-
         view, changes = view_options(key, r.num_layers)
         self.viewRequested.emit(view, changes)
 
@@ -501,8 +510,6 @@ class FaithfulnessPanel(QWidget):
 
     def _legend_columns_for(self, width: int) -> int:
         """The most columns whose entries (filled row by row) fit ``width`` px."""
-        from PySide6.QtGui import QFont, QFontMetrics
-
         font = QFont(self.font())
         font.setPointSizeF(8.0)
         fm = QFontMetrics(font)

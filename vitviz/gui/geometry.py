@@ -15,11 +15,13 @@ platform, whose only screen is 800 x 800).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from PySide6.QtCore import QByteArray, QPoint, QRect, QSize, Qt
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QFrame, QMainWindow, QScrollArea, QStyle, QWidget
+from PySide6.QtWidgets import QDockWidget, QFrame, QMainWindow, QScrollArea, QStyle, QWidget
+
+Docks = Mapping[str, QDockWidget]  # the main window's docks by name: controls, predictions, heads, plots
 
 FRACTION = 0.9
 MAX_SIZE = QSize(1600, 1000)
@@ -71,12 +73,12 @@ def clamp_window(win: QWidget, available: QRect) -> bool:
     return True
 
 
-def make_scrollable(win: Any, names: tuple[str, ...] = ("controls",)) -> None:
+def make_scrollable(docks: Docks, names: tuple[str, ...] = ("controls",)) -> None:
     """Put the named docks' panels in vertical scroll areas (once), so that a short screen scrolls them instead of
-    pushing the window's minimum height past the screen. The panels stay ``win.controls`` etc.; only the dock's
-    direct child changes."""
+    pushing the window's minimum height past the screen. The panels stay the window's ``controls`` etc.; only the
+    dock's direct child changes."""
     for name in names:
-        dock = win._docks.get(name)
+        dock = docks.get(name)
         if dock is None or isinstance(dock.widget(), QScrollArea):
             continue
         panel = dock.widget()
@@ -100,9 +102,9 @@ def dock_widths(width: int, left_min: int, separator: int = 6) -> tuple[int, int
     return left, right
 
 
-def fit_docks(win: Any, size: QSize | None = None) -> None:
-    """Size the dock columns for the window's size (or ``size``, before the window is shown)."""
-    d = win._docks
+def fit_docks(win: QMainWindow, docks: Docks, size: QSize | None = None) -> None:
+    """Size the dock columns of ``win`` for its size (or ``size``, before the window is shown)."""
+    d = docks
     size = size or win.size()
     sep = win.style().pixelMetric(QStyle.PixelMetric.PM_DockWidgetSeparatorExtent, None, win)
     left_min = max(d["controls"].minimumSizeHint().width(), d["predictions"].minimumSizeHint().width())
@@ -115,17 +117,17 @@ def fit_docks(win: Any, size: QSize | None = None) -> None:
     win.resizeDocks([d["controls"], d["heads"]], [left, right], Qt.Orientation.Horizontal)
 
 
-def place_window(win: QMainWindow, geometry: QByteArray | None = None, state: QByteArray | None = None, *,
-                 available: QRect | None = None) -> None:
+def place_window(win: QMainWindow, docks: Docks, geometry: QByteArray | None = None,
+                 state: QByteArray | None = None, *, available: QRect | None = None) -> None:
     """Restore (and clamp) or size the window for its screen, then restore or fit the docks.
 
     Args:
-        win: the main window (with ``_docks`` from :func:`vitviz.gui.menus.build_layout`).
+        win: the main window; ``docks``: its docks by name (:func:`vitviz.gui.menus.add_docks`).
         geometry, state: ``saveGeometry()`` / ``saveState()`` remembered from the last run, or None.
         available: the available screen area (default: that of the window's screen).
     """
     avail = available if available is not None else available_geometry(win)
-    make_scrollable(win)
+    make_scrollable(docks)
     clamped = False
     if geometry is not None and win.restoreGeometry(geometry):
         clamped = clamp_window(win, avail)
@@ -134,11 +136,11 @@ def place_window(win: QMainWindow, geometry: QByteArray | None = None, state: QB
         win.resize(size)
         win.move(avail.center() - QPoint(size.width() // 2, size.height() // 2))
     if state is None or not win.restoreState(state) or clamped:
-        fit_docks(win)
+        fit_docks(win, docks)
 
 
-def fit_to(win: QMainWindow, available: QRect) -> None:
-    """Resize ``win`` to fill ``available`` (its frame included, when known) and fit its docks."""
+def fit_to(win: QMainWindow, docks: Docks, available: QRect) -> None:
+    """Resize ``win`` to fill ``available`` (its frame included, when known) and fit its ``docks``."""
     left, top, right, bottom = _frame_margins(win)
     win.setGeometry(available.adjusted(left, top, -right, -bottom))
-    fit_docks(win)
+    fit_docks(win, docks)

@@ -1,9 +1,9 @@
 """The heads dock: thumbnails of every head of the current layer, or the all-layers x all-heads grid.
 
-All tiles on screen share one colour scale (the robust range of every tile shown:
-:func:`vitviz.gui.mosaic.shared_scale`), shown by a small colour bar under them, so heads (and layers, in the grid)
-compare by eye. Tiles are never smaller than :data:`~vitviz.gui.mosaic.MIN_TILE` px: the grid scrolls instead, and
-keeps the current layer (outlined) in view.
+All tiles on screen share one colour scale (the robust range of every tile shown), shown by a small colour bar under
+them, so heads (and layers, in the grid) compare by eye: the :class:`~vitviz.document.panel.HeadsGrid` of
+:func:`~vitviz.document.panel.heads_of`, which the heads figure draws too. Tiles are never smaller than
+:data:`~vitviz.gui.mosaic.MIN_TILE` px: the grid scrolls instead, and keeps the current layer (outlined) in view.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import math
 from PySide6.QtCore import QPoint, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
-from vitviz.gui.mosaic import MIN_TILE, Mosaic, MosaicScroll, ScaleBar, colorize_shared, shared_scale, upscale
-
-QUANTITY = "attention weight"
+from vitviz.document.panel import HEADS_QUANTITY, heads_of
+from vitviz.gui.mosaic import MIN_TILE, Mosaic, MosaicScroll, ScaleBar, colorize_shared, upscale
 
 
 class HeadsPanel(QWidget):
@@ -78,7 +77,6 @@ class HeadsPanel(QWidget):
         o = session.options
         self._layer = max(0, min(session.attention_layer(), r.num_layers - 1))
         q = session.thumb_query()
-        qtext = "[CLS]" if q == 0 and r.num_prefix_tokens > 0 else f"patch {divmod(q - r.num_prefix_tokens, r.grid[1])}"
         key = (id(r), self.all_layers, session.reads_pool_row(), self._layer if not self.all_layers else None, q,
                o.cmap, o.percentile, o.scale_excludes_artefacts)
         if key != self._key or force:
@@ -86,31 +84,24 @@ class HeadsPanel(QWidget):
             self._marked = None
             gh, gw = r.grid
             factor = max(1, math.ceil(MIN_TILE / max(gh, gw)))  # whole screen pixels per patch at the least size
-            # as on the canvas: the robust percentile of the options, artefact patches left out of the levels
-            grid = session.artefact_grid() if o.scale_excludes_artefacts else None
-            exclude = grid if grid is not None and grid.any() else None
-            note = " (artefact tokens left out of it)" if exclude is not None else ""
+            # the heads figure's grid: the robust percentile of the options, artefact patches left out of the levels
+            g = heads_of(session, all_layers=self.all_layers)
+            note = " (artefact tokens left out of it)" if g.excludes_artefacts else ""
+            L, H = g.maps.shape[:2]
+            self.scale = g.scale
+            tiles = upscale(colorize_shared(g.tiles, self.scale), factor)
             if self.all_layers:
-                maps = session.all_head_maps()
-                L, H = maps.shape[:2]
-                self.scale = shared_scale(maps, o.cmap, percentile=o.percentile, exclude=exclude)
-                tiles = upscale(colorize_shared(maps.reshape(L * H, gh, gw), self.scale), factor)
                 self.mosaic.set_tiles(tiles, L, H, gap=max(2, (gh * factor) // 10))
                 self.mosaic.set_axes([str(i) for i in range(L)], [str(h) for h in range(H)], "layer", "head")
-                self.title.setText(f"All layers x heads · attention from {qtext}")
+                self.title.setText(f"All layers x heads · attention from {g.query}")
             else:
-                maps = session.head_maps(self._layer)
-                H = maps.shape[0]
                 cols = self._cols(H)
-                self.scale = shared_scale(maps, o.cmap, percentile=o.percentile, exclude=exclude)
-                tiles = upscale(colorize_shared(maps, self.scale), factor)
                 self.mosaic.set_tiles(tiles, int(math.ceil(H / cols)), cols, gap=max(2, (gh * factor) // 10),
                                       labels=[f"h{h}" for h in range(H)])
                 self.mosaic.set_axes(None, None)
                 self.title.setText("Pooling head's heads · attention from its query (no [CLS] token)"
-                                   if session.reads_pool_row() else
-                                   f"Layer {self._layer} heads · attention from {qtext}")
-            self.scale_bar.set_scale(self.scale, QUANTITY, note)
+                                   if g.pool_row else f"Layer {g.layer} heads · attention from {g.query}")
+            self.scale_bar.set_scale(self.scale, HEADS_QUANTITY, note)
         self._update_highlight(session)
 
     def _update_highlight(self, session) -> None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import pyqtgraph
+import PySide6
+from PySide6.QtCore import qVersion
+
 from vitviz import __version__, views
+from vitviz.devices import device_description
 
 
 def shortcut_rows() -> list[tuple[str, str]]:
@@ -35,12 +40,7 @@ def shortcuts_html() -> str:
 
 
 def about_html(model_title: str, device: str, precision: str) -> str:
-    import PySide6
-    import pyqtgraph
-    import torch
-    from PySide6.QtCore import qVersion
-
-    from vitviz.devices import device_description
+    import torch  # loaded with the first model (the window shows before it)
 
     return (f"<h3>vitviz {__version__}</h3><p>See what a Vision Transformer looks at.</p>"
             f"<table><tr><td>torch</td><td>{torch.__version__}</td></tr>"

@@ -3,6 +3,9 @@
 Thin by design: the document is :class:`vitviz.document.session.Session`, the model and its jobs are
 :class:`~vitviz.gui.controller.Controller`, the remembered settings :class:`~vitviz.gui.settings.Prefs`, the views
 come from :mod:`vitviz.views`, and every dialog goes through :class:`~vitviz.gui.dialogs.Dialogs` (tests replace it).
+The window creates its children and hands each helper only what it needs (the session, the controller, the dialogs,
+the settings, a status callback): the model choices (:mod:`vitviz.gui.model_choice`), the exports of both windows
+(:mod:`vitviz.gui.export_service`), session files (:mod:`vitviz.gui.session_files`) and the Compare window.
 Widgets write the user's intent here; the window passes it on and redraws from the session.
 """
 
@@ -11,24 +14,38 @@ from __future__ import annotations
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, QTimer, Signal
+from PySide6.QtCore import QSettings, QSignalBlocker, QTimer, Signal
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication, QMainWindow
 
+import vitviz
 from vitviz import imaging
-from vitviz.gui import export_service as exporting, help
+from vitviz.demo import sample_images
+from vitviz.document.panel import panel_of, render_view
+from vitviz.document.session import Session
+from vitviz.gui import help
+from vitviz.gui.actions import WindowActions
+from vitviz.gui.canvas import Canvas
+from vitviz.gui.compare_window import CompareWindow
 from vitviz.gui.controller import Controller
-from vitviz.gui.dialogs import Dialogs, DownloadDialog, confirm_download, mime_content, qimage_from_rgb
+from vitviz.gui.dialogs import Dialogs, mime_content, qimage_from_rgb
+from vitviz.gui.export_service import ExportService
 from vitviz.gui.geometry import place_window
-from vitviz.gui.menus import build_actions, build_layout, build_menus, build_toolbar, fill_recent_menu
+from vitviz.gui.heads import HeadsPanel
+from vitviz.gui.menus import LEFT, RIGHT, add_docks, build_menus, build_toolbar, canvas_area, fill_recent_menu
+from vitviz.gui.model_choice import ModelChoice
+from vitviz.gui.panels import ControlsPanel, PredictionsPanel
+from vitviz.gui.plots import PlotsPanel
 from vitviz.gui.session_files import Sessions, is_session_file
 from vitviz.gui.settings import Prefs, default_settings  # noqa: F401 - default_settings re-exported for callers
 from vitviz.gui.statusbar import StatusParts
+from vitviz.gui.toolbar import ModelBar
 from vitviz.gui.worker import describe_error
-from vitviz.document.session import Session
+from vitviz.model.sources import catalog  # plain data: no torch at start-up
 
 
 class MainWindow(QMainWindow):
@@ -59,31 +76,51 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.prefs = Prefs(settings)
         self.settings = self.prefs.qsettings
-        self.dialogs = dialogs or Dialogs(self)
+        self._dialogs = dialogs or Dialogs(self)
         self.session = Session()
         self.controller = Controller(self, device=device or self.prefs.device(), precision=self.prefs.precision())
         self._closing = False
         self._hover_xy: tuple[float, float] | None = None
-        # the bundled model named by the caller or picked by the user: photos do not switch away from it
-        self._demo_chosen = model_key == "demo"
-        self.download_dialog = DownloadDialog(self, self.cancel_model_load)
+        self._logged: set[str] = set()  # start-up log lines printed
 
         self.setWindowTitle("vitviz")
         self.setAcceptDrops(True)
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks)
-        build_layout(self)
-
+        # the window's children: the canvas in the centre, the panels in docks, the status bar's parts
+        self.canvas = Canvas()
+        self.setCentralWidget(canvas_area(self.canvas))
+        self.controls, self.heads = ControlsPanel(), HeadsPanel()
+        self.plots, self.predictions = PlotsPanel(), PredictionsPanel()
+        self.docks = add_docks(self, {"controls": ("Controls", self.controls, LEFT),
+                                      "predictions": ("Predictions", self.predictions, LEFT),
+                                      "heads": ("Heads", self.heads, RIGHT), "plots": ("Plots", self.plots, RIGHT)})
         self.status = StatusParts(self.statusBar())
         self.hover_label, self.busy_label, self.busy_bar = (self.status.hover_label, self.status.busy_label,
                                                             self.status.busy_bar)
         self.cancel_button, self.model_label = self.status.cancel_button, self.status.model_label
-        self.cancel_button.clicked.connect(self.cancel_model_load)
-        build_actions(self)
-        build_menus(self)
-        build_toolbar(self)
+        # the helpers, each with what it needs
+        say, error = self.statusBar().showMessage, self.show_error
+        self.sessions = Sessions(self, session=self.session, controller=self.controller, prefs=self.prefs,
+                                 dialogs=self._dialogs, show_error=error, status=say,
+                                 heads_all_layers=lambda: self.heads.all_layers, shown_comparison=self.shown_comparison)
+        self.exports = ExportService(self, self.session, self.prefs, self._dialogs, show_error=error, status=say,
+                                     metadata=lambda: self.export_metadata())  # (the hook, looked up at each export)
+        self.acts = WindowActions(self, {
+            "open": self.open_images_dialog, "paste": self.paste_image, "step_image": self.step_image,
+            "export": self.export_dialog, "copy": self.copy_view, "quit": self.close,
+            "open_session": self.sessions.open_dialog, "save_session": self.sessions.save_dialog,
+            "compare": self.show_compare, "step_layer": self.step_layer, "set_layer": self.set_layer,
+            "step_head": self.step_head, "fit": self.canvas.fit, "grid": self._toggle_grid, "view": self.set_view,
+            "shortcuts": self.show_shortcuts, "about": self.show_about,
+            "open_checkpoint": lambda folder: self.models.open_checkpoint_dialog(folder),
+            "open_by_name": lambda: self.models.open_by_name(), "model": lambda ref: self.models.choose(ref)})
+        self.menus = build_menus(self.menuBar(), self.acts, self.docks)
+        self.model_bar = ModelBar(self.menus.device, self.menus.precision)
+        build_toolbar(self.addToolBar("Main"), self.acts, self.model_bar)
+        self.models = ModelChoice(self, self.controller, self.prefs, self._dialogs, model_bar=self.model_bar,
+                                  actions=self.acts, status=say, show_error=error, demo_chosen=model_key == "demo")
         self._connect()
-        self.sessions = Sessions(self)  # File > Save / Open session (vitviz.gui.session_files)
-        self.compare_window = None  # File > Compare (vitviz.gui.compare_window), made when first asked for
+        self.compare_window: CompareWindow | None = None  # File > Compare, made when first asked for
         self._restore_settings()
 
         if model is not None:
@@ -114,6 +151,17 @@ class MainWindow(QMainWindow):
     def runner(self):
         return self.controller.runner
 
+    @property
+    def dialogs(self) -> Dialogs:
+        """Every dialog the window shows; another one assigned here (tests) is handed to the window's helpers."""
+        return self._dialogs
+
+    @dialogs.setter
+    def dialogs(self, dialogs: Dialogs) -> None:
+        self._dialogs = dialogs
+        for helper in (self.sessions, self.exports, self.models):
+            helper.dialogs = dialogs
+
     # ================================================================== construction
     def _connect(self) -> None:
         c = self.controls
@@ -128,7 +176,7 @@ class MainWindow(QMainWindow):
         c.export_colorbar.toggled.connect(lambda b: self._set(colorbar=b))
         c.export_caption.toggled.connect(lambda b: self._set(caption=b))
         self.heads.headSelected.connect(self._on_head_tile)
-        self.heads.grid_toggle.toggled.connect(self.act_grid.setChecked)
+        self.heads.grid_toggle.toggled.connect(self.acts.grid.setChecked)
         self.plots.layerHeadSelected.connect(self._on_head_tile)
         self.plots.patchSelected.connect(self.set_query)
         self.plots.faithfulness.attach(self.controller)
@@ -137,22 +185,23 @@ class MainWindow(QMainWindow):
         self.predictions.modelOffered.connect(self.choose_photo_model)
         self.canvas.hovered.connect(self._on_hover)
         self.canvas.clicked.connect(self._on_canvas_click)
-        self.model_bar.modelChosen.connect(self._on_model_chosen)
-        self.model_bar.deviceChosen.connect(self.controller.set_device)
-        self.model_bar.precisionChosen.connect(self.controller.set_precision)
+        self.cancel_button.clicked.connect(self.cancel_model_load)
+        self.menus.model.aboutToShow.connect(self.models.refresh_menu)
+        self.sessions.gridRestored.connect(self._restore_grid)
+        self.sessions.comparisonOpened.connect(self.show_compare)
         ctl = self.controller
         ctl.modelChanged.connect(self._on_model_changed)
         ctl.resultReady.connect(self._on_result)
         ctl.failed.connect(self._on_failed)
         ctl.busy.connect(self._set_busy)
-        ctl.progress.connect(self._on_progress)
+        ctl.progress.connect(self.status.set_progress)
 
     # ================================================================== settings
     def _restore_settings(self) -> None:
-        place_window(self, self.prefs.geometry(), self.prefs.window_state())  # sized and clamped to the screen
+        place_window(self, self.docks, self.prefs.geometry(), self.prefs.window_state())  # clamped to the screen
         self.session.set_options(**self.prefs.view_options())
         self.model_bar.fill_devices(self.device, self.precision)
-        self._fill_model_combo()
+        self.models.fill_bar()
         self._rebuild_recent_menu()
         self._refresh_all()
 
@@ -164,77 +213,23 @@ class MainWindow(QMainWindow):
         self.prefs.sync()
 
     def _rebuild_recent_menu(self) -> None:
-        fill_recent_menu(self.recent_menu, self.prefs.recent_files(), lambda p: self.open_images([p]),
+        fill_recent_menu(self.menus.recent, self.prefs.recent_files(), lambda p: self.open_images([p]),
                          lambda: (self.prefs.clear_recent_files(), self._rebuild_recent_menu()))
 
-    # ================================================================== models
+    # ================================================================== models (vitviz.gui.model_choice)
     def load_model(self, ref: str, *, initial: bool = False) -> None:
         """Load a model reference in the background (asks before a download unless named at start)."""
-        if not initial and ref == "demo":
-            self._demo_chosen = True
-        if not initial and not confirm_download(self.dialogs, ref):
-            self._fill_model_combo()
-            if self.model is None:  # first start without the remembered weights: use the demo model
-                self.load_model("demo", initial=True)
-            return
-        self.controller.load(ref)
-        self._fill_model_combo()
+        self.models.load(ref, initial=initial)
 
     def cancel_model_load(self) -> None:
-        self.download_dialog.close()
-        self.controller.cancel_load()
-        self._fill_model_combo()
-        self.statusBar().showMessage("Model loading cancelled", 4000)
-        if self.model is None:  # cancelled before any model was in use: the bundled one
-            self.load_model("demo", initial=True)
+        self.models.cancel()
 
     def choose_photo_model(self, ref: str) -> None:
-        """A button of the first-run offer: load ``ref`` (the button showed its size: no second question); once
-        loaded it is remembered as the model for photos (:meth:`_on_model_changed`)."""
-        if ref != self.model_key and ref != self.controller.loading:
-            self.load_model(ref, initial=True)
-
-    def _switch_for_photo(self, source: str) -> None:
-        """A photo opened with the bundled shapes model switches to the model for photos when one is cached
-        (:func:`vitviz.model.sources.catalog.photo_default`), unless the user chose the shapes model."""
-        from vitviz.model.sources import catalog
-        from vitviz.model.sources.refs import describe_ref
-
-        c = self.controller
-        if (c.loading or c.ref) != "demo" or self._demo_chosen or not catalog.is_photo(source):
-            return
-        ref = catalog.photo_default(self.prefs.photo_model())
-        if ref is not None:
-            self.statusBar().showMessage(f"Photos open with {describe_ref(ref)} (the bundled model only knows 8 "
-                                         "synthetic shapes); the Model menu changes it", 10000)
-            self.load_model(ref, initial=True)
-
-    def _update_offer(self) -> None:
-        """The first-run offer in the predictions panel: shown for a photo analysed by the bundled shapes model."""
-        from vitviz.model.sources import catalog
-
-        r = self.session.result
-        show = r is not None and self.model_key == "demo" and catalog.is_photo(r.source)
-        offers = catalog.photo_offers() if show else []
-        self.predictions.set_offer(offers, {m.ref for m in offers if catalog.ref_is_cached(m.ref)})
+        """A button of the first-run offer: load ``ref``; once loaded it is the model for photos."""
+        self.models.choose_photo_model(ref)
 
     def open_checkpoint(self, path: str) -> None:
-        self.prefs.remember_folder(path)
-        self.load_model(f"file:{path}")
-
-    def open_checkpoint_dialog(self, folder: bool = False) -> None:
-        ask = self.dialogs.open_checkpoint_folder if folder else self.dialogs.open_checkpoint_file
-        p = ask(self.prefs.last_folder())
-        if p:
-            self.open_checkpoint(p)
-        else:
-            self._fill_model_combo()
-
-    def _on_model_chosen(self, ref: str) -> None:
-        if ref in ("open-file", "open-folder"):
-            self.open_checkpoint_dialog(ref == "open-folder")
-        elif ref and ref != self.model_key:
-            self.load_model(ref)
+        self.models.open_checkpoint(path)
 
     def set_device(self, device: str) -> None:
         self.controller.set_device(device)
@@ -242,23 +237,15 @@ class MainWindow(QMainWindow):
     def set_precision(self, precision: str) -> None:
         self.controller.set_precision(precision)
 
-    def _fill_model_combo(self) -> None:
-        """The model bar names the model in use, or the one being loaded (never the previous one meanwhile)."""
-        from vitviz.model.sources.refs import describe_ref
-
-        c = self.controller
-        if c.loading:
-            self.model_bar.fill_models(c.loading, f"{describe_ref(c.loading)} (loading…)", self.prefs.recent_models())
-        else:
-            self.model_bar.fill_models(self.model_key, c.title(), self.prefs.recent_models())
+    def _update_offer(self) -> None:
+        """The first-run offer in the predictions panel: shown for a photo analysed by the bundled shapes model."""
+        r = self.session.result
+        show = r is not None and self.model_key == "demo" and catalog.is_photo(r.source)
+        offers = catalog.photo_offers() if show else []
+        self.predictions.set_offer(offers, {m.ref for m in offers if catalog.ref_is_cached(m.ref)})
 
     def _on_model_changed(self, note: str) -> None:
-        self.prefs.add_recent_model(self.model_key)
-        self.prefs.set_photo_model(self.model_key)  # the last named model used is the one photos open with
-        self.download_dialog.close()
         self._update_offer()
-        self._fill_model_combo()
-        self.model_bar.fill_devices(self.device, self.precision)
         self._update_model_label()
         if note:
             self.statusBar().showMessage(note, 15000)
@@ -275,7 +262,6 @@ class MainWindow(QMainWindow):
         if self.session.images:
             return
         try:
-            from vitviz.demo import sample_images
             samples = [str(p) for p in sample_images()]
         except Exception:  # noqa: BLE001 - no samples: an empty window is fine
             samples = []
@@ -325,7 +311,7 @@ class MainWindow(QMainWindow):
         return bool(files) or rgb is not None
 
     def _run(self, source: str, pil: Any = None, *, remember: bool = True) -> None:
-        self._switch_for_photo(source)
+        self.models.switch_for_photo(source)
         self.controller.run(source, pil, remember=remember)
 
     def set_target(self, class_index: int) -> None:
@@ -348,8 +334,6 @@ class MainWindow(QMainWindow):
             self._refresh_all(new_result=True)
             self._update_offer()
         except Exception as e:  # noqa: BLE001 - shown, never only printed
-            import traceback
-
             self.show_error("Could not show the result", describe_error(e, result.source), traceback.format_exc())
             return
         self._startup_log("first overlay")
@@ -358,30 +342,16 @@ class MainWindow(QMainWindow):
     def _on_failed(self, kind: str, title: str, message: str, detail: str, subject: str) -> None:
         if self._closing:
             return
-        if kind == "model":
-            self.download_dialog.close()
-            self._fill_model_combo()
-            self.model_bar.fill_devices(self.device, self.precision)
-        elif kind == "infer":
+        if kind == "infer":  # (a model that failed: vitviz.gui.model_choice)
             r = self.session.result
             if r is None or subject != r.source:
                 self.session.forget_image(subject)  # unreadable: keep it out of the image set
             self.predictions.refresh(self.session)
         self.show_error(title, message, detail)
 
-    def _on_progress(self, done: int, total: int) -> None:
-        self.status.set_progress(done, total)
-        loading = self.controller.loading
-        if loading:
-            from vitviz.model.sources.refs import describe_ref
-
-            self.download_dialog.update(describe_ref(loading), done, total)
-
     def _set_busy(self, text: str, cancellable: bool = False) -> None:
         c = self.controller
         self.status.set_busy(text, c.is_busy(), cancellable, c.is_busy("model"))
-        if not c.loading:
-            self.download_dialog.close()
 
     def show_error(self, title: str, message: str, detail: str = "") -> None:
         """The one place errors reach the user."""
@@ -430,7 +400,13 @@ class MainWindow(QMainWindow):
 
     def _toggle_grid(self) -> None:
         self.heads.grid_toggle.setChecked(not self.heads.grid_toggle.isChecked())
-        self._docks["heads"].show()
+        self.docks["heads"].show()
+
+    def _restore_grid(self, all_layers: bool) -> None:
+        """An opened session's heads grid toggle, set before its result is drawn (no redraw of its own)."""
+        with QSignalBlocker(self.heads.grid_toggle):
+            self.heads.grid_toggle.setChecked(all_layers)
+        self.acts.grid.setChecked(all_layers)
 
     def _on_canvas_click(self, x: float, y: float) -> None:
         rc = self.session.image_to_patch(x, y)
@@ -447,8 +423,6 @@ class MainWindow(QMainWindow):
         try:
             self._refresh_view()
         except Exception as e:  # noqa: BLE001
-            import traceback
-
             self.show_error("Could not draw the view", describe_error(e, self.session.caption()),
                             traceback.format_exc())
 
@@ -459,21 +433,20 @@ class MainWindow(QMainWindow):
         r = s.result
         v = s.view
         if r is not None:
-            m = s.current_map()
-            scale = s.levels() if m is not None else None
-            self.canvas.set_colormap(s.colormap(scale))
-            self.canvas.set_overlay(s.display_map(), scale, label=s.quantity_text(), tooltip=s.scale_text())
-            self.canvas.set_marker(s.patch_rect(o.query) if s.shows_query() else None)
-            self.canvas.set_artefacts(s.artefact_patches(), r.grid)
-            self.canvas.set_mask(s.mask(), o.mask_style)
-            self.canvas.set_title(s.title() if m is not None else f"{v.title}: not available")
+            p = panel_of(s)  # what the panel shows: the Compare window and the figure files draw the same
+            self.canvas.set_colormap(p.scale.cmap if p.scale is not None else o.cmap)
+            self.canvas.set_overlay(p.grid_values, p.scale, label=p.colorbar_label, tooltip=p.scale_text)
+            self.canvas.set_marker(p.marker)
+            self.canvas.set_artefacts(list(p.outlined), p.grid)
+            self.canvas.set_mask(p.mask, p.mask_style)
+            self.canvas.set_title(p.title)
             self.status.set_artefacts(s.artefact_text())
-            if m is None:
-                self.statusBar().showMessage(f"{v.title} is not available: {s.unavailable_reason()}", 8000)
+            if p.unavailable is not None:
+                self.statusBar().showMessage(f"{v.title} is not available: {p.unavailable}", 8000)
             if self._hover_xy is not None:  # the read-out follows the new map at once (not at the next move)
                 self._on_hover(*self._hover_xy)
         self.controls.refresh(s)
-        for key, a in self.view_actions.items():
+        for key, a in self.acts.views.items():
             a.setChecked(key == o.view)
         if r is not None:
             self.heads.refresh(s)
@@ -500,27 +473,28 @@ class MainWindow(QMainWindow):
         pos = f" ({self.session.index + 1}/{n})" if n > 1 and self.session.index >= 0 else ""
         self.setWindowTitle(f"{Path(r.source).name}{pos} — {self.session.describe_view()} — vitviz")
 
-    # ================================================================== export
+    # ================================================================== export (vitviz.gui.export_service)
     def export_view(self, path: str, scale: Any = None) -> Path | None:
         """Write the current view as a figure to ``path`` (PNG / SVG / PDF by extension; PNG at ``scale``, default
-        the remembered one, "print"); asks before replacing a file (:mod:`vitviz.gui.export_service`)."""
-        return exporting.export_figure(self, path, scale=scale)
+        the remembered one, "print"); asks before replacing a file."""
+        return self.exports.export_view(path, scale=scale)
 
     def export_heads(self, path: str, scale: Any = None) -> Path | None:
         """Write every head of the current layer (every layer x head when the heads panel shows all) to ``path``."""
-        return exporting.export_figure(self, path, heads=True, scale=scale)
+        return self.exports.export_view(path, heads=True, all_layers=self.heads.all_layers, scale=scale)
 
     def export_animation(self, path: str, scale: Any = None) -> Path | None:
         """Write the current view over every layer as GIF / APNG / MP4 (by extension) to ``path``."""
-        return exporting.export_animation(self, path, scale=scale)
+        return self.exports.export_animation(path, scale=scale)
 
     def export_dialog(self, heads: bool = False, animation: bool = False) -> None:
-        exporting.export_dialog(self, heads=heads, animation=animation)
+        self.exports.export_dialog(heads=heads, animation=animation, all_layers=self.heads.all_layers)
 
     def export_metadata(self) -> dict[str, str] | None:
         """Text entries written into every exported figure and animation (PNG text chunks, SVG and PDF metadata;
-        see :func:`vitviz.render.figures.save`); None: only the figure's title and caption. The session's state goes
-        here, e.g. ``{"vitviz.document.session": json.dumps(state)}``; :func:`vitviz.render.figures.read_metadata` reads it back."""
+        see :func:`vitviz.render.figures.save`); None: only the figure's title and caption. The session's state
+        goes here, e.g. ``{"vitviz.session": json.dumps(state)}``;
+        :func:`vitviz.render.figures.read_metadata` reads it back."""
         return self.sessions.metadata()
 
     # ================================================================== sessions and comparisons
@@ -536,18 +510,25 @@ class MainWindow(QMainWindow):
     def show_compare(self, spec: Any = None) -> Any:
         """Show the Compare window (:mod:`vitviz.gui.compare_window`), with ``spec`` (a
         :class:`vitviz.document.comparison.CompareSpec`) when given."""
-        from vitviz.gui.compare_window import CompareWindow
-
         if self.compare_window is None:
-            self.compare_window = CompareWindow(self, spec)
+            cw = CompareWindow(self, session=self.session, controller=self.controller, exports=self.exports,
+                               show_error=self.show_error, metadata=self.sessions.metadata, spec=spec)
+            self.viewRefreshed.connect(cw.refresh)
+            cw.querySelected.connect(self.set_query)  # a patch clicked there: the query patch here (and there)
+            self.compare_window = cw
         elif spec is not None:
             self.compare_window.set_spec(spec)
         self.compare_window.show()
         self.compare_window.raise_()
         return self.compare_window
 
+    def shown_comparison(self) -> Any:
+        """The Compare window's spec while it is shown (a session saved now keeps it), else None."""
+        cw = self.compare_window
+        return cw.spec if cw is not None and cw.isVisible() else None
+
     def copy_view(self) -> None:
-        arr = self.session.render_export()
+        arr = render_view(self.session)
         if arr is not None:
             QApplication.clipboard().setImage(qimage_from_rgb(arr))
             self.statusBar().showMessage(f"Copied the view ({arr.shape[1]}×{arr.shape[0]}) to the clipboard", 5000)
@@ -563,10 +544,8 @@ class MainWindow(QMainWindow):
     # ================================================================== events
     def _startup_log(self, what: str) -> None:
         """With ``VITVIZ_STARTUP_LOG=1``: print when the window is first shown / the first overlay is drawn."""
-        if os.environ.get("VITVIZ_STARTUP_LOG") and what not in getattr(self, "_logged", set()):
-            import vitviz
-
-            self._logged = getattr(self, "_logged", set()) | {what}
+        if os.environ.get("VITVIZ_STARTUP_LOG") and what not in self._logged:
+            self._logged.add(what)
             print(f"vitviz: {what} after {time.perf_counter() - vitviz._T0:.2f} s", file=sys.stderr, flush=True)
 
     def showEvent(self, event) -> None:

@@ -11,8 +11,8 @@ from PySide6.QtCore import QPoint, QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPen
 from PySide6.QtWidgets import QFrame, QGraphicsRectItem, QScrollArea, QSizePolicy, QWidget
 
-from vitviz import imaging
 from vitviz.gui.canvas import highlight_rect, outline
+from vitviz.render import colormaps
 from vitviz.render.scales import DEFAULT_PERCENTILE, format_ticks, nice_ticks, scale_for
 
 BACKGROUND = QColor(38, 38, 42)
@@ -119,8 +119,8 @@ class Mosaic(pg.GraphicsLayoutWidget):
         """Tick labels at the tile centres on the left (rows) and the top (columns); None hides that axis."""
         th, tw = self.tile
         extra = [0, 0]
-        for name, labels, title, step, size in (("left", row_labels, row_title, th, 0),
-                                                ("top", col_labels, col_title, tw, 1)):
+        for name, labels, title, step, _axis in (("left", row_labels, row_title, th, 0),
+                                                 ("top", col_labels, col_title, tw, 1)):
             if labels is None:
                 self.plot.hideAxis(name)
                 continue
@@ -206,10 +206,10 @@ class Mosaic(pg.GraphicsLayoutWidget):
 def colorize_tiles(maps: np.ndarray, cmap: str, *, per_tile: bool = True, vmin=None, vmax=None) -> np.ndarray:
     """``[T, h, w]`` floats -> ``uint8 [T, h, w, 4]`` RGBA, each tile normalised to its own range unless
     ``per_tile=False`` (then one range for all). NaN becomes transparent (the colour mapping is
-    :func:`vitviz.imaging.apply_colormap`'s)."""
+    :func:`vitviz.render.colormaps.apply_colormap`'s)."""
     m = np.asarray(maps, dtype=np.float32)
     if not (per_tile and vmin is None and vmax is None):
-        return imaging.apply_colormap(m, cmap, vmin, vmax)
+        return colormaps.apply_colormap(m, cmap, vmin, vmax)
     finite = np.isfinite(m)
     lo = np.where(finite, m, np.inf).reshape(len(m), -1).min(axis=1)
     hi = np.where(finite, m, -np.inf).reshape(len(m), -1).max(axis=1)
@@ -217,7 +217,7 @@ def colorize_tiles(maps: np.ndarray, cmap: str, *, per_tile: bool = True, vmin=N
     hi = np.where(np.isfinite(hi), hi, 1.0)[:, None, None]
     with np.errstate(invalid="ignore"):
         n = (m - lo) / np.where(hi > lo, hi - lo, 1.0)
-    return imaging.apply_colormap(n, cmap, 0.0, 1.0)
+    return colormaps.apply_colormap(n, cmap, 0.0, 1.0)
 
 
 def upscale(rgba: np.ndarray, factor: int) -> np.ndarray:
@@ -311,7 +311,7 @@ class ScaleBar(QWidget):
     def set_scale(self, scale, label: str = "", note: str = "") -> None:
         """Show ``scale`` (:class:`vitviz.render.scales.ColourScale`) named ``label``; ``note`` goes in the tooltip."""
         if scale is not None and (self.scale is None or scale.cmap != self.scale.cmap):
-            lut = np.ascontiguousarray(imaging.get_colormap(scale.cmap)[:, :4])
+            lut = np.ascontiguousarray(colormaps.get_colormap(scale.cmap)[:, :4])
             self._image = QImage(lut.data, lut.shape[0], 1, 4 * lut.shape[0], QImage.Format.Format_RGBA8888).copy()
         self.scale, self.label = scale, label
         tip = "" if scale is None else f"{label}: {scale.lo:.4g} .. {scale.hi:.4g}, one scale for every tile{note}"

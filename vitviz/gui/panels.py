@@ -34,10 +34,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from vitviz import imaging, views
+from vitviz import views
+from vitviz.demo import CLASSES
 from vitviz.gui.heads import HeadsPanel  # noqa: F401  (re-exported: it used to live here)
 from vitviz.gui.scale_panel import ScalePanel
-from vitviz.views import HEAD_REDUCTIONS
+from vitviz.render import colormaps
+from vitviz.views.options import HEAD_REDUCTIONS, option
 
 
 # ====================================================================== controls
@@ -104,10 +106,10 @@ class ControlsPanel(QWidget):
         ro = QGroupBox("Rollout")
         rf = QFormLayout(ro)
         self.fusion_combo = QComboBox()
-        self.fusion_combo.addItems(["mean", "max", "min"])
+        self.fusion_combo.addItems(list(option("head_fusion").choices))
         self.fusion_combo.setToolTip("How the heads of a layer are fused (attention rollout)")
         self.discard_spin = QDoubleSpinBox()
-        self.discard_spin.setRange(0.0, 0.99)
+        self.discard_spin.setRange(*option("discard_ratio").range)
         self.discard_spin.setSingleStep(0.05)
         self.discard_spin.setDecimals(2)
         self.discard_spin.setToolTip("Fraction of the lowest patch attentions discarded per row")
@@ -121,7 +123,7 @@ class ControlsPanel(QWidget):
         disp = QGroupBox("Display")
         df = QFormLayout(disp)
         self.cmap_combo = QComboBox()
-        self.cmap_combo.addItems(imaging.colormap_names())
+        self.cmap_combo.addItems(colormaps.colormap_names())
         self.cmap_combo.currentTextChanged.connect(self.colormapChanged.emit)
         self.opacity_slider = QSlider(Qt.Orientation.Horizontal)
         self.opacity_slider.setRange(0, 100)
@@ -133,8 +135,8 @@ class ControlsPanel(QWidget):
         orow.addWidget(self.opacity_slider, 1)
         orow.addWidget(self.opacity_label)
         self.interp_combo = QComboBox()
-        self.interp_combo.addItem("Patches (nearest)", "nearest")
-        self.interp_combo.addItem("Smooth (bilinear)", "bilinear")
+        for key, text in option("interpolation").labelled():
+            self.interp_combo.addItem(text, key)
         self.interp_combo.currentIndexChanged.connect(
             lambda i: self.interpolationChanged.emit(self.interp_combo.itemData(i)))
         df.addRow("Colormap", self.cmap_combo)
@@ -286,13 +288,11 @@ class PredictionsPanel(QWidget):
         lay.addWidget(self.offer_box)
 
     def set_offer(self, offers, cached: set[str] | frozenset[str] = frozenset()) -> None:
-        """Show the first-run offer for ``offers`` (:class:`vitviz.model.sources.catalog.HubModel`; ``cached``: their references
-        that need no download), or hide it (None or empty)."""
+        """Show the first-run offer for ``offers`` (:class:`vitviz.model.sources.catalog.HubModel`; ``cached``: their
+        references that need no download), or hide it (None or empty)."""
         if not offers:
             self.offer_box.setVisible(False)
             return
-        from vitviz.demo import CLASSES
-
         self.offer_label.setText(
             f"<b>The bundled demo model only knows {len(CLASSES)} synthetic shapes</b> ({', '.join(CLASSES)}): "
             "for a photo its predictions and maps mean nothing. Models trained on real images (downloaded once):")

@@ -14,13 +14,28 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QRectF, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QFileDialog, QGraphicsItem, QHBoxLayout, QLabel, QTabWidget, QToolButton, QVBoxLayout, QWidget,
+    QFileDialog,
+    QGraphicsItem,
+    QHBoxLayout,
+    QLabel,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
 )
 
+from vitviz.batch.stats_files import read_stats_csv
 from vitviz.gui.canvas import highlight_rect
 from vitviz.gui.faithfulness import FaithfulnessPanel
 from vitviz.gui.mosaic import (
-    BACKGROUND, MIN_TILE, Mosaic, MosaicScroll, ScaleBar, colorize_shared, shared_scale, upscale,
+    BACKGROUND,
+    MIN_TILE,
+    Mosaic,
+    MosaicScroll,
+    ScaleBar,
+    colorize_shared,
+    shared_scale,
+    upscale,
 )
 
 FILTER_COMPONENTS = 28
@@ -329,8 +344,6 @@ class PlotsPanel(QTabWidget):
         """Draw the statistics of ``path`` (an ``attention_stats.csv`` of ``vitviz stats``) beside this image's
         points: each head's mean over the images as a hollow marker in the head's colour, the mean of the heads as
         a dashed line. A file that cannot be read is named in the plot's title; the plot is left as it was."""
-        from vitviz.batch.stats import read_stats_csv
-
         try:
             stats = read_stats_csv(path)
         except ValueError as e:

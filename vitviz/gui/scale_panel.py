@@ -20,13 +20,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-SCALE_CHOICES = (
-    ("robust", "Robust (percentile clip)"),
-    ("per_map", "This map's min–max"),
-    ("layers", "Shared across layers"),
-    ("heads", "Shared across heads"),
-    ("fixed", "Fixed range"),
-)
+from vitviz.views.options import option
+
+SCALE_CHOICES = option("scale").labelled()  # (mode, words) from the option table
 
 
 class ScalePanel(QWidget):
@@ -56,7 +52,7 @@ class ScalePanel(QWidget):
         self.mode_combo.activated.connect(lambda i: self._emit(scale=self.mode_combo.itemData(i)))
         f.addRow("Scale", self.mode_combo)
         self.percentile_spin = QDoubleSpinBox()
-        self.percentile_spin.setRange(50.0, 100.0)
+        self.percentile_spin.setRange(*option("percentile").range)
         self.percentile_spin.setDecimals(1)
         self.percentile_spin.setSingleStep(0.5)
         self.percentile_spin.setSuffix(" th")
@@ -108,8 +104,8 @@ class ScalePanel(QWidget):
         mrow.addWidget(self.mask_spin, 1)
         mf.addRow(mrow)
         self.mask_style = QComboBox()
-        self.mask_style.addItem("Outline", "contour")
-        self.mask_style.addItem("Dim the rest", "dim")
+        for key, text in option("mask_style").labelled():
+            self.mask_style.addItem(text, key)
         self.mask_style.activated.connect(lambda i: self._emit(mask_style=self.mask_style.itemData(i)))
         mf.addRow("Draw as", self.mask_style)
         lay.addWidget(mb)

@@ -11,21 +11,21 @@ the file and every problem, and the window stays as it was.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject, QTimer, Signal
 
+from vitviz import imaging
+from vitviz.devices import available_precisions
 from vitviz.document import state as st
-from vitviz.gui.dialogs import write_asking
-from vitviz.gui.worker import Job, describe_error
+from vitviz.document.session import Session
+from vitviz.gui.controller import Controller
+from vitviz.gui.dialogs import Dialogs, confirm_download, write_asking
+from vitviz.gui.settings import Prefs
+from vitviz.gui.worker import Job, describe_error, split_detail
 
-if TYPE_CHECKING:  # pragma: no cover
-    from vitviz.gui.main_window import MainWindow
-
-SESSION_FILTER = "vitviz sessions (*.vitviz.json);;All files (*)"
-OPEN_FILTER = ("vitviz sessions and figures (*.vitviz.json *.json *.png *.svg *.pdf);;vitviz sessions "
-               "(*.vitviz.json);;Figures exported by vitviz (*.png *.svg *.pdf);;All files (*)")
 KIND = "session"  # the worker's job kind
 
 
@@ -35,42 +35,61 @@ def is_session_file(path: str) -> bool:
 
 
 class Sessions(QObject):
-    """Saving and opening sessions for one window (``win.sessions``)."""
+    """Saving and opening sessions of one window's document.
 
-    def __init__(self, win: MainWindow):
-        super().__init__(win)
-        self.win = win
+    Args:
+        parent: the window (the Qt parent only).
+        session, controller, prefs, dialogs: the window's document, model and jobs, settings and dialogs.
+        show_error: the one place errors reach the user; ``status``: the status bar's ``showMessage``.
+        heads_all_layers: whether the heads panel shows every layer (saved with the session).
+        shown_comparison: the Compare window's spec while it is shown, else None (saved with the session).
+
+    Signals:
+        gridRestored(all_layers): an opened session's heads grid toggle, as its image arrives (before the redraw).
+        comparisonOpened(spec): an opened session carries a comparison (a
+            :class:`vitviz.document.comparison.CompareSpec`): show it.
+    """
+
+    gridRestored = Signal(bool)
+    comparisonOpened = Signal(object)
+
+    def __init__(self, parent: QObject, *, session: Session, controller: Controller, prefs: Prefs, dialogs: Dialogs,
+                 show_error: Callable[..., None], status: Callable[[str, int], None],
+                 heads_all_layers: Callable[[], bool], shown_comparison: Callable[[], Any]):
+        super().__init__(parent)
+        self.session, self.controller, self.prefs, self.dialogs = session, controller, prefs, dialogs
+        self.show_error, self.status = show_error, status
+        self.heads_all_layers, self.shown_comparison = heads_all_layers, shown_comparison
         self.pending: st.SessionState | None = None  # opened: waiting for its image's result
         self._opening: st.SessionState | None = None  # being checked on the worker
         self._notes: list[str] = []
-        win.controller.runner.done.connect(self._on_done)
-        win.controller.runner.failed.connect(self._on_failed)
-        win.controller.failed.connect(self._on_run_failed)
+        controller.runner.done.connect(self._on_done)
+        controller.runner.failed.connect(self._on_failed)
+        controller.failed.connect(self._on_run_failed)
 
     # ------------------------------------------------------------------ saving
     def current_state(self, *, compare: Any = None, hashes: bool = True) -> st.SessionState:
         """The window's state now (StateError when no image has been analysed)."""
-        w = self.win
+        c = self.controller
         if compare is None:
-            cw = getattr(w, "compare_window", None)
-            compare = cw.spec if cw is not None and cw.isVisible() else None
-        pipeline = w.controller.pipeline
+            compare = self.shown_comparison()
+        pipeline = c.pipeline
         spec = getattr(pipeline, "spec", None) if pipeline is not None else None
-        return st.capture_state(w.session, w.model_key, model_name=w.controller.title(),
-                                device=getattr(pipeline, "device", w.device),
-                                precision=getattr(pipeline, "precision", w.precision),  # "auto" resolved
+        return st.capture_state(self.session, c.ref, model_name=c.title(),
+                                device=getattr(pipeline, "device", c.device),
+                                precision=getattr(pipeline, "precision", c.precision),  # "auto" resolved
                                 preprocess=getattr(spec, "preprocess", None),
-                                heads_all_layers=w.heads.all_layers, compare=compare, hashes=hashes)
+                                heads_all_layers=self.heads_all_layers(), compare=compare, hashes=hashes)
 
     def why_not_reopenable(self) -> str | None:
         """Why a session saved now could not be opened again (None when it could)."""
-        w, r = self.win, self.win.session.result
+        r = self.session.result
         if r is None:
             return "Open an image first."
         if not Path(r.source).is_file():
             return (f"The shown image ({r.source}) was pasted or dropped as pixels and has no file, so a session "
                     f"could not open it again. Save it as an image file and open that first.")
-        if w.model_key == st.IN_MEMORY_MODEL:
+        if self.controller.ref == st.IN_MEMORY_MODEL:
             return ("The model was handed to vitviz by a script, not opened from a file or by name, so a session "
                     "could not open it again. Open the model from a file (Model menu) first.")
         return None
@@ -78,35 +97,31 @@ class Sessions(QObject):
     def save(self, path: str) -> Path | None:
         """Write the session to ``path`` (``.vitviz.json`` added when the name has no ``.json``); asks before
         replacing a file; errors are shown. Returns the file written, or None."""
-        w = self.win
         why = self.why_not_reopenable()
         if why:
-            w.show_error("Cannot save the session", why)
+            self.show_error("Cannot save the session", why)
             return None
         if not str(path).lower().endswith(".json"):
             path = str(path) + st.SUFFIX
         try:
             state = self.current_state()
-            out = write_asking(w.dialogs, path, lambda ow: st.save_state(state, path, overwrite=ow))
+            out = write_asking(self.dialogs, path, lambda ow: st.save_state(state, path, overwrite=ow))
         except Exception as e:  # noqa: BLE001 - ExportError, OSError, StateError: shown, the app goes on
-            w.show_error("Could not save the session", describe_error(e, str(path)))
+            self.show_error("Could not save the session", describe_error(e, str(path)))
             return None
         if out is not None:
-            w.prefs.set_export_folder(str(Path(out).parent))
-            w.statusBar().showMessage(f"Saved the session to {out}", 8000)
+            self.prefs.set_export_folder(str(Path(out).parent))
+            self.status(f"Saved the session to {out}", 8000)
         return out  # type: ignore[return-value]
 
     def save_dialog(self) -> Path | None:
-        w = self.win
         why = self.why_not_reopenable()
         if why:
-            w.show_error("Cannot save the session", why)
+            self.show_error("Cannot save the session", why)
             return None
-        r = w.session.result
-        from vitviz import imaging
-
-        suggested = imaging.next_free_path(Path(w.prefs.export_folder()) / (Path(r.source).stem + st.SUFFIX))
-        p = w.dialogs.save_session(str(suggested))
+        r = self.session.result
+        suggested = imaging.next_free_path(Path(self.prefs.export_folder()) / (Path(r.source).stem + st.SUFFIX))
+        p = self.dialogs.save_session(str(suggested))
         return self.save(p) if p else None
 
     def metadata(self, figure_path: str | None = None, *, compare: Any = None) -> dict[str, str] | None:
@@ -119,55 +134,44 @@ class Sessions(QObject):
 
     # ------------------------------------------------------------------ opening
     def open_dialog(self) -> None:
-        p = self.win.dialogs.open_session(self.win.prefs.last_folder())
+        p = self.dialogs.open_session(self.prefs.last_folder())
         if p:
             self.open(p)
 
     def open(self, path: str) -> bool:
         """Open a session file or an exported figure; False (and an error dialog) when it cannot be, with the
         window unchanged. The model and image are opened in the background."""
-        w = self.win
+        c = self.controller
         title = "Could not open the session"
         try:
             state = st.read_state(path)
-            state = st.locate(state, current_model=w.model_key if w.model is not None else None)
+            state = st.locate(state, current_model=c.ref if c.model is not None else None)
         except st.StateError as e:
-            w.show_error(title, str(e))
+            self.show_error(title, str(e))
             return False
-        from vitviz.devices import available_precisions
-        from vitviz.gui.dialogs import confirm_download
-
-        c = w.controller
         ref = state.model
         # the maps depend on the precision: the saved one where this device has it (then the model is opened
         # afresh at it, leaving the window's own untouched until everything succeeded)
         want = state.precision if state.precision in available_precisions(c.device) else None
-        new_model = (ref != w.model_key or c.pipeline is None
+        new_model = (ref != c.ref or c.pipeline is None
                      or (want is not None and want != getattr(c.pipeline, "precision", None)))
-        if new_model and not confirm_download(w.dialogs, ref):
-            w.statusBar().showMessage("Session not opened: its model was not downloaded", 8000)
+        if new_model and not confirm_download(self.dialogs, ref):
+            self.status("Session not opened: its model was not downloaded", 8000)
             return False
         current = c.pipeline
         device, precision = c.device, c.precision
 
         def work(job: Job):
-            from vitviz.devices import available_devices, available_precisions
             from vitviz.imaging import load_image
 
             note = None
             pipeline = current
             if new_model:
-                from vitviz.model.sources.refs import open_model
                 from vitviz.pipeline import Pipeline
 
-                model, note = open_model(ref, progress=job.report, show_bar=False)
-                note = "; ".join(filter(None, [note, st.with_preprocess(model, state)]))
-                dev, prec = device, want or precision
-                if dev not in available_devices():
-                    note = "; ".join(filter(None, [note, f"device {dev} is not available here: using the CPU"]))
-                    dev = "cpu"
-                    prec = prec if prec in available_precisions(dev) else "fp32"
-                pipeline = Pipeline(model, device=dev, precision=prec)
+                pipeline = Pipeline.open(ref, device=device, precision=want or precision, progress=job.report,
+                                         show_bar=False)
+                note = "; ".join(filter(None, [pipeline.note, st.with_preprocess(pipeline.model, state)]))
             load_image(state.image.path)  # readable (the window reads it again to run it)
             n = int(getattr(pipeline.model, "num_classes", 0) or 0)
             if state.target is not None and not 0 <= state.target < n:
@@ -183,11 +187,11 @@ class Sessions(QObject):
         return True
 
     def _on_done(self, kind: str, payload: Any, job: Job) -> None:
-        if kind != KIND or self.win._closing:
+        if kind != KIND or self.controller.closing:
             return
         state = self._opening
         pipeline, note, changed = payload
-        c = self.win.controller
+        c = self.controller
         notes = [note] if note else []
         if changed:
             notes.append(f"{Path(changed[0]).name} has changed since the session was saved: the maps may differ")
@@ -207,12 +211,10 @@ class Sessions(QObject):
         c.run(source, None, target=state.target, remember=False)
 
     def _on_failed(self, kind: str, title: str, message: str, job: Job) -> None:
-        if kind != KIND or self.win._closing:
+        if kind != KIND or self.controller.closing:
             return
-        from vitviz.gui.worker import split_detail
-
         text, detail = split_detail(message)
-        self.win.show_error(title, text, detail)
+        self.show_error(title, text, detail)
 
     def _on_run_failed(self, kind: str, title: str, message: str, detail: str, subject: str) -> None:
         if kind == "infer" and self.pending is not None and subject == self.pending.image.path:
@@ -228,21 +230,16 @@ class Sessions(QObject):
             self.pending = None
             return
         self.pending = None
-        w = self.win
-        w.session.images = list(state.paths)
-        w.session.options = state.options
-        w.heads.grid_toggle.blockSignals(True)
-        w.heads.grid_toggle.setChecked(state.heads_all_layers)
-        w.heads.grid_toggle.blockSignals(False)
-        w.act_grid.setChecked(state.heads_all_layers)
+        self.session.images = list(state.paths)
+        self.session.options = state.options
+        self.gridRestored.emit(state.heads_all_layers)
         name = Path(state.origin).name if state.origin else "session"
         notes = "; ".join(self._notes)
         QTimer.singleShot(0, lambda: self._after(state, f"Opened {name}" + (f" ({notes})" if notes else "")))
 
     def _after(self, state: st.SessionState, message: str) -> None:
-        w = self.win
-        if w._closing:
+        if self.controller.closing:
             return
-        w.statusBar().showMessage(message, 15000)
+        self.status(message, 15000)
         if state.compare is not None:
-            w.show_compare(state.compare)
+            self.comparisonOpened.emit(state.compare)

@@ -1,7 +1,8 @@
 """Everything the window remembers between runs, in one place (``QSettings``, or the INI file ``$VITVIZ_SETTINGS``).
 
 Values read back are checked (a hand-edited or stale file never breaks the start): unknown views, colormaps or
-devices fall back to the defaults.
+devices fall back to the defaults. Which view options are remembered, under which key, and what is valid comes from
+the option table (:mod:`vitviz.views.options`: the rows with a ``setting`` key).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings
+
+from vitviz import views
+from vitviz.views.options import all_options, parse
 
 ORGANIZATION = "vitviz"
 APPLICATION = "vitviz"
@@ -55,32 +59,26 @@ class Prefs:
 
     # ------------------------------------------------------------------ view options
     def view_options(self) -> dict[str, Any]:
-        """The remembered display options, only those that are valid today."""
-        from vitviz import imaging, views
-
-        s = self.qsettings
+        """The remembered options (the rows of the option table with a ``setting`` key), only those that are valid
+        today (:func:`vitviz.views.options.parse`; a view must be registered)."""
         opts: dict[str, Any] = {}
-        cmap = str(s.value("colormap", imaging.DEFAULT_COLORMAP))
-        if cmap in imaging.COLORMAPS:
-            opts["cmap"] = cmap
-        try:
-            opts["opacity"] = float(s.value("opacity", 0.6))
-        except (TypeError, ValueError):
-            pass
-        interp = str(s.value("interpolation", "nearest"))
-        if interp in ("nearest", "bilinear"):
-            opts["interpolation"] = interp
-        view = str(s.value("view", "cls"))
-        if view in {v.key for v in views.all_views()}:
-            opts["view"] = view
+        for row in all_options():
+            if row.setting is None:
+                continue
+            try:
+                value = parse(row.name, self.qsettings.value(row.setting, row.default))
+                if row.kind == "view":
+                    views.get(value)
+            except (TypeError, ValueError):
+                continue
+            opts[row.name] = value
         return opts
 
     def save_view_options(self, options: Any) -> None:
-        s = self.qsettings
-        s.setValue("colormap", options.cmap)
-        s.setValue("opacity", float(options.opacity))
-        s.setValue("interpolation", options.interpolation)
-        s.setValue("view", options.view)
+        """Remember the options that have a ``setting`` key in the option table."""
+        for row in all_options():
+            if row.setting is not None:
+                self.qsettings.setValue(row.setting, getattr(options, row.name))
 
     # ------------------------------------------------------------------ model
     def model_ref(self) -> str:

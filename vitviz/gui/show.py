@@ -1,29 +1,31 @@
 """``vitviz.show(model, images)``: the window on a model that lives in memory (a script, IPython or a notebook).
 
-The model may be a :class:`vitviz.model.ViT` or any other ViT module (:class:`vitviz.capture.foreign.AdaptedModel` finds its
-attention). Qt is imported only when the window opens.
+The model may be a :class:`vitviz.model.ViT` or any other ViT module (:class:`vitviz.capture.foreign.AdaptedModel`
+finds its attention). Qt (and torch) are imported only when the window opens.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from PIL import Image
+
+from vitviz import imaging
+
 __all__ = ["show"]
 
-_OPEN: list[Any] = []  # windows opened without blocking: kept alive until they are closed
+# windows opened without blocking -> the event filter that forgets each when it closes (keeps both alive until then)
+_OPEN: dict[Any, Any] = {}
 
 
 def _as_images(images: Any) -> list[tuple[str, Any]]:
     """``[(name, PIL image or None for a file)]`` from paths, PIL images, uint8 arrays ``[H, W(, C)]`` or tensors
     ``[C, H, W]`` (floats in 0..1 or uint8)."""
-    import numpy as np
-    from PIL import Image
-
-    from vitviz import imaging
-
     if images is None:
         return []
     if isinstance(images, (str, os.PathLike, Image.Image, np.ndarray)) or hasattr(images, "detach"):
@@ -135,19 +137,15 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
     if items:
         win.open_images([name for name, _ in items], remember=False)
     if not block:
-        _OPEN.append(win)
-
         class _Forget(QObject):
             def eventFilter(self, obj, event):
                 if event.type() == QEvent.Type.Close and obj in _OPEN:
-                    _OPEN.remove(obj)
+                    del _OPEN[obj]
                 return False
 
-        win._vitviz_forget = _Forget(win)  # parented to the window: lives as long as it
-        win.installEventFilter(win._vitviz_forget)
+        _OPEN[win] = forget = _Forget(win)  # parented to the window: lives as long as it
+        win.installEventFilter(forget)
         return win
-
-    import signal
 
     install_excepthook()
     loop = QEventLoop()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QToolButton
 
+from vitviz.devices import precision_label
+
 
 class StatusParts:
     """Adds the hover label, the busy label/bar, the Cancel button and the model label to ``bar``."""
@@ -68,8 +70,6 @@ class StatusParts:
         cfg = getattr(model, "config", None)
         arch = f"L{cfg.depth} H{cfg.num_heads} P{cfg.patch_size}" if cfg is not None else ""
         size_text = f"{size[0]}×{size[1]}" if size else "?"
-        from vitviz.devices import precision_label
-
         self.model_label.setText(f"<b>{title}</b> · {size_text} · {arch} · {device} · "
                                  f"{precision_label(precision, device)}")
         self.model_label.setToolTip(spec.describe() if hasattr(spec, "describe") else title)

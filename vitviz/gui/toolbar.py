@@ -9,9 +9,10 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QActionGroup
-from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QWidget, QHBoxLayout
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QMenu, QWidget
 
 from vitviz.devices import available_devices, available_precisions, device_description, precision_label
+from vitviz.model.sources import catalog  # plain data: no torch at start-up
 
 
 class ModelBar(QWidget):
@@ -52,8 +53,6 @@ class ModelBar(QWidget):
         c.blockSignals(True)
         c.clear()
         c.addItem("Bundled demo model (shapes)", "demo")
-        from vitviz.model.sources import catalog  # plain data: no torch at start-up
-
         names = list(catalog.TORCHVISION_VITS)
         if names:
             c.insertSeparator(c.count())

@@ -1,4 +1,5 @@
-"""Long work off the GUI thread: one worker thread (a daemon Python thread), numbered requests, the newest request of a kind wins.
+"""Long work off the GUI thread: one worker thread (a daemon Python thread), numbered requests, the newest request of a
+kind wins.
 
 ``TaskRunner.submit(kind, fn, subject=...)`` queues ``fn(job)`` on the worker thread. A job that is superseded (a newer
 one of the same kind was submitted) is skipped if it has not started yet, asked to stop if it has (``job.cancelled``),
@@ -11,11 +12,11 @@ from __future__ import annotations
 import queue
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, Signal, Slot
-
 
 
 @dataclass(eq=False)
@@ -161,8 +162,7 @@ class TaskRunner(QObject):
         if self._closed:
             raise RuntimeError("the task runner has been shut down")
         self._next_id += 1
-        job = Job(kind=kind, id=self._next_id, fn=fn, subject=subject, title=title)
-        job._runner = self
+        job = Job(kind=kind, id=self._next_id, fn=fn, subject=subject, title=title, _runner=self)
         old = self._jobs.get(kind)
         if old is not None:
             old.cancel()

@@ -9,10 +9,10 @@ from vitviz._util.lazy import lazy_names
 
 _LAZY = {
     "ModelSpec": "spec", "create_model": "variants", "list_models": "variants",
-    "Attention": "vit", "Block": "vit", "PatchEmbed": "vit", "ViT": "vit", "ViTConfig": "vit",
+    "Attention": "layers", "Block": "layers", "PatchEmbed": "layers", "ViT": "vit", "ViTConfig": "vit",
     "CheckpointError": "checkpoints", "load_checkpoint": "checkpoints", "save_checkpoint": "checkpoints",
     "PRETRAINED": "sources.torch_hub", "DownloadCancelled": "sources.torch_hub", "PretrainedError": "sources.torch_hub",
-    "PretrainedInfo": "sources.torch_hub", "is_cached": "sources.torch_hub", "load_model": "sources.torch_hub",
+    "PretrainedInfo": "sources.torch_hub", "is_cached": "sources.torch_hub", "load_model": "sources.refs",
     "pretrained": "sources.torch_hub",
 }
 

@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vitviz.model.vit import ViTConfig
 from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, Preprocess
+from vitviz.model.vit import ViTConfig
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from vitviz.model.preprocess import Preprocess
 from vitviz.model.spec import ModelSpec, imagenet_preprocess, inception_preprocess
 from vitviz.model.vit import ViT
-from vitviz.model.preprocess import Preprocess
 
 # name -> (embed_dim, depth, num_heads)  (ViT paper Table 1, plus DeiT's tiny and small)
 SIZES: dict[str, tuple[int, int, int]] = {

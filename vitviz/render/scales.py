@@ -16,13 +16,15 @@ from typing import Any, Literal
 
 import numpy as np
 
+from vitviz.render.colormaps import DEFAULT_COLORMAP
+
 __all__ = ["ColourScale", "ScaleMode", "format_tick", "format_ticks", "nice_ticks", "scale_for"]
 
 ScaleMode = Literal["per_map", "robust", "shared", "fixed"]
 MODES: tuple[str, ...] = ("per_map", "robust", "shared", "fixed")
 DEFAULT_PERCENTILE = 99.5
-SEQUENTIAL_CMAP = "inferno"  # vitviz.imaging.DEFAULT_COLORMAP
-DIVERGING_CMAP = "coolwarm"  # in vitviz.imaging.COLORMAPS
+SEQUENTIAL_CMAP = DEFAULT_COLORMAP
+DIVERGING_CMAP = "coolwarm"  # in vitviz.render.colormaps.COLORMAPS
 SIGNED_FRACTION = 1e-3  # negative part non-negligible: min < -SIGNED_FRACTION * max|v|
 
 
@@ -37,7 +39,7 @@ class ColourScale:
         diverging: a signed quantity: use ``cmap`` (diverging), 0 at the centre.
         log: normalise ``log10(v)`` instead of ``v``.
         clipped_low, clipped_high: some (finite) displayed values lie below ``lo`` / above ``hi``.
-        cmap: the suggested colormap (a name of :data:`vitviz.imaging.COLORMAPS`).
+        cmap: the suggested colormap (a name of :data:`vitviz.render.colormaps.COLORMAPS`).
         percentile: the percentile of the robust rule (None for per-map and fixed levels).
     """
 

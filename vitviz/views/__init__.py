@@ -1,64 +1,31 @@
-"""The registry of views: what the canvas can show. No Qt here.
+"""The views: what the canvas can show, and the options of what the user looks at. No Qt here.
 
 A view is a small object (see :class:`View`) that declares its name, its keyboard shortcut, which options it reads
 (layer, head, query patch, rollout options, target), how to compute its map from an
 :class:`~vitviz.pipeline.InferenceResult`, its caption, the quantity and unit of its colour bar, and why it is
-unavailable for a model. The window builds its view list, shortcuts, enabled controls and export names from here;
-the session computes and caches maps through it.
+unavailable for a model. The window builds its view list, shortcuts, enabled controls and export names from the
+registry (:mod:`vitviz.views.view_registry`: :func:`register`, :func:`get`, :func:`all_views`); the session computes
+and caches maps through it.
 
-Adding a view: one module in this package that defines ``VIEW = MyView()``, and its name in ``_BUILTIN`` below (or
-``register(MyView())`` from anywhere, e.g. a test or a plug-in).
+:mod:`vitviz.views.options` holds :class:`ViewOptions` and the one table of every option (name, kind, default,
+choices or range) that the session's checks, the session file, the window's settings and the export command's flags
+come from; :mod:`vitviz.views.presets` the default view lists and presets such as last-layer [CLS].
+
+The names below are imported on first use (the presets and the option table without the view modules).
 """
 
 from __future__ import annotations
 
-import importlib
+from vitviz._util.lazy import lazy_names
 
-from vitviz.views.base import HEAD_REDUCTIONS, OPTION_NAMES, View, as_grid, head_text, patch_text
-
-__all__ = ["HEAD_REDUCTIONS", "OPTION_NAMES", "View", "all_views", "as_grid", "get", "head_text", "patch_text",
-           "register", "unregister"]
-
-_BUILTIN = ("cls", "query", "rollout", "grad_rollout", "relevance", "token_sim", "pos_sim", "token_norm")
-_REGISTRY: dict[str, View] = {}
-
-
-def register(view: View) -> View:
-    """Add ``view`` (replacing a view with the same key, keeping its place); returns it."""
-    if not isinstance(view, View):
-        raise TypeError(f"register() takes a vitviz.views.View, got {type(view).__name__}")
-    unknown = set(view.reads) - set(OPTION_NAMES)
-    if unknown:
-        raise ValueError(f"view {view.key!r} reads unknown options {sorted(unknown)}; valid: {OPTION_NAMES}")
-    _REGISTRY[view.key] = view
-    return view
-
-
-def unregister(key: str) -> None:
-    """Remove the view ``key`` (no error when absent)."""
-    _REGISTRY.pop(key, None)
-
-
-def all_views() -> tuple[View, ...]:
-    """Every registered view, in menu order."""
-    return tuple(_REGISTRY.values())
-
-
-def get(key: str) -> View:
-    """The view ``key``; ValueError naming the valid keys when there is none."""
-    try:
-        return _REGISTRY[key]
-    except KeyError:
-        raise ValueError(f"unknown view {key!r}; valid: {list(_REGISTRY)}") from None
-
-
-def shortcut(view: View) -> str | None:
-    """The view's own shortcut, else its position in the menu (1-9)."""
-    if view.shortcut:
-        return view.shortcut
-    i = list(_REGISTRY).index(view.key)
-    return str(i + 1) if i < 9 else None
-
-
-for _name in _BUILTIN:
-    register(importlib.import_module(f"vitviz.views.{_name}").VIEW)
+_NAMES = {
+    "View": "base", "as_grid": "base", "head_text": "base", "patch_text": "base",
+    "all_views": "view_registry", "get": "view_registry", "register": "view_registry", "shortcut": "view_registry",
+    "unregister": "view_registry",
+    "HEAD_REDUCTIONS": "options", "Option": "options", "ViewOptions": "options", "all_options": "options",
+    "option": "options", "readable_options": "options", "register_option": "options",
+    "unregister_option": "options",
+    "CLS_LAST": "presets", "FAITHFULNESS_VIEWS": "presets", "PRESETS": "presets", "STANDARD_VIEWS": "presets",
+}
+__all__ = sorted(_NAMES)
+__getattr__, __dir__ = lazy_names(__name__, _NAMES, globals())

@@ -7,14 +7,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitviz._util.arrays import to_numpy
+from vitviz.views.options import ViewOptions, readable_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.pipeline import InferenceResult
-    from vitviz.document.session import ViewOptions
-
-HEAD_REDUCTIONS: tuple[str, ...] = ("mean", "max", "min")
-# the options a view may read (fields of vitviz.document.session.ViewOptions, plus "target": the result's gradient target)
-OPTION_NAMES: tuple[str, ...] = ("layer", "head", "query", "head_fusion", "discard_ratio", "start_layer", "target")
 
 
 def as_grid(m: Any, grid: tuple[int, int]) -> np.ndarray:
@@ -62,7 +58,8 @@ class View:
     Attributes:
         key: identifier (settings, file names, ``Session.set_options(view=key)``).
         title: menu and caption text.
-        reads: the options the map depends on (see ``OPTION_NAMES``); the window enables only those controls.
+        reads: the options the map depends on (see :func:`vitviz.views.options.readable_options`); the window
+            enables only those controls.
         quantity, unit: what the colour bar shows.
         shortcut: a key sequence, or None for the view's position in the menu.
         needs_cls: the map follows the [CLS] row (undefined for models without one).
@@ -129,8 +126,8 @@ class View:
 
     def cache_key(self, options: "ViewOptions") -> tuple:
         """What the map depends on (the result aside)."""
-        return ((self.key,) + tuple(getattr(options, n) for n in OPTION_NAMES if n in self.reads and n != "target")
-                + (self.ignores_artefacts(options),))
+        read = tuple(getattr(options, n) for n in readable_options() if n in self.reads and n != "target")
+        return (self.key,) + read + (self.ignores_artefacts(options),)
 
     def caption_parts(self, result: "InferenceResult | None", options: "ViewOptions") -> list[str]:
         """The caption after the title, e.g. ``["tabby cat", "start layer 0", "mean of heads"]``: the target class,

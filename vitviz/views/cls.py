@@ -17,7 +17,7 @@ class ClsAttention(View):
         p, grid = result.num_prefix_tokens, result.grid
         row = pool_row(result)
         if row is not None:  # the pooling head's attention [H, N] over the last layer's output (every layer alike)
-            from vitviz.analysis.common import fuse_heads  # here: importing the views must not import torch
+            from vitviz.analysis.basics import fuse_heads  # here: importing the views must not import torch
 
             m = fuse_heads(row[:, p:].float(), options.head, dim=0).reshape(grid)
         elif p > 0:

@@ -14,10 +14,10 @@ import re
 import torch
 
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err, rename
+from vitviz.model.checkpoints.timm import architecture_options, timm_config
 from vitviz.model.checkpoints.timm import default_preprocess as timm_default_preprocess
-from vitviz.model.checkpoints.timm import timm_config, architecture_options
-from vitviz.model.vit import ViTConfig
 from vitviz.model.preprocess import Preprocess
+from vitviz.model.vit import ViTConfig
 
 NAME = "timm-beit"
 DESCRIPTION = "timm BEiT (blocks.0.gamma_1 / attn.q_bias / relative_position_bias_table)"

@@ -4,7 +4,6 @@ settings read from files, the memory estimate and architecture inference from te
 from __future__ import annotations
 
 import functools
-
 import math
 import os
 import re
@@ -14,9 +13,10 @@ from typing import Any, Literal
 
 import torch
 
+from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, Preprocess
 from vitviz.model.spec import imagenet_preprocess, inception_preprocess
 from vitviz.model.vit import ViTConfig
-from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, Preprocess
+from vitviz.resources import resources_dir
 
 PreprocessArg = Preprocess | Literal["imagenet", "inception"] | None
 
@@ -395,8 +395,6 @@ def imagenet_labels() -> tuple[str, ...] | None:
 
 @functools.lru_cache(maxsize=1)
 def _imagenet_labels() -> tuple[str, ...] | None:
-    from vitviz.demo import resources_dir
-
     try:
         lines = (resources_dir() / "labels" / "imagenet-1k.txt").read_text(encoding="utf-8").splitlines()
     except OSError:  # pragma: no cover - a broken install: fall back to torchvision's own list

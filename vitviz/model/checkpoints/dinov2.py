@@ -11,9 +11,9 @@ builds with ``interpolate_antialias=True, interpolate_offset=0``.
 from __future__ import annotations
 
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, rename
+from vitviz.model.preprocess import Preprocess
 from vitviz.model.spec import family_preprocess
 from vitviz.model.vit import ViTConfig
-from vitviz.model.preprocess import Preprocess
 
 NAME = "dinov2"
 DESCRIPTION = "DINOv2 original (mask_token + blocks.0.ls1.gamma)"

@@ -30,9 +30,9 @@ from vitviz.model.checkpoints.common import (
     want_size,
     want_str,
 )
+from vitviz.model.preprocess import INCEPTION_MEAN, INCEPTION_STD, Preprocess
 from vitviz.model.spec import family_preprocess
 from vitviz.model.vit import ViTConfig
-from vitviz.model.preprocess import INCEPTION_MEAN, INCEPTION_STD, Preprocess
 
 NAME = "hf"
 DESCRIPTION = "Hugging Face (embeddings.patch_embeddings.projection)"

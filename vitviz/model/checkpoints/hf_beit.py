@@ -14,8 +14,8 @@ import re
 
 from vitviz.model.checkpoints import hf
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err
-from vitviz.model.vit import ViTConfig
 from vitviz.model.preprocess import Preprocess
+from vitviz.model.vit import ViTConfig
 
 NAME = "hf-beit"
 DESCRIPTION = "Hugging Face BEiT / data2vec-vision (lambda_1 or relative_position_bias)"

@@ -14,8 +14,8 @@ import re
 
 from vitviz.model.checkpoints import hf
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint
-from vitviz.model.vit import ViTConfig
 from vitviz.model.preprocess import Preprocess
+from vitviz.model.vit import ViTConfig
 
 NAME = "hf-clip"
 DESCRIPTION = "Hugging Face CLIP ([vision_model.]embeddings.class_embedding)"

@@ -18,8 +18,8 @@ import torch
 
 from vitviz.model.checkpoints import hf
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err, want_bool
-from vitviz.model.vit import ViTConfig
 from vitviz.model.preprocess import Preprocess
+from vitviz.model.vit import ViTConfig
 
 NAME = "hf-dinov2"
 DESCRIPTION = "Hugging Face DINOv2 (embeddings.mask_token + layer_scale1)"

@@ -1,7 +1,7 @@
 """Hugging Face SigLIP image towers: ``SiglipVisionModel`` and the vision half of a ``SiglipModel``
 (``google/siglip-*``). No class token; the attention-pooling head (``head.probe``, ``head.attention`` as one
 ``in_proj``, ``head.layernorm``, ``head.mlp``) becomes the model's "MAP" pool
-(:class:`~vitviz.model.vit.AttentionPool`).
+(:class:`~vitviz.model.layers.AttentionPool`).
 ``hidden_act`` ``gelu_pytorch_tanh`` -> GELU (tanh). Position embeddings at other sizes: bicubic without antialiasing
 (transformers' ``interpolate_pos_encoding``). No Qt.
 """
@@ -13,8 +13,8 @@ import re
 from vitviz.model.checkpoints import hf
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err
 from vitviz.model.checkpoints.hf_clip import encoder_rules
-from vitviz.model.vit import ViTConfig
 from vitviz.model.preprocess import Preprocess
+from vitviz.model.vit import ViTConfig
 
 NAME = "hf-siglip"
 DESCRIPTION = "Hugging Face SigLIP (embeddings.patch_embedding, no class embedding)"

@@ -22,9 +22,10 @@ from vitviz.model.checkpoints.common import (
 )
 from vitviz.model.checkpoints.reading import read_raw
 from vitviz.model.checkpoints.registry import detect_format, format_module
-from vitviz.model.spec import ModelSpec
-from vitviz.model.vit import ViT, ViTConfig, _pair, resample_pos_embed, resize_rel_pos_table
+from vitviz.model.pos_embed import resample_pos_embed, resize_rel_pos_table
 from vitviz.model.preprocess import Preprocess
+from vitviz.model.spec import ModelSpec
+from vitviz.model.vit import ViT, ViTConfig, to_pair
 
 
 def load_checkpoint(
@@ -75,7 +76,7 @@ def load_checkpoint(
     ckpt_cfg = cfg
     changes: dict[str, Any] = {}
     if img_size is not None:
-        changes["img_size"] = _pair(img_size)
+        changes["img_size"] = to_pair(img_size)
     if num_classes is not None:
         changes["num_classes"] = int(num_classes)
     if changes:

@@ -28,9 +28,11 @@ from vitviz.model.checkpoints.common import (
     want_size,
     want_str,
 )
-from vitviz.model.spec import ModelSpec
-from vitviz.model.vit import ACT_LAYERS, MLP_LAYERS, POS_EMBED_INTERPS, REL_POS_BIASES, REL_POS_INTERPS, ViTConfig
+from vitviz.model.layers import ACT_LAYERS, MLP_LAYERS
+from vitviz.model.pos_embed import POS_EMBED_INTERPS, REL_POS_INTERPS
 from vitviz.model.preprocess import Interpolation, Preprocess
+from vitviz.model.spec import ModelSpec
+from vitviz.model.vit import REL_POS_BIASES, ViTConfig
 
 NAME = "native"
 DESCRIPTION = "native vitviz (safetensors metadata)"

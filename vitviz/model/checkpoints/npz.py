@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err, resolve_preprocess
-from vitviz.model.vit import ViTConfig
 from vitviz.model.preprocess import Preprocess
+from vitviz.model.vit import ViTConfig
 
 NAME = "npz"
 DESCRIPTION = "Google npz (embedding/kernel)"

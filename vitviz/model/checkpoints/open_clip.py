@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, rename, want_bool, want_object
+from vitviz.model.preprocess import Preprocess
 from vitviz.model.spec import family_preprocess
 from vitviz.model.vit import ViTConfig
-from vitviz.model.preprocess import Preprocess
 
 NAME = "open_clip"
 DESCRIPTION = "open_clip / OpenAI CLIP (visual.class_embedding)"

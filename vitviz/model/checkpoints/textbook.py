@@ -45,8 +45,8 @@ import re
 import torch
 
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err, names, rename
-from vitviz.model.vit import ViTConfig
 from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+from vitviz.model.vit import ViTConfig
 
 NAME = "textbook"
 DESCRIPTION = ("textbook ViTs (style B: patch_embedding.proj + attn.W_q; style C: patch_embedding.projection + "

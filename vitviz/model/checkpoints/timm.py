@@ -25,15 +25,16 @@ from vitviz.model.checkpoints.common import (
     err,
     rename,
     resolve_preprocess,
+    want_int,
     want_number,
     want_numbers,
-    want_int,
     want_object,
     want_str,
 )
-from vitviz.model.spec import family_preprocess, guess_family
-from vitviz.model.vit import ACT_LAYERS, ViTConfig
+from vitviz.model.layers import ACT_LAYERS
 from vitviz.model.preprocess import Preprocess
+from vitviz.model.spec import family_preprocess, guess_family
+from vitviz.model.vit import ViTConfig
 
 NAME = "timm"
 DESCRIPTION = "timm (patch_embed.proj.weight)"

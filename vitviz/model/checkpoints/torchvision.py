@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, rename
-from vitviz.model.vit import ViTConfig
 from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+from vitviz.model.vit import ViTConfig
 
 NAME = "torchvision"
 DESCRIPTION = "torchvision (conv_proj.weight)"

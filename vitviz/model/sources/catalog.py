@@ -1,18 +1,21 @@
 """The named pretrained weights as plain data, importable without torch (``vitviz models``, menus, start-up).
 
-:mod:`vitviz.model.sources.torch_hub` builds its registry from :data:`TORCHVISION_VITS`; a test checks every row against
-torchvision's own weight metadata (URL, size, parameters, accuracy, preprocessing), so the table cannot drift from the
-source. :data:`HUB_MODELS` is the curated list of Hugging Face Hub models (:mod:`vitviz.model.sources.hub` downloads them);
-a test checks each size against the tensors of timm's architecture. The caches are looked up without importing torch
-or huggingface_hub.
+:mod:`vitviz.model.sources.torch_hub` builds its registry from :data:`TORCHVISION_VITS`; a test checks every row
+against torchvision's own weight metadata (URL, size, parameters, accuracy, preprocessing), so the table cannot drift
+from the source. :data:`HUB_MODELS` is the curated list of Hugging Face Hub models (:mod:`vitviz.model.sources.hub`
+downloads them); a test checks each size against the tensors of timm's architecture. The caches are looked up without
+importing torch or huggingface_hub.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from vitviz.resources import DEMO_CLASSES, resources_dir
 
 # name -> torchvision architecture, weight enum member, URL, download MB, parameters, top-1 %, resize, crop,
 # interpolation. vit_h_14 has no IMAGENET1K_V1: its 224 px SWAG linear-probe weights keep the input size (and CPU
@@ -196,16 +199,10 @@ def is_photo(source: str | os.PathLike[str]) -> bool:
     (``NN_<shape>.png``, :func:`vitviz.demo.samples.sample_name`). Everything else is (any other file, pasted or
     dropped pixels): the bundled shapes model knows nothing about it, and the window says so.
     """
-    import re
-
-    from vitviz.demo.shapes import CLASSES
-
     name = Path(os.fspath(source)).name
-    if re.fullmatch(rf"\d\d_({'|'.join(CLASSES)})\.png", name):
+    if re.fullmatch(rf"\d\d_({'|'.join(DEMO_CLASSES)})\.png", name):
         return False
     try:
-        from vitviz.demo import resources_dir
-
         samples = (resources_dir() / "samples").resolve()
         return Path(os.fspath(source)).resolve().parent != samples
     except (OSError, ValueError):

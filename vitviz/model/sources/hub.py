@@ -1,12 +1,12 @@
 """Models by name from the Hugging Face Hub (timm and Hugging Face repositories), downloaded once. No Qt.
 
-Names (:func:`hub_repo`; :func:`vitviz.model.sources.refs.parse_model_ref` calls it, so the CLI and the window accept the
-same ones):
+Names (:func:`hub_repo`; :func:`vitviz.model.sources.refs.parse_model_ref` calls it, so the CLI and the window accept
+the same ones):
 
 ================================================  ==============================================================
 typed                                             repository
 ================================================  ==============================================================
-``dino-s8`` (a key of the curated list)           ``timm/vit_small_patch8_224.dino`` (:data:`vitviz.model.sources.catalog.HUB_MODELS`)
+``dino-s8`` (a key of the curated list)           ``timm/vit_small_patch8_224.dino`` (:data:`.catalog.HUB_MODELS`)
 ``timm/vit_small_patch14_reg4_dinov2.lvd142m``    itself (a timm model name with its pretrained tag)
 ``hf-hub:timm/...`` (timm's and open_clip's form)  the id after ``hf-hub:``
 ``facebook/dinov2-small``, ``openai/clip-...``    itself (a Hugging Face id)
@@ -47,7 +47,8 @@ from vitviz.model.sources.torch_hub import DownloadCancelled, PretrainedError, P
 
 PREFIXES = ("hf-hub:", "hf_hub:")
 # a Hub repository id: "<owner>/<name>", each part letters, digits, '-', '_', '.' (no '--' / '..' at the ends)
-_REPO_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?/[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?")
+_NAME_PART = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+_REPO_RE = re.compile(f"{_NAME_PART}/{_NAME_PART}")
 # names that look like a checkpoint file: "no such file" is the better message for them than "not on the Hub"
 _FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz", ".ckpt", ".json", ".pkl", ".h5", ".onnx")
 

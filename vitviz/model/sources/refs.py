@@ -20,6 +20,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from vitviz.model.sources import catalog
+from vitviz.resources import default_model_path
+
 PREFIXES = ("file:", "pretrained:", "hub:", "random:")
 
 
@@ -58,10 +61,8 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
         return f"file:{path.resolve()}"
     if text in PRETRAINED:
         return f"pretrained:{text}"
-    from vitviz.model.variants import list_models
-
-    from vitviz.model.sources import catalog
     from vitviz.model.sources.hub import hub_repo
+    from vitviz.model.variants import list_models
 
     if text in catalog.HUB_BY_KEY:
         return catalog.HUB_BY_KEY[text].ref
@@ -82,10 +83,40 @@ def describe_ref(ref: str) -> str:
     if ref == "demo":
         return "bundled demo model"
     if ref.startswith("hub:"):
-        from vitviz.model.sources.catalog import hub_title
-
-        return hub_title(ref[4:])
+        return catalog.hub_title(ref[4:])
     return ref.split(":", 1)[1] if ":" in ref else ref
+
+
+def load_demo_model(path: str | os.PathLike[str] | None = None):
+    """Load the demo model (eval mode) with its spec: labels = :data:`vitviz.resources.DEMO_CLASSES`, 112 px
+    preprocessing.
+
+    Raises:
+        FileNotFoundError: when the weights file is missing (naming the path).
+    """
+    from vitviz.model.checkpoints import load_checkpoint
+
+    p = Path(path) if path is not None else default_model_path()
+    if not p.is_file():
+        raise FileNotFoundError(f"demo model not found: {p} (retrain it with `python -m vitviz.demo.train`)")
+    model = load_checkpoint(p)
+    model.eval()
+    return model
+
+
+def load_model(source: str | os.PathLike[str], *, progress: Any = None, show_bar: bool = True, **kwargs: Any):
+    """Open what a user typed: a checkpoint file or directory, a torchvision name
+    (:data:`vitviz.model.sources.torch_hub.PRETRAINED`), ``demo``, or an architecture name (random weights). An
+    existing path always wins over a name. ``kwargs`` (``num_classes``, ``img_size``, ``num_heads``, ``preprocess``,
+    ``labels``) apply to files only.
+
+    The same parser serves the CLI, the window and ``--model`` (:func:`parse_model_ref`).
+
+    Raises:
+        CheckpointError: a path that is not a usable checkpoint, or neither a path nor a known name.
+        PretrainedError: a known name whose weights cannot be downloaded or read.
+    """
+    return open_model(parse_model_ref(source), progress=progress, show_bar=show_bar, **kwargs)[0]
 
 
 def open_model(ref: str, *, progress: Any = None, show_bar: bool = True, **load_kwargs: Any):
@@ -105,7 +136,6 @@ def open_model(ref: str, *, progress: Any = None, show_bar: bool = True, **load_
         raise ValueError(f"options {given} apply to checkpoint files, not to {describe_ref(ref)!r}")
     if ref == "demo":
         try:
-            from vitviz.demo import load_demo_model
             return load_demo_model(), None
         except (ImportError, FileNotFoundError) as e:
             from vitviz.model.variants import create_model

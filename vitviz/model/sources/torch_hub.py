@@ -73,9 +73,10 @@ class PretrainedInfo:
 
 
 def _build_registry() -> dict[str, PretrainedInfo]:
-    """From :data:`vitviz.model.sources.catalog.TORCHVISION_VITS` (no torchvision import at start-up; labels load on use)."""
-    from vitviz.model.sources.catalog import TORCHVISION_VITS, description
+    """From :data:`vitviz.model.sources.catalog.TORCHVISION_VITS` (no torchvision import at start-up; labels load
+    on use)."""
     from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD
+    from vitviz.model.sources.catalog import TORCHVISION_VITS, description
 
     return {name: PretrainedInfo(
         name=name, weights=member, url=url, size_mb=mb, num_params=params, img_size=crop,
@@ -220,20 +221,3 @@ def pretrained(name: str, *, progress: ProgressFn | None = None, show_bar: bool 
         raise PretrainedError(f"the cached weights of {name} are unreadable: {e}. Delete {path} to download them "
                               "again.") from None
     return model
-
-
-def load_model(source: str | os.PathLike[str], *, progress: ProgressFn | None = None, show_bar: bool = True,
-               **kwargs):
-    """Open what a user typed: a checkpoint file or directory, a :data:`PRETRAINED` name, ``demo``, or an
-    architecture name (random weights). An existing path always wins over a name. ``kwargs`` (``num_classes``,
-    ``img_size``, ``num_heads``, ``preprocess``, ``labels``) apply to files only.
-
-    The same parser serves the CLI, the window and ``--model``: :mod:`vitviz.model.sources.refs`.
-
-    Raises:
-        CheckpointError: a path that is not a usable checkpoint, or neither a path nor a known name.
-        PretrainedError: a known name whose weights cannot be downloaded or read.
-    """
-    from vitviz.model.sources.refs import open_model, parse_model_ref
-
-    return open_model(parse_model_ref(source), progress=progress, show_bar=show_bar, **kwargs)[0]

@@ -1,0 +1,162 @@
+"""The house keeps its shape: lint, the layer contracts, module sizes, no import circles, no private names across
+modules, unique module names, imports at the top. These run in the suite so that CI keeps them."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "vitviz"
+MAX_LINES = 600
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package's name for its ``__init__.py``)."""
+    out = {}
+    for f in sorted(PACKAGE.rglob("*.py")):
+        rel = f.relative_to(REPO).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(module: str) -> list[tuple[str, str, bool, int]]:
+    """``(target module, imported name or "", inside a function, line)`` for each name an internal import of
+    ``module`` brings in."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: list[tuple[str, str, bool, int]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.ImportFrom):
+                target = _resolve(module, child, path.name == "__init__.py")
+                if target == "vitviz" or target.startswith("vitviz."):
+                    for alias in child.names:
+                        sub = f"{target}.{alias.name}"
+                        out.append((sub, "", in_function, child.lineno) if sub in MODULES
+                                   else (target, alias.name, in_function, child.lineno))
+            elif isinstance(child, ast.Import):
+                out.extend((a.name, "", in_function, child.lineno) for a in child.names if a.name.startswith("vitviz"))
+            visit(child, inner)
+
+    visit(tree, False)
+    return out
+
+
+def _tool(name: str) -> list[str]:
+    exe = Path(sys.executable).with_name(name)
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed (it is in the test extras: pip install -e '.[test]')")
+    return [found]
+
+
+def test_ruff_passes_on_the_package_tests_and_benchmarks():
+    r = subprocess.run([*_tool("ruff"), "check", "--no-cache", "vitviz", "tests", "bench"], cwd=REPO,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_import_contracts_hold():
+    """The layers (gui | cli -> batch | evaluate -> document -> views -> pipeline -> capture | analysis | render ->
+    model -> imaging, devices, resources, _util) and Qt only in vitviz.gui, as pyproject.toml declares them."""
+    r = subprocess.run([*_tool("lint-imports"), "--no-cache"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
+
+
+def test_no_module_is_over_600_lines():
+    big = {str(p.relative_to(REPO)): n for p in MODULES.values()
+           if (n := p.read_text(encoding="utf-8").count("\n")) > MAX_LINES}
+    assert not big, f"modules over {MAX_LINES} lines (one job per module; split into a package): {big}"
+
+
+def test_no_two_modules_share_a_basename():
+    names = defaultdict(list)
+    for p in MODULES.values():
+        if p.name != "__init__.py":
+            names[p.name].append(str(p.relative_to(REPO)))
+    assert not {k: v for k, v in names.items() if len(v) > 1}
+
+
+def test_no_private_name_is_imported_from_another_module():
+    bad = [f"{m} imports {t}.{name}" for m in MODULES for t, name, _, _ in _imports(m)
+           if name.startswith("_") and not name.startswith("__") and t != m]
+    assert not bad, bad
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan): each is an import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return cycles
+
+
+def test_the_circle_finder_finds_circles():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_between_modules():
+    """Function-level imports count: a circle hidden in a function is still a circle. A package face that re-exports
+    its submodules is in a circle only when one of them imports the face back."""
+    graph = {m: {t for t, _, _, _ in _imports(m) if t in MODULES and t != m} for m in MODULES}
+    assert not _cycles(graph)
+
+
+def test_most_internal_imports_are_at_the_top_of_their_module():
+    """Imports inside functions hide the graph; they are for lazy package faces and heavy libraries only."""
+    statements = {(m, line): inner for m in MODULES for _, _, inner, line in _imports(m)}
+    inner = sum(statements.values())
+    assert inner <= len(statements) / 4, f"{inner} of {len(statements)} internal import statements sit in functions"

@@ -1,0 +1,217 @@
+"""What a panel shows, assembled once from a session: the window's canvas, the Compare window's panels and the figure
+files all draw the :class:`~vitviz.render.figures.Panel` of :func:`panel_of`; the heads dock and the heads figure
+both draw the :class:`HeadsGrid` of :func:`heads_of`. No Qt.
+
+The figures of a session (:func:`view_figure`, :func:`heads_figure`, :func:`layer_figures`) are
+:class:`~vitviz.render.figures.FigureSpec` s in the colours of the window (the same
+:class:`~vitviz.render.scales.ColourScale`, ticks, quantity and unit); :func:`render_view` and :func:`render_heads`
+draw them to pixels.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from vitviz.document.session import Session
+from vitviz.render import figures
+from vitviz.render.figures import FigureSpec, Panel, grid_shape
+from vitviz.render.scales import ColourScale, scale_for
+
+__all__ = ["HEADS_QUANTITY", "HeadsGrid", "heads_figure", "heads_of", "layer_figures", "panel_of", "render_heads",
+           "render_view", "view_figure"]
+
+HEADS_QUANTITY = "attention weight"
+"""What the tiles of the heads grid show (their colour bar's label)."""
+
+
+# ----------------------------------------------------------------------------------------------- one panel
+def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str | None = None,
+             on_image: bool = False) -> Panel:
+    """What the session's current view shows: the map (on the patch grid over the model's crop, as the screens draw
+    it; with ``on_image`` also on the photo's pixels, as a figure draws it) in its colour scale, the query-patch box
+    where the view uses it, the top-mass mask, the artefact tokens (outlined dashed), the title, the caption (model,
+    image, colour scale), the quantity of the colour bar and, without a map, why.
+
+    Args:
+        scale: the colour scale to draw the map in (a comparison's shared one); None: the session's own
+            (:meth:`~vitviz.document.session.Session.levels`).
+        badge: a box in the panel's corner (the layer of an animation frame).
+        on_image: also the map on the photo's pixels (``Panel.values``; costly for a large photo, so the screens,
+            which draw ``grid_values``, leave it out).
+
+    Raises:
+        ValueError: the session has no result.
+    """
+    r, o = session.result, session.options
+    if r is None:
+        raise ValueError("nothing to show: no image has been analysed yet")
+    has_map = session.current_map() is not None
+    if has_map and scale is None:
+        scale = session.levels()
+    y0, x0, y1, x1 = session.crop_rect_yx()
+    outlined = tuple(session.artefact_patches())
+    words = session.scale_text()
+    if outlined:  # outlined as in the window
+        words = words.replace("artefact tokens excluded", "artefact tokens (dashed) excluded") \
+            if "artefact tokens excluded" in words else words + ", artefact tokens dashed"
+    return Panel(photo=r.rgb, values=session.image_map() if has_map and on_image else None,
+                 scale=scale if has_map else None, opacity=o.opacity,
+                 marker=session.patch_rect(o.query) if session.shows_query() else None, mask=session.mask(),
+                 mask_style=o.mask_style, badge=badge, outlined=outlined, colorbar_label=session.quantity_text(),
+                 crop=(x0, y0, x1 - x0, y1 - y0), grid=r.grid,
+                 grid_values=session.display_map() if has_map else None,
+                 title=session.title() if has_map else f"{session.view.title}: not available",
+                 caption=_caption(session, f"colour: {words}"), scale_text=session.scale_text(),
+                 unavailable=session.unavailable_reason())
+
+
+def _caption(s: Session, extra: str = "") -> str:
+    r = s.result
+    parts = [r.model_name, Path(r.source).name or str(r.source)]
+    if extra:
+        parts.append(extra)
+    return " · ".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------- the heads grid
+@dataclass(frozen=True)
+class HeadsGrid:
+    """Every head of the attention layer shown (``all_layers``: every layer x every head) on one colour scale.
+
+    Attributes:
+        maps: float32 ``[L, H, gh, gw]`` attention rows of the query token over the patch keys (``L = 1`` for one
+            layer).
+        scale: the colour scale every tile shares: the robust percentile of all tiles (the options'), artefact
+            patches left out of the levels when the options say so.
+        layer: the attention layer that goes with the current view (the one shown when not ``all_layers``).
+        query: the query token in words: ``"[CLS]"`` or ``"patch (row, col)"``.
+        all_layers: every layer, not only ``layer``.
+        pool_row: the rows are the attention-pooling head's (a model without [CLS] whose view reads the pooling
+            head's row).
+        excludes_artefacts: artefact patches were left out of the scale.
+    """
+
+    maps: np.ndarray
+    scale: ColourScale
+    layer: int
+    query: str
+    all_layers: bool = False
+    pool_row: bool = False
+    excludes_artefacts: bool = False
+
+    @property
+    def tiles(self) -> np.ndarray:
+        """``[L * H, gh, gw]``: the maps row-major (layer by layer)."""
+        return self.maps.reshape(-1, *self.maps.shape[2:])
+
+
+def heads_of(session: Session, *, all_layers: bool = False) -> HeadsGrid | None:
+    """The heads of the session's attention layer (``all_layers``: of every layer) as the heads dock and the heads
+    figure show them; None without a result."""
+    r, o = session.result, session.options
+    if r is None:
+        return None
+    q = session.thumb_query()
+    query = "[CLS]" if q == 0 and r.num_prefix_tokens > 0 else \
+        "patch ({}, {})".format(*divmod(q - r.num_prefix_tokens, r.grid[1]))
+    layer = max(0, min(session.attention_layer(), r.num_layers - 1))
+    maps = session.all_head_maps() if all_layers else session.head_maps(layer)[None]
+    grid = session.artefact_grid() if o.scale_excludes_artefacts else None
+    exclude = grid if grid is not None and grid.any() else None
+    flat = maps.reshape(-1, *r.grid)
+    ex = None if exclude is None else np.broadcast_to(exclude, flat.shape)
+    scale = scale_for(flat, mode="shared", shared=flat, percentile=o.percentile, exclude=ex, cmap=o.cmap)
+    return HeadsGrid(maps=maps, scale=scale, layer=layer, query=query, all_layers=all_layers,
+                     pool_row=session.reads_pool_row(), excludes_artefacts=exclude is not None)
+
+
+# ----------------------------------------------------------------------------------------------- figures
+def view_figure(session: Session, *, badge: str | None = None) -> FigureSpec | None:
+    """The session's current view as a figure: the map on the photo in the window's colours, the query-patch box
+    and the mask where the window draws them, the title the canvas shows (view, target, layer, heads, mask) and
+    the colour bar with the view's quantity, unit and ticks; the caption names the model, the image and the colour
+    scale. The options' ``caption`` and ``colorbar`` switch those off. None without a result or map."""
+    r, o = session.result, session.options
+    if r is None or session.current_map() is None:
+        return None
+    p = panel_of(session, badge=badge, on_image=True)
+    return FigureSpec(panels=(p,), ncols=1, title=p.title if o.caption else None,
+                      caption=p.caption if o.caption else None, colorbar=o.colorbar,
+                      colorbar_label=p.colorbar_label, scale=p.scale)
+
+
+def heads_figure(session: Session, *, all_layers: bool = False) -> FigureSpec | None:
+    """Every head of the current attention layer (``all_layers``: every layer x every head, with row and column
+    labels) on one colour scale, as the heads panel shows them (:func:`heads_of`); a grid with no empty cell, a
+    title naming what is shown, the layer, the model and the image, and one colour bar. None without a result."""
+    g = heads_of(session, all_layers=all_layers)
+    if g is None:
+        return None
+    r, o = session.result, session.options
+    L, H = g.maps.shape[:2]
+    img = [session.image_map(m) for m in g.tiles]
+    what = f"Attention from {g.query}"
+    note = ", artefact tokens left out of the scale" if g.excludes_artefacts else ""
+    scale_words = f"colour: shared across {'every layer and head' if all_layers else 'heads'} " \
+                  f"({o.percentile:g}th percentile){note}"
+    if all_layers:
+        panels = tuple(Panel(photo=r.rgb, values=v, scale=g.scale, opacity=o.opacity) for v in img)
+        title = f"{what} · every layer × every head"
+        return FigureSpec(panels=panels, ncols=H, title=title, caption=_caption(session, scale_words),
+                          row_labels=tuple(f"layer {i}" for i in range(L)),
+                          col_labels=tuple(f"head {h}" for h in range(H)), colorbar=True,
+                          colorbar_label=HEADS_QUANTITY, scale=g.scale)
+    _, cols = grid_shape(H, r.image_size)
+    panels = tuple(Panel(photo=r.rgb, values=v, scale=g.scale, opacity=o.opacity, label=f"head {h}")
+                   for h, v in enumerate(img))
+    title = f"{what} · layer {g.layer} · {H} heads"
+    return FigureSpec(panels=panels, ncols=cols, title=title, caption=_caption(session, scale_words), colorbar=True,
+                      colorbar_label=HEADS_QUANTITY, scale=g.scale)
+
+
+def layer_figures(session: Session) -> list[FigureSpec]:
+    """One figure per layer of the current view (its layer slider: the layer, or the start layer of a cumulative
+    view), every frame on one colour scale shared across the layers (a typed fixed range is kept), the layer drawn
+    in a badge on the image and named in the title.
+
+    Raises:
+        ValueError: no result, or the view does not depend on the layer (its message says which view).
+    """
+    r, v, o = session.result, session.view, session.options
+    if r is None:
+        raise ValueError("nothing to animate: no image has been analysed yet")
+    if v.slider is None:
+        raise ValueError(f"{v.title} does not change with the layer: choose a view with a layer slider")
+    lo, hi = session.slider_range()
+    s = copy.copy(session)  # shares the result and the map cache; only the options differ
+    out = []
+    for i in range(lo, hi + 1):
+        s.options = replace(o, scale=o.scale if o.scale == "fixed" else "layers", **{v.slider: i})
+        badge = v.layer_text(i) if v.slider == "layer" else f"start layer {i}"
+        spec = view_figure(s, badge=badge)
+        if spec is None:
+            raise ValueError(f"{v.title} is not available: {session.unavailable_reason()}")
+        out.append(spec)
+    return out
+
+
+def render_view(session: Session, scale: figures.ScaleOption = "native") -> np.ndarray | None:
+    """The current view as the figure an export writes (:func:`view_figure`: the map in the colours of the screen,
+    with the title, colour bar and caption the options ask for), drawn at ``scale`` (default ``"native"``: the image
+    at its own pixels; ``"print"``: long side >= 2048 px): uint8 ``[H', W', 3]``. With neither caption nor colour bar
+    it is the overlay at exactly the image's size. None without a map. :func:`vitviz.render.figures.save` writes it
+    as PNG / SVG / PDF."""
+    spec = view_figure(session)
+    return None if spec is None else figures.render(spec, scale).pixels
+
+
+def render_heads(session: Session, scale: figures.ScaleOption = "native", *,
+                 all_layers: bool = False) -> np.ndarray | None:
+    """Every head of the current layer (``all_layers``: every layer x head) on one shared colour scale, with a
+    title, tile labels and the colour bar (:func:`heads_figure`): uint8 ``[H', W', 3]``; None without a result."""
+    spec = heads_figure(session, all_layers=all_layers)
+    return None if spec is None else figures.render(spec, scale).pixels

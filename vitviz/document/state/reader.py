@@ -1,0 +1,317 @@
+"""Reading a session: from a session file or an exported figure's metadata (:func:`read_state`), from JSON text
+(:func:`parse_state`) or a parsed object (:func:`from_dict`), every field checked, strictly and within bounds (see
+:mod:`vitviz.document.state`). The options are read from the option table (:mod:`vitviz.views.options`): each row
+by its kind, range and choices. No Qt, no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitviz.document.comparison import LAYOUTS, CompareSpec
+from vitviz.document.state.json_checks import (
+    FieldProblem,
+    boolean,
+    choice,
+    depth,
+    integer,
+    json_list,
+    json_object,
+    number,
+    text,
+    type_name,
+    view_key,
+)
+from vitviz.document.state.schema import (
+    FORMAT,
+    IN_MEMORY_MODEL,
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_FIGURE_BYTES,
+    MAX_IMAGES,
+    MAX_INDEX,
+    METADATA_KEY,
+    VERSION,
+    ImageRef,
+    SessionState,
+    StateError,
+)
+from vitviz.render.figures import read_metadata
+from vitviz.views.options import Option, ViewOptions, all_options
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vitviz.model.preprocess import Preprocess
+
+__all__ = ["from_dict", "parse_state", "read_options", "read_state"]
+
+_MODEL_REF = re.compile(r"[a-z][a-z0-9_-]*:.+", re.DOTALL)  # KIND:VALUE (vitviz.model.sources.refs: file, hub ...)
+PREPROCESS_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos")  # vitviz.model.preprocess.Interpolation
+
+
+def read_state(path: str | os.PathLike) -> SessionState:
+    """The state in a session file (``.vitviz.json``) or in a figure vitviz exported (PNG, SVG, PDF).
+
+    Raises:
+        StateError: naming the file and the problem (missing, too large, not JSON, a figure without a session,
+            a wrong field ...). Nothing is opened.
+    """
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise StateError(p, "file does not exist") from None
+    except OSError as e:
+        raise StateError(p, f"cannot read file ({e.strerror or e})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise StateError(p, "is a folder, not a session file")
+    if not stat.S_ISREG(st.st_mode):
+        raise StateError(p, "is not a regular file")
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(16)
+    except OSError as e:
+        raise StateError(p, f"cannot read file ({e.strerror or e})") from None
+    if _is_figure(head, p):
+        if st.st_size > MAX_FIGURE_BYTES:
+            raise StateError(p, f"is {st.st_size / 2**30:.1f} GB; figures over {MAX_FIGURE_BYTES >> 30} GB "
+                                f"are not read")
+        try:
+            meta = read_metadata(p)
+        except ValueError as e:
+            raise StateError(None, str(e)) from None
+        text = meta.get(METADATA_KEY)
+        if text is None:
+            raise StateError(p, "this figure carries no vitviz session (it was exported by an older vitviz or "
+                                "by another program); only figures exported by vitviz can be reopened")
+        if len(text.encode("utf-8")) > MAX_BYTES:
+            raise StateError(p, f"its session is over {MAX_BYTES >> 20} MB")
+        return parse_state(text, p)
+    if st.st_size > MAX_BYTES:
+        raise StateError(p, f"is {st.st_size / 2**20:.1f} MB; a session file is at most {MAX_BYTES >> 20} MB "
+                            f"(is this a session file?)")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise StateError(p, f"cannot read file ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise StateError(p, f"not a session file: not UTF-8 text (byte {e.start})") from None
+    return parse_state(text, p)
+
+
+def _is_figure(head: bytes, p: Path) -> bool:
+    if head.startswith((b"\x89PNG", b"%PDF")):
+        return True
+    return p.suffix.lower() == ".svg"
+
+
+def parse_state(text: str, source: str | os.PathLike | None = None) -> SessionState:
+    """The state in the JSON ``text`` (``source``: the file it came from, for messages and relative paths).
+
+    Raises:
+        StateError: naming ``source``, the field and the problem.
+    """
+    if len(text) > MAX_BYTES:
+        raise StateError(source, f"over {MAX_BYTES >> 20} MB of text; a session is at most {MAX_BYTES >> 20} MB")
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                raise FieldProblem(f"the key {k!r} appears twice in one object")
+            out[k] = v
+        return out
+
+    def no_constants(name: str) -> Any:
+        raise FieldProblem(f"{name} is not a number a session can hold")
+
+    try:
+        obj = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
+    except FieldProblem as e:
+        raise StateError(source, f"not a valid session: {e}") from None
+    except RecursionError:
+        raise StateError(source, "not a valid session: nested too deeply") from None
+    except json.JSONDecodeError as e:
+        raise StateError(source, f"not a session file: not valid JSON (line {e.lineno}, column {e.colno}: "
+                                 f"{e.msg})") from None
+    except ValueError as e:  # integers with thousands of digits
+        raise StateError(source, f"not a valid session: {e}") from None
+    if depth(obj) > MAX_DEPTH:
+        raise StateError(source, "not a valid session: nested too deeply")
+    return from_dict(obj, source)
+
+
+def read_options(v: Any) -> ViewOptions:
+    """Every option of the table (:mod:`vitviz.views.options`), each checked by its kind and range; missing ones
+    take their defaults."""
+    rows = {row.name: row for row in all_options()}
+    d = json_object(v, "options", tuple(rows))
+    o = replace(ViewOptions(), **{k: _option_value(rows[k], val, "options." + k) for k, val in d.items()})
+    if o.scale == "fixed" and o.fixed_range is None:
+        raise FieldProblem("options.scale is 'fixed' but options.fixed_range is null")
+    if o.fixed_range is not None and o.log_scale and o.fixed_range[0] <= 0:
+        raise FieldProblem("options.fixed_range must be positive with options.log_scale")
+    return o
+
+
+def _option_value(row: Option, x: Any, where: str) -> Any:
+    lo, hi = row.range
+    if row.kind == "view":
+        return view_key(x, where)
+    if row.kind == "int" or (row.kind == "head" and isinstance(x, int) and not isinstance(x, bool)):
+        return integer(x, where, -MAX_INDEX if lo is None else int(lo), MAX_INDEX if hi is None else int(hi))
+    if row.kind in ("choice", "head") and isinstance(x, str):
+        return choice(x, where, row.choices)
+    if row.kind == "head":
+        raise FieldProblem(f"{where} must be a head index or one of {', '.join(map(repr, row.choices))}, "
+                           f"not {type_name(x)}")
+    if row.kind == "choice":
+        return choice(x, where, row.choices)  # says what x is
+    if row.kind == "float":
+        return number(x, where, -1e300 if lo is None else lo, 1e300 if hi is None else hi)
+    if row.kind == "bool":
+        return boolean(x, where)
+    if row.kind == "range":
+        return _fixed_range(x, where)
+    raise RuntimeError(f"vitviz.document.state cannot read options of kind {row.kind!r} ({row.name})")
+
+
+def _fixed_range(v: Any, where: str) -> tuple[float, float] | None:
+    if v is None:
+        return None
+    lst = json_list(v, where, 2)
+    if len(lst) != 2:
+        raise FieldProblem(f"{where} must be [low, high] or null")
+    lo, hi = number(lst[0], where + "[0]"), number(lst[1], where + "[1]")
+    if not lo < hi:
+        raise FieldProblem(f"{where} is [{lo:g}, {hi:g}]; low must be below high")
+    return (lo, hi)
+
+
+def _model_ref(v: Any, where: str) -> str:
+    s = text(v, where, empty=False)
+    if s not in ("demo", IN_MEMORY_MODEL) and not _MODEL_REF.fullmatch(s):
+        raise FieldProblem(f"{where} is {s!r}; a model reference is demo or KIND:NAME (file:PATH, pretrained:NAME, "
+                           f"hub:OWNER/NAME, random:NAME)")
+    return s
+
+
+def from_dict(d: Any, source: str | os.PathLike | None = None) -> SessionState:
+    """The :class:`SessionState` of a parsed JSON object, every field checked.
+
+    Raises:
+        StateError: naming ``source``, the field and the problem.
+    """
+    try:
+        return _from_dict(d, "" if source is None else str(source))
+    except FieldProblem as e:
+        raise StateError(source, f"not a valid session: {e}") from None
+
+
+def _from_dict(d: Any, origin: str) -> SessionState:
+    if not isinstance(d, dict):
+        raise FieldProblem(f"the file must hold a JSON object, not {type_name(d)}")
+    if d.get("format") != FORMAT:
+        raise FieldProblem(f"'format' must be {FORMAT!r} (is this a vitviz session?)")
+    version = d.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+        raise FieldProblem(f"it was written by a newer vitviz (session version {version}; this vitviz reads "
+                           f"version {VERSION}); update vitviz to open it")
+    integer(version, "version", 1, VERSION)
+    top = ("format", "version", "written_by", "model", "images", "current", "target", "target_label", "options",
+           "window", "compare")
+    json_object(d, "the session", top, ("model", "images", "current", "options"))
+    written_by = text(d.get("written_by", ""), "written_by")
+    m = json_object(d["model"], "model", ("ref", "relative", "name", "device", "precision", "preprocess"), ("ref",))
+    ref = _model_ref(m["ref"], "model.ref")
+    rel = m.get("relative")
+    model_relative = None if rel is None else text(rel, "model.relative", empty=False)
+    model_name = text(m.get("name", ""), "model.name")
+    device = text(m.get("device", "cpu"), "model.device")
+    precision = text(m.get("precision", "fp32"), "model.precision")
+    preprocess = None if m.get("preprocess") is None else _preprocess(m["preprocess"], "model.preprocess")
+    images = []
+    for i, e in enumerate(json_list(d["images"], "images", MAX_IMAGES)):
+        where = f"images[{i}]"
+        e = json_object(e, where, ("path", "relative", "sha256"), ("path",))
+        sha = e.get("sha256")
+        if sha is not None:
+            sha = text(sha, where + ".sha256")
+            if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+                raise FieldProblem(f"{where}.sha256 is not a SHA-256 digest (64 lower-case hex digits)")
+        rel = e.get("relative")
+        images.append(ImageRef(path=text(e["path"], where + ".path", empty=False), sha256=sha,
+                               relative=None if rel is None else text(rel, where + ".relative", empty=False)))
+    if not images:
+        raise FieldProblem("images is empty: a session shows at least one image")
+    current = integer(d["current"], "current", 0, len(images) - 1)
+    target = d.get("target")
+    target = None if target is None else integer(target, "target", 0)
+    target_label = text(d.get("target_label", ""), "target_label")
+    options = read_options(d["options"])
+    win = json_object(d.get("window", {}), "window", ("heads_all_layers",))
+    heads_all = boolean(win.get("heads_all_layers", False), "window.heads_all_layers")
+    compare = _compare(d.get("compare"), [i.path for i in images])
+    return SessionState(model=ref, images=tuple(images), current=current, options=options, target=target,
+                        target_label=target_label, model_name=model_name, device=device, precision=precision,
+                        model_relative=model_relative, preprocess=preprocess, heads_all_layers=heads_all,
+                        compare=compare,
+                        written_by=written_by, origin=origin)
+
+
+def _preprocess(v: Any, where: str) -> Preprocess:
+    from vitviz.model.preprocess import Preprocess
+
+    d = json_object(v, where, ("resize", "crop", "interpolation", "mean", "std"), ("resize", "crop", "mean", "std"))
+
+    def side(x: Any, n: str) -> int:
+        return integer(x, n, 1, 16384)
+
+    r = d["resize"]
+    resize: Any = side(r, where + ".resize") if not isinstance(r, list) else \
+        tuple(side(x, f"{where}.resize[{i}]") for i, x in enumerate(_pair(r, where + ".resize")))
+    crop = tuple(side(x, f"{where}.crop[{i}]") for i, x in enumerate(_pair(d["crop"], where + ".crop")))
+    interp = choice(d.get("interpolation", "bicubic"), where + ".interpolation", PREPROCESS_INTERPOLATIONS)
+    mean = tuple(number(x, f"{where}.mean[{i}]", -1e6, 1e6)
+                 for i, x in enumerate(json_list(d["mean"], where + ".mean", 4)))
+    std = tuple(number(x, f"{where}.std[{i}]", 1e-12, 1e6)
+                for i, x in enumerate(json_list(d["std"], where + ".std", 4)))
+    if not mean or len(mean) != len(std):
+        raise FieldProblem(f"{where}: mean and std must have the same number of channels (1 to 4)")
+    return Preprocess(resize=resize, crop=crop, interpolation=interp, mean=mean, std=std)
+
+
+def _pair(v: Any, where: str) -> list[Any]:
+    lst = json_list(v, where, 2)
+    if len(lst) != 2:
+        raise FieldProblem(f"{where} must be [height, width]")
+    return lst
+
+
+def _compare(v: Any, paths: list[str]) -> CompareSpec | None:
+    if v is None:
+        return None
+    c = json_object(v, "compare", ("layout", "views", "images", "layers", "classes", "shared_scale"), ("layout",))
+    layout = choice(c["layout"], "compare.layout", LAYOUTS)
+    views = tuple(view_key(x, f"compare.views[{i}]")
+                  for i, x in enumerate(json_list(c.get("views", []), "compare.views", 64)))
+    rows = [integer(x, f"compare.images[{i}]", 0, len(paths) - 1)
+            for i, x in enumerate(json_list(c.get("images", []), "compare.images", 64))]
+    layers = tuple(integer(x, f"compare.layers[{i}]", -1)
+                   for i, x in enumerate(json_list(c.get("layers", []), "compare.layers", 256)))
+    classes = tuple(integer(x, f"compare.classes[{i}]", 0)
+                    for i, x in enumerate(json_list(c.get("classes", []), "compare.classes", 64)))
+    shared = boolean(c.get("shared_scale", True), "compare.shared_scale")
+    try:
+        return CompareSpec(layout=layout, views=views, images=tuple(paths[i] for i in rows), layers=layers,
+                           classes=classes, shared_scale=shared)
+    except ValueError as e:
+        raise FieldProblem(f"compare: {e}") from None
+

@@ -1,0 +1,63 @@
+"""Reopening a session: make a :class:`~vitviz.document.session.Session` show a state (:func:`apply_state`), give a
+reopened model the preprocessing the state recorded (:func:`with_preprocess`), and rebuild the whole session
+headlessly (:func:`reproduce`: the CLI, tests; the window does the same on its worker). No Qt."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vitviz.document.session import Session
+from vitviz.document.state.location import locate
+from vitviz.document.state.schema import SessionState
+from vitviz.imaging import load_image
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vitviz.pipeline import InferenceResult, Pipeline
+
+__all__ = ["apply_state", "reproduce", "with_preprocess"]
+
+
+def with_preprocess(model: Any, state: SessionState) -> str | None:
+    """Give a reopened ``model`` the state's preprocessing when its own differs; returns a note saying so."""
+    spec = getattr(model, "spec", None)
+    p = state.preprocess
+    if p is None or spec is None or spec.preprocess == p:
+        return None
+    model.spec = spec.replace(preprocess=p)
+    return "the model prepares images as when the session was saved (its file says otherwise)"
+
+
+def apply_state(state: SessionState, session: Session, result: InferenceResult) -> None:
+    """Make ``session`` show ``state`` with ``result`` (the state's image through its model and target): the image
+    list, the options (clamped to the model like any option the window sets) and the result."""
+    session.images = list(state.paths)
+    session.options = state.options
+    session.set_result(result)
+
+
+def reproduce(state: SessionState, *, pipeline: Pipeline | None = None, device: str = "cpu",
+              precision: str | None = None) -> tuple[Session, Pipeline]:
+    """Rebuild the session ``state`` describes, headlessly: open its model (unless ``pipeline`` is given), run its
+    image with its target, set its options.
+
+    Args:
+        pipeline: a loaded model to use instead of opening ``state.model``.
+        device, precision: where to run an opened model (default precision: the state's when available).
+
+    Returns:
+        ``(session, pipeline)``.
+
+    Raises:
+        StateError: a file is missing (:func:`locate`); CheckpointError, ImageError ...: the model or the image
+            cannot be read.
+    """
+    from vitviz.pipeline import Pipeline  # torch: imported when a session is reopened, not when one is read
+
+    state = locate(state, check_model=pipeline is None)
+    if pipeline is None:  # the state's precision where the device has it, else fp32 (Pipeline.open's policy)
+        pipeline = Pipeline.open(state.model, device=device, precision=precision or state.precision, show_bar=False)
+        with_preprocess(pipeline.model, state)
+    result = pipeline.run(load_image(state.image.path), source=state.image.path, target=state.target)
+    session = Session()
+    apply_state(state, session, result)
+    return session, pipeline

@@ -1,0 +1,107 @@
+"""The session file's vocabulary: its format name and version, its limits, the error it raises, and the data types
+a session is read into (:class:`SessionState`, :class:`ImageRef`). No Qt, no torch."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from vitviz.views.options import ViewOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vitviz.document.comparison import CompareSpec
+    from vitviz.model.preprocess import Preprocess
+
+__all__ = ["FORMAT", "IN_MEMORY_MODEL", "MAX_BYTES", "MAX_DEPTH", "MAX_FIGURE_BYTES", "MAX_IMAGES", "MAX_INDEX",
+           "MAX_TEXT", "METADATA_KEY", "SUFFIX", "VERSION", "ImageRef", "SessionState", "StateError"]
+
+FORMAT = "vitviz-session"
+VERSION = 1
+SUFFIX = ".vitviz.json"
+METADATA_KEY = "vitviz.session"
+"""The key of the state in an exported figure's metadata (PNG text chunk, SVG metadata, PDF document info)."""
+MAX_BYTES = 1 << 20
+"""The largest session file read (1 MiB; a session with a thousand images is about 150 kB)."""
+MAX_FIGURE_BYTES = 1 << 30
+"""The largest figure whose metadata is read (1 GiB)."""
+MAX_IMAGES = 10_000
+MAX_TEXT = 4096  # characters of a path or name
+MAX_DEPTH = 16  # JSON nesting (the schema needs 3)
+MAX_INDEX = 1_000_000  # layers, patches, classes
+IN_MEMORY_MODEL = "memory"  # the reference of a model handed to the window by a script (vitviz.show, tests)
+
+
+class StateError(ValueError):
+    """A session file or figure cannot be used; the message names the file and every problem."""
+
+    def __init__(self, source: str | os.PathLike | None, problem: str):
+        self.source = None if source is None else str(source)
+        self.problem = problem
+        super().__init__(f"{self.source}: {problem}" if self.source else problem)
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """One image of the session.
+
+    Attributes:
+        path: where it is (absolute when it is a file; a name such as ``"pasted image"`` when it is not).
+        sha256: of the file's bytes when the state was made (None: unknown); a changed file is reported.
+        relative: as written in the file, relative to that file's folder (a fallback for :func:`locate`).
+    """
+
+    path: str
+    sha256: str | None = None
+    relative: str | None = None
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """Everything that makes the window's picture (see the module docstring for the JSON form).
+
+    Attributes:
+        model: the model reference (``"demo"``, ``"file:PATH"``, ``"pretrained:NAME"``, ``"random:NAME"``;
+            ``"memory"`` for a model handed over by a script, which cannot be reopened).
+        images: the open images; ``images[current]`` is the one shown.
+        current: index of the shown image.
+        options: the view, display and analysis options.
+        target: the class of the gradient views (None: the model has no classifier).
+        target_label: the class's name, for messages.
+        model_name, device, precision: for messages (a session opens on the window's own device and precision).
+        model_relative: the checkpoint relative to the file's folder (``file:`` models), a fallback for
+            :func:`locate`.
+        preprocess: how the model prepared its images (resize, crop, mean, std); a reopened model whose own
+            preprocessing differs (a checkpoint that does not say, a default that changed) is given this one, so
+            the maps are the same.
+        heads_all_layers: the heads panel shows every layer x every head.
+        compare: the comparison open in the Compare window, or None.
+        written_by: the vitviz that wrote it.
+        origin: the file it was read from (not written).
+    """
+
+    model: str
+    images: tuple[ImageRef, ...]
+    current: int
+    options: ViewOptions
+    target: int | None = None
+    target_label: str = ""
+    model_name: str = ""
+    device: str = "cpu"
+    precision: str = "fp32"
+    model_relative: str | None = None
+    preprocess: Preprocess | None = None
+    heads_all_layers: bool = False
+    compare: CompareSpec | None = None
+    written_by: str = ""
+    origin: str = field(default="", compare=False)
+
+    @property
+    def image(self) -> ImageRef:
+        """The shown image."""
+        return self.images[self.current]
+
+    @property
+    def paths(self) -> list[str]:
+        return [i.path for i in self.images]
+

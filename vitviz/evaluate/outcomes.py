@@ -1,0 +1,196 @@
+"""What the faithfulness measures return: a perturbation curve, the random baseline's curves, a randomisation check,
+and the table of several views (one row per view, the random row last) with its text form."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from vitviz.evaluate.metrics import curve_auc
+
+
+@dataclass(eq=False)
+class PerturbationCurve:
+    """One perturbation curve (see :mod:`vitviz.evaluate.perturbation` for the formulas).
+
+    Attributes:
+        mode: ``"deletion"``, ``"insertion"`` or ``"negative"``.
+        baseline: ``"mean"``, ``"blur"`` or ``"noise"``.
+        target: the class whose probability is read.
+        fractions: float64 ``[steps + 1]``, ``n_k / P`` from 0 to 1.
+        scores: float64 ``[steps + 1]``, softmax probability of ``target`` after step k.
+        counts: int64 ``[steps + 1]``, ``n_k``: patches perturbed (deletion, negative) or revealed (insertion).
+        auc: trapezoid area under ``scores`` over ``fractions``.
+    """
+
+    mode: str
+    baseline: str
+    target: int
+    fractions: np.ndarray
+    scores: np.ndarray
+    counts: np.ndarray
+    auc: float
+
+    @property
+    def higher_is_better(self) -> bool:
+        """False for deletion (a faithful map makes the score fall fast), True for insertion and negative."""
+        return self.mode != "deletion"
+
+
+@dataclass(eq=False)
+class RandomBaseline:
+    """Perturbation curves for ``R`` random rankings of the patches.
+
+    Attributes:
+        mode, baseline, target: as in :class:`PerturbationCurve`.
+        fractions: ``[steps + 1]`` (the same for every ranking).
+        scores: ``[R, steps + 1]``, one curve per random ranking.
+        aucs: ``[R]``.
+        counts: ``[steps + 1]``, patches perturbed or revealed at each step.
+        seed: the base seed (ranking r is ``numpy.random.default_rng([seed, r]).permutation(P)``).
+    """
+
+    mode: str
+    baseline: str
+    target: int
+    fractions: np.ndarray
+    scores: np.ndarray
+    aucs: np.ndarray
+    counts: np.ndarray
+    seed: int = 0
+
+    @property
+    def seeds(self) -> int:
+        return int(self.aucs.shape[0])
+
+    @property
+    def auc_mean(self) -> float:
+        return float(self.aucs.mean())
+
+    @property
+    def auc_std(self) -> float:
+        """Sample standard deviation over the rankings (``ddof=1``; 0 for a single ranking)."""
+        return float(self.aucs.std(ddof=1)) if self.aucs.size > 1 else 0.0
+
+    @property
+    def mean_curve(self) -> PerturbationCurve:
+        """The mean of the curves (its AUC is ``auc_mean``: the trapezoid rule is linear)."""
+        s = self.scores.mean(0)
+        return PerturbationCurve(self.mode, self.baseline, self.target, self.fractions, s, self.counts,
+                                 curve_auc(self.fractions, s))
+
+
+@dataclass(eq=False)
+class RandomisationCheck:
+    """Cascading model randomisation (Adebayo et al. 2018) of one view's map.
+
+    Attributes:
+        view: the view's key.
+        target: the class the gradient views were computed for.
+        original: ``[gh, gw]``, the map of the unchanged model.
+        randomised: per stage, the blocks re-initialised so far (stage i: ``(L-1, ..., L-1-i)``).
+        maps: ``[L, gh, gw]``, the map after each stage.
+        correlations: ``[L]``, Spearman rank correlation between ``original`` and each stage's map (NaN where a
+            map is constant).
+    """
+
+    view: str
+    target: int | None
+    original: np.ndarray
+    randomised: list[tuple[int, ...]]
+    maps: np.ndarray
+    correlations: np.ndarray
+
+
+@dataclass(eq=False)
+class ViewScore:
+    """One view's row of a :class:`FaithfulnessTable`.
+
+    Attributes:
+        key: the name asked for (``"cls_last"``, ``"rollout"``, ...).
+        title: what the row shows, for tables and legends.
+        saliency: ``[gh, gw]`` float32, the map that was ranked (None when the view is unavailable).
+        deletion, insertion: the curves (None when unavailable).
+        unavailable: why the view has no map for this model (None when it has one).
+    """
+
+    key: str
+    title: str
+    saliency: np.ndarray | None
+    deletion: PerturbationCurve | None
+    insertion: PerturbationCurve | None
+    unavailable: str | None = None
+
+    @property
+    def deletion_auc(self) -> float:
+        return math.nan if self.deletion is None else self.deletion.auc
+
+    @property
+    def insertion_auc(self) -> float:
+        return math.nan if self.insertion is None else self.insertion.auc
+
+
+@dataclass(eq=False)
+class FaithfulnessTable:
+    """What :func:`evaluate_views` returns: per view, its deletion and insertion curves, and the random baseline.
+
+    Attributes:
+        source: the image's name.
+        target: the class whose probability the curves read.
+        label: that class's name.
+        probability: its probability on the unperturbed image.
+        steps, baseline: the curves' settings.
+        views: one :class:`ViewScore` per view asked for, in order.
+        random_deletion, random_insertion: the random baseline of each mode.
+    """
+
+    source: str
+    target: int
+    label: str
+    probability: float
+    steps: int
+    baseline: str
+    views: list[ViewScore]
+    random_deletion: RandomBaseline
+    random_insertion: RandomBaseline
+
+    def rows(self) -> list[tuple[str, float, float]]:
+        """``[(key, deletion AUC, insertion AUC)]`` for every view, then ``("random", mean, mean)``."""
+        out = [(v.key, v.deletion_auc, v.insertion_auc) for v in self.views]
+        out.append(("random", self.random_deletion.auc_mean, self.random_insertion.auc_mean))
+        return out
+
+    def best(self) -> tuple[str | None, str | None]:
+        """The keys of the views with the lowest deletion AUC and the highest insertion AUC (None if none)."""
+        ok = [v for v in self.views if v.deletion is not None]
+        if not ok:
+            return None, None
+        return (min(ok, key=lambda v: v.deletion_auc).key, max(ok, key=lambda v: v.insertion_auc).key)
+
+    def format(self) -> str:
+        """The table as text (best per column marked with ``*``, the random row as mean +- std)."""
+        best_del, best_ins = self.best()
+        head = (f"{self.source}: target {self.target} {self.label!r} (p = {self.probability:.3f}), "
+                f"{self.steps} steps, {self.baseline} baseline")
+        width = max([len(v.key) for v in self.views] + [len(random_row_name(self.random_deletion))])
+        lines = [head, f"  {'view':<{width}s}  {'deletion AUC (lower is better)':>31s}  "
+                       f"{'insertion AUC (higher is better)':>33s}"]
+        for v in self.views:
+            if v.unavailable:
+                lines.append(f"  {v.key:<{width}s}  {'-':>31s}  {'-':>33s}  ({v.unavailable})")
+                continue
+            d = f"{v.deletion_auc:.4f}" + ("*" if v.key == best_del else " ")
+            i = f"{v.insertion_auc:.4f}" + ("*" if v.key == best_ins else " ")
+            lines.append(f"  {v.key:<{width}s}  {d:>31s}  {i:>33s}")
+        rd, ri = self.random_deletion, self.random_insertion
+        lines.append(f"  {random_row_name(rd):<{width}s}  {f'{rd.auc_mean:.4f} +- {rd.auc_std:.4f} ':>31s}  "
+                     f"{f'{ri.auc_mean:.4f} +- {ri.auc_std:.4f} ':>33s}")
+        return "\n".join(lines)
+
+
+def random_row_name(r: RandomBaseline) -> str:
+    """The random row's name in the text tables, e.g. ``random (10 seeds)``."""
+    return f"random ({r.seeds} seed{'s' if r.seeds != 1 else ''})"
+

@@ -1,0 +1,55 @@
+"""The default lists of views and the named presets, in one place. No Qt, no torch, no numpy (the command line's
+parser and the window's faithfulness tab import it before any model).
+
+:data:`STANDARD_VIEWS` are the four maps that explain a prediction (``vitviz export`` and the Compare window show
+them by default); :data:`FAITHFULNESS_VIEWS` the maps whose faithfulness ``vitviz evaluate`` and the window's
+faithfulness tab measure by default. A preset (:class:`Preset`) is a view at fixed options under its own name, such
+as :data:`CLS_LAST`: the [CLS] attention of the last layer, mean of heads (Abnar & Zuidema's baseline).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CLS_LAST", "FAITHFULNESS_VIEWS", "PRESETS", "STANDARD_VIEWS", "Preset"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A view at fixed options, under its own name.
+
+    Attributes:
+        key: the name (``"cls_last"``), used where a view key is (``--views``, faithfulness rows).
+        view: the view key it shows.
+        note: what it fixes, in words (``"last layer, mean of heads"``; titles add it to the view's title).
+        last_layer: the layer is the model's last.
+        head: the head option it fixes (None: the user's).
+    """
+
+    key: str
+    view: str
+    note: str
+    last_layer: bool = False
+    head: int | str | None = None
+
+    def changes(self, num_layers: int) -> dict[str, Any]:
+        """The option changes that show it on a model with ``num_layers`` layers (``view`` included)."""
+        out: dict[str, Any] = {"view": self.view}
+        if self.last_layer:
+            out["layer"] = num_layers - 1
+        if self.head is not None:
+            out["head"] = self.head
+        return out
+
+    def title(self, view_title: str) -> str:
+        """``"Attention from [CLS] (last layer, mean of heads)"`` from the view's title."""
+        return f"{view_title} ({self.note})"
+
+
+CLS_LAST = "cls_last"
+PRESETS: dict[str, Preset] = {
+    CLS_LAST: Preset(CLS_LAST, "cls", "last layer, mean of heads", last_layer=True, head="mean"),
+}
+STANDARD_VIEWS: tuple[str, ...] = ("cls", "rollout", "grad_rollout", "relevance")
+FAITHFULNESS_VIEWS: tuple[str, ...] = (CLS_LAST, "rollout", "grad_rollout", "relevance")
