@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vitviz import analysis as A# noqa: E402
+from vitviz import analysis as A  # noqa: E402
 from vitviz.capture import capture  # noqa: E402
 
 

@@ -1,10 +1,10 @@
 """Benchmark of ``vitviz export`` end to end, against torchvision's ViT-B/16 in the same process.
 
 ViT-B/16 with random weights (torchvision's ``vit_b_16``, converted by ``load_checkpoint`` so that both models hold the
-same weights), 224 px, batch 16, CPU. The export runs exactly as ``vitviz export`` does (:class:`vitviz.batch.export.Exporter`):
-PNG files read and preprocessed on the loader thread, one capture per batch, the analyses, the maps through a Session,
-npy files and the manifest written on the writer thread. Peers, on the same images already preprocessed into tensors
-(so the peer pays nothing for reading, preprocessing or writing):
+same weights), 224 px, batch 16, CPU. The export runs exactly as ``vitviz export`` does
+(:class:`vitviz.batch.export.Exporter`): PNG files read and preprocessed on the loader thread, one capture per batch,
+the analyses, the maps through a Session, npy files and the manifest written on the writer thread. Peers, on the same
+images already preprocessed into tensors (so the peer pays nothing for reading, preprocessing or writing):
 
 (a) forward-only views (attention from [CLS] at the last layer, rollout) writing npy, against torchvision's batched
     ``vit_b_16`` forward under ``inference_mode``; target >= 0.85x its images/s;
@@ -153,7 +153,8 @@ def main() -> None:
         q = ratio("export grad views fp32", "torchvision fwd+input grad")
         print(f"(b) gradient views, npy: {q:.2f}x torchvision's forward + input-gradient backward (target >= 0.85)")
     if "export cls+rollout bf16" in times:
-        print(f"(c) bf16 speed-up: forward-only export {ratio('export cls+rollout bf16', 'export cls+rollout fp32'):.2f}x, "
+        fwd = ratio('export cls+rollout bf16', 'export cls+rollout fp32')
+        print(f"(c) bf16 speed-up: forward-only export {fwd:.2f}x, "
               f"gradient export {ratio('export grad views bf16', 'export grad views fp32'):.2f}x, torchvision's "
               f"forward {ratio('torchvision forward bf16', 'torchvision forward'):.2f}x; in bf16 the forward-only "
               f"export runs at {ratio('export cls+rollout bf16', 'torchvision forward'):.2f}x torchvision's fp32 "

@@ -3,7 +3,8 @@
 L=12 layers, H=12 heads, N=197 tokens (14x14 patches + CLS), D=768, random (softmax-normalised) attention; no model
 runs. Each sample is ``window.set_layer(k)`` (recompute the map from the stored capture, update every panel) followed by
 (a) a synchronous repaint of the canvas, or (b) one pass of the event loop, which paints every widget the change
-dirtied (canvas, colour bar, heads thumbnails, plots, controls); timed until the painting has finished. Interleaved with a peer in the same process: the naive way,
+dirtied (canvas, colour bar, heads thumbnails, plots, controls); timed until the painting has finished.
+Interleaved with a peer in the same process: the naive way,
 compositing the colour-mapped map over the full-resolution photo on the CPU (``colormaps.overlay`` at 1024x1024) and
 uploading that RGB image instead of a tiny LUT-mapped overlay.
 
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu: dict[str, list[float]] = {k: [] for k in times}
     fns = {"ours (canvas)": ours, "ours (whole frame)": ours_window, "naive full-res composite": naive}
     L = r.num_layers
-    for name, fn in fns.items():  # warm-up
+    for fn in fns.values():  # warm-up
         for k in range(3):
             fn(k)
     for i in range(args.repeats):

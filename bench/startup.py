@@ -14,7 +14,8 @@ The two GUI figures need the app's start-up log: with ``VITVIZ_STARTUP_LOG=1`` i
 is asked for with ``--display``) and a fresh ``VITVIZ_SETTINGS`` INI file, and are killed once the line appears.
 
 Usage:
-    .venv/bin/python bench/startup.py [--repeats 5] [--gui-repeats 3] [--timeout 60] [--only version,models,window,overlay]
+    .venv/bin/python bench/startup.py [--repeats 5] [--gui-repeats 3] [--timeout 60]
+                                      [--only version,models,window,overlay]
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from textbook_models import (
     train,
 )
 
-from vitviz.capture.foreign import AdaptedModel, capture_module, find_layout, mha_forward
 from vitviz.capture import CaptureError, capture
+from vitviz.capture.foreign import AdaptedModel, capture_module, find_layout, mha_forward
 
 TOL = 1e-5
 
@@ -152,7 +152,8 @@ def test_mha_forward_equals_torch_with_masks_and_layouts():
 
 
 def test_torch_transformer_encoder_sequence_first():
-    """nn.TransformerEncoder (sequence-first, its fused fast path in eval): the attention per head, tokens batch-first."""
+    """nn.TransformerEncoder (sequence-first, its fused fast path in eval): the attention per head, tokens
+    batch-first."""
 
     class Model(torch.nn.Module):
         def __init__(self):

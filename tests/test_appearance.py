@@ -1,4 +1,5 @@
-"""Issue 12 in the Qt-free session: artefact tokens, colour-scale modes, the mass mask, titles and one layer numbering."""
+"""How the Qt-free session draws a map (vitviz.document.appearance): artefact tokens, colour-scale modes, the mass
+mask, titles and one layer numbering."""
 
 import numpy as np
 import pytest
@@ -7,8 +8,8 @@ from PIL import Image
 
 from vitviz import analysis as A
 from vitviz import views
-from vitviz.pipeline import run_inference
 from vitviz.document.session import Session
+from vitviz.pipeline import run_inference
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ bare IndexError / TypeError / KeyError, and never an allocation of the declared 
 from __future__ import annotations
 
 import dataclasses
-
 import errno
 
 import pytest

@@ -109,7 +109,8 @@ _IMAGE_EXPECT: dict[str, tuple[bool, str]] = {  # image_corpus name -> (valid?, 
     "png_bad_crc.png": (False, "cannot decode"), "jpeg_soi_only.jpg": (False, "not an image file"),
     "gray16.png": (True, ""), "float.tif": (True, ""), "int32.tif": (True, ""), "palette_transparent.png": (True, ""),
     "cmyk.jpg": (True, ""), "la.png": (True, ""), "rgba.png": (True, ""), "bilevel.png": (True, ""),
-    "one_pixel.png": (True, ""), "bomb_header.png": (False, "too large"), "bomb_header_bilevel.png": (False, "too large"),
+    "one_pixel.png": (True, ""), "bomb_header.png": (False, "too large"),
+    "bomb_header_bilevel.png": (False, "too large"),
     "zero_width_header.png": (False, "not an image file"), "strip_1x50000.png": (False, "64:1"),
     "strip_50000x1.png": (False, "64:1"), "animated.gif": (True, ""), "gif_header_only.gif": (False, "not an image"),
     "bmp_huge_header.bmp": (False, "too large"), "drawing.svg": (False, "not an image file"), "photo.heic": (True, ""),
@@ -139,7 +140,8 @@ def _images(root: Path) -> list[Case]:
     photo.save(tiff, "TIFF", save_all=True, append_images=[photo.rotate(180)])
     ztxt = zlib_bomb_text_chunk()
     more: dict[str, tuple[bytes, bool, str]] = {
-        "html_renamed.png": (b"<!DOCTYPE html><html><head><title>404 Not Found</title></head><body>gone</body></html>\n",
+        "html_renamed.png": (b"<!DOCTYPE html><html><head><title>404 Not Found</title></head>"
+                             b"<body>gone</body></html>\n",
                              False, "not an image file"),
         "plain.bmp": (encode(photo, "BMP"), True, ""),
         "progressive.jpg": (encode(photo, "JPEG", progressive=True, quality=80), True, ""),

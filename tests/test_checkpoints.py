@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import save_file
 
 from vitviz.model import CheckpointError, ViT, load_checkpoint, save_checkpoint
-from vitviz.model.spec import ModelSpec
 from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, Preprocess
+from vitviz.model.spec import ModelSpec
 
 timm = pytest.importorskip("timm")
 torchvision = pytest.importorskip("torchvision")
@@ -198,7 +198,8 @@ def test_hf_save_pretrained_directory(tmp_path):
     ours = load_checkpoint(tmp_path / "hf")
     assert ours.spec.source_format == "hf"
     c = ours.config
-    assert (c.embed_dim, c.depth, c.num_heads, c.patch_size, c.num_classes, c.layer_norm_eps) == (128, 2, 2, 8, 4, 1e-12)
+    assert ((c.embed_dim, c.depth, c.num_heads, c.patch_size, c.num_classes, c.layer_norm_eps)
+            == (128, 2, 2, 8, 4, 1e-12))
     assert ours.spec.labels == ("ant", "bee", "cat", "dog")
     p = ours.spec.preprocess
     assert (p.resize, p.crop, p.interpolation, p.mean, p.std) == ((32, 32), (32, 32), "bicubic", (0.4, 0.5, 0.6),
@@ -607,7 +608,8 @@ def test_non_square_grid_and_bad_activation(tmp_path):
 
 def test_img_size_not_multiple_of_patch(tmp_path):
     _, path = _timm_small_file(tmp_path, num_classes=3)
-    with pytest.raises(CheckpointError, match=r"small.safetensors.*img_size height 50 is not a multiple of patch_size=8"):
+    with pytest.raises(CheckpointError,
+                       match=r"small.safetensors.*img_size height 50 is not a multiple of patch_size=8"):
         load_checkpoint(path, num_heads=4, img_size=50)
 
 

@@ -11,8 +11,8 @@ from PIL import Image
 from vitviz import __version__
 from vitviz.cli import main
 from vitviz.model import ViT, save_checkpoint
-from vitviz.model.spec import ModelSpec
 from vitviz.model.preprocess import Preprocess
+from vitviz.model.spec import ModelSpec
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""Comparison grids (vitviz.document.comparison): layouts, each panel's map against the window's own computation, shared and
-per-panel colour scales against vitviz.render.scales, and the exported figure's panels and labels."""
+"""Comparison grids (vitviz.document.comparison): layouts, each panel's map against the window's own computation,
+shared and per-panel colour scales against vitviz.render.scales, and the exported figure's panels and labels."""
 
 import itertools
 import re
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitviz.document import comparison as cmp
 from vitviz import views
-from vitviz.render import figures
-from vitviz.imaging import load_image
-from vitviz.render.scales import scale_for
+from vitviz.document import comparison as cmp
 from vitviz.document.session import Session
+from vitviz.imaging import load_image
+from vitviz.render import figures
+from vitviz.render.scales import scale_for
 
 
 def _photo(path, seed, h=70, w=110):

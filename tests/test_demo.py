@@ -18,12 +18,22 @@ from safetensors import safe_open
 
 from vitviz.analysis import attention_rollout, relevance
 from vitviz.capture import capture
-from vitviz.demo import (CLASSES, default_model_path, generate, generate_batch, load_demo_model, render,
-                         sample_images)
+from vitviz.demo import CLASSES, default_model_path, generate, generate_batch, load_demo_model, render, sample_images
 from vitviz.demo.samples import make_sample, sample_name
 from vitviz.demo.shapes import STREAMS, sample_region
-from vitviz.demo.train import (augment, build_model, demo_preprocess, dense_label_loss, jax_init_, lr_at,
-                               main as train_main, make_pool, pca_patch_init_, to_input, token_label_loss)
+from vitviz.demo.train import (
+    augment,
+    build_model,
+    demo_preprocess,
+    dense_label_loss,
+    jax_init_,
+    lr_at,
+    make_pool,
+    pca_patch_init_,
+    to_input,
+    token_label_loss,
+)
+from vitviz.demo.train import main as train_main
 from vitviz.model import load_checkpoint
 from vitviz.model.preprocess import CropGeometry
 
@@ -314,7 +324,7 @@ def _evaluate(model, samples, batch: int = 50):
         labels = torch.tensor([lab for _, lab, _ in chunk])
         cap = capture(model, torch.stack(xs), target=labels)
         correct += int((cap.logits.argmax(-1) == labels).sum())
-        for j, (_, lab, box) in enumerate(chunk):
+        for j, (_, _lab, box) in enumerate(chunk):
             attn, grads = cap.attentions[:, j], cap.attention_grads[:, j]
             roll = attention_rollout(attn, grid=cap.grid, num_prefix_tokens=cap.num_prefix_tokens,
                                      head_fusion="mean", discard_ratio=0.0)

@@ -441,8 +441,8 @@ def test_evaluate_views_uses_the_windows_maps_and_one_capture(tiny_model, monkey
 
 def test_evaluate_views_on_a_model_a_path_and_unavailable_views(tiny_model, tmp_path):
     from vitviz.model import ViT
-    from vitviz.model.spec import ModelSpec
     from vitviz.model.preprocess import Preprocess
+    from vitviz.model.spec import ModelSpec
 
     path = tmp_path / "a.png"
     _photo(1).save(path)

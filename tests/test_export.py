@@ -1,4 +1,5 @@
-"""Batch export (`vitviz export`, vitviz.batch.export / vitviz.batch.inputs), batched pipeline runs and the "auto" precision.
+"""Batch export (`vitviz export`, vitviz.batch.export / vitviz.batch.inputs), batched pipeline runs and the "auto"
+precision.
 
 The bundled demo model on folders of generated shape images. The maps an export writes are compared with the
 library's own: `Pipeline.run` of the same image into a `Session`, `Session.current_map()` (npy) and
@@ -24,18 +25,18 @@ import torch
 from PIL import Image
 
 from vitviz import devices
-from vitviz.document import panel
-from vitviz.render import figures
-from vitviz.batch.inputs import InputImage, expand_inputs, parse_shard, shard_of, take_shard
-from vitviz.cli import main
-from vitviz.demo import generate, load_demo_model
 from vitviz.batch.export import Exporter, export_images
 from vitviz.batch.export_options import ExportOptions
 from vitviz.batch.export_plan import map_requests, resolve_target
+from vitviz.batch.inputs import InputImage, expand_inputs, parse_shard, shard_of, take_shard
 from vitviz.batch.manifest import read_manifest
+from vitviz.cli import main
+from vitviz.demo import generate, load_demo_model
+from vitviz.document import panel
+from vitviz.document.session import Session
 from vitviz.imaging import load_image
 from vitviz.pipeline import Pipeline
-from vitviz.document.session import Session
+from vitviz.render import figures
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO.parent / "shared" / "weights" / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
@@ -522,7 +523,7 @@ def test_map_requests_follow_what_each_view_reads(pipe, images):
     opts = ExportOptions(views=("cls", "token_norm", "rollout", "query"), layers=("all",), heads=("mean", "all"))
     reqs = map_requests(r, opts)
     count = {}
-    for key, changes in reqs:
+    for key, _changes in reqs:
         count[key] = count.get(key, 0) + 1
     assert count == {"cls": 4 * 3, "token_norm": 5, "rollout": 1, "query": 4 * 3}  # token_norm: emb + 4 blocks
     assert all(c["query"] == 7 * 14 + 7 for _, c in reqs)  # the centre patch by default
@@ -624,7 +625,7 @@ def test_pipeline_auto_precision(demo_model, monkeypatch):
         Pipeline(load_demo_model(), precision="fp64")
 
 
-# ----------------------------------------------------------------------------------------------- bf16 vs fp32, real weights
+# ------------------------------------------------------------------------------------------ bf16 vs fp32, real weights
 BF16_VIEWS = ("cls", "rollout", "grad_rollout", "relevance", "token_norm")
 
 

@@ -12,11 +12,11 @@ import warnings
 
 import pytest
 import torch
-
 from family_helpers import check_against_reference, randomise_, rel_err
+
 from vitviz.model import load_checkpoint
-from vitviz.model.spec import CLIP_MEAN
 from vitviz.model.preprocess import IMAGENET_MEAN, INCEPTION_MEAN
+from vitviz.model.spec import CLIP_MEAN
 
 T = pytest.importorskip("transformers")
 

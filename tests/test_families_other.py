@@ -10,8 +10,8 @@ import warnings
 
 import pytest
 import torch
-
 from family_helpers import check_against_reference, randomise_, rel_err, timm_attentions
+
 from vitviz.capture import capture
 from vitviz.model import load_checkpoint
 from vitviz.model.preprocess import INCEPTION_MEAN

@@ -8,8 +8,8 @@ import warnings
 
 import pytest
 import torch
-
 from family_helpers import rel_err
+
 from vitviz.model.layers import Block
 from vitviz.model.pos_embed import relative_position_index, resize_rel_pos_table
 from vitviz.model.vit import ViT

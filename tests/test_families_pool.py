@@ -7,15 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from family_helpers import rel_err
 from PIL import Image
 
-from family_helpers import rel_err
 from vitviz import analysis as A
 from vitviz.capture import capture
+from vitviz.document.session import Session
 from vitviz.model import ViT
 from vitviz.model.spec import ModelSpec, family_preprocess
 from vitviz.pipeline import run_inference
-from vitviz.document.session import Session
 
 
 def _siglip(num_classes: int = 0) -> ViT:

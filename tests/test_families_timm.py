@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from family_helpers import check_against_reference, randomise_, rel_err, timm_attentions, write_timm_folder
+
 from vitviz.model import load_checkpoint
 from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD
 

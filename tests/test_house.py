@@ -102,6 +102,20 @@ def test_no_two_modules_share_a_basename():
     assert not {k: v for k, v in names.items() if len(v) > 1}
 
 
+def test_no_module_is_named_after_a_function_or_class_it_holds():
+    """``from vitviz.x.thing import thing`` makes the module and its function one name (the old
+    ``vitviz.model.pretrained`` module beside the ``pretrained`` function needed import_module to tell them apart)."""
+    bad = []
+    for p in MODULES.values():
+        if p.name == "__init__.py":
+            continue
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        if p.stem in defined:
+            bad.append(str(p.relative_to(REPO)))
+    assert not bad, bad
+
+
 def test_no_private_name_is_imported_from_another_module():
     bad = [f"{m} imports {t}.{name}" for m in MODULES for t, name, _, _ in _imports(m)
            if name.startswith("_") and not name.startswith("__") and t != m]

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from fake_hub import big_file, timm_repo
 
-from fake_hub import big_file, fake_hub, timm_repo  # noqa: F401 - fake_hub is a fixture
-from vitviz.model.sources import catalog
-from vitviz.model.sources import hub
 from vitviz.model.checkpoints import CheckpointError
-from vitviz.model.sources.torch_hub import DownloadCancelled, PretrainedError
+from vitviz.model.sources import catalog, hub
 from vitviz.model.sources.refs import describe_ref, open_model, parse_model_ref
+from vitviz.model.sources.torch_hub import DownloadCancelled, PretrainedError
 
 REPO = "timm/vit_tiny_test.t1"
 

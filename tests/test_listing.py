@@ -1,4 +1,5 @@
-"""The named weights as plain data (`vitviz.model.sources.catalog`): equal to torchvision's own metadata; listed without torch."""
+"""The named weights as plain data (`vitviz.model.sources.catalog`): equal to torchvision's own metadata; listed
+without torch."""
 
 import subprocess
 import sys

@@ -10,9 +10,16 @@ import urllib.error
 import pytest
 import torch
 
-from vitviz.model.sources.torch_hub import (PRETRAINED, DownloadCancelled, PretrainedError, PretrainedInfo, cache_path,
-                                     is_cached, pretrained)
 from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+from vitviz.model.sources.torch_hub import (
+    PRETRAINED,
+    DownloadCancelled,
+    PretrainedError,
+    PretrainedInfo,
+    cache_path,
+    is_cached,
+    pretrained,
+)
 
 torchvision = pytest.importorskip("torchvision")
 # the module (``vitviz.model.sources.torch_hub`` the attribute is the function of the same name)

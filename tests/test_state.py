@@ -1,5 +1,5 @@
-"""Reproducible state (vitviz.document.state): session files and figure metadata round trips, every option saved, and bad
-session files refused with messages naming the file and the problem."""
+"""Reproducible state (vitviz.document.state): session files and figure metadata round trips, every option saved, and
+bad session files refused with messages naming the file and the problem."""
 
 import json
 import shutil
@@ -11,9 +11,9 @@ from PIL import Image
 
 from vitviz.document import panel
 from vitviz.document import state as st
-from vitviz.render import figures
-from vitviz.imaging import load_image
 from vitviz.document.session import Session
+from vitviz.imaging import load_image
+from vitviz.render import figures
 from vitviz.views.options import ViewOptions
 
 VIEWS = ("cls", "query", "rollout", "grad_rollout", "relevance", "token_sim", "pos_sim", "token_norm")
@@ -153,8 +153,8 @@ def test_a_moved_project_folder_is_found_through_relative_paths(setup, tmp_path)
 def test_a_model_prepared_differently_in_memory_reopens_with_that_preprocessing(setup, tiny_model):
     """A checkpoint that does not say how images were prepared (or a default that changed) must not change the
     maps: the session records the preprocessing and the reopened model uses it."""
-    from vitviz.pipeline import Pipeline
     from vitviz.model.preprocess import Preprocess
+    from vitviz.pipeline import Pipeline
 
     a = setup["images"][0]
     own = Preprocess(resize=40, crop=(32, 32), interpolation="bilinear", mean=(0.2, 0.3, 0.4), std=(0.5, 0.4, 0.3))

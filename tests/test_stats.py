@@ -12,14 +12,14 @@ import pytest
 import torch
 from PIL import Image
 
-from vitviz.cli import main
-from vitviz.demo import generate, load_demo_model
-from vitviz.imaging import load_image
-from vitviz.pipeline import Pipeline
-from vitviz.document.session import Session
 from vitviz.batch.stats import ARTEFACT_CSV, FIGURE, STATS_CSV, DatasetStats, StatsAccumulator
 from vitviz.batch.stats_files import read_stats_csv, write_outputs
 from vitviz.batch.stats_plot import figure_bytes
+from vitviz.cli import main
+from vitviz.demo import generate, load_demo_model
+from vitviz.document.session import Session
+from vitviz.imaging import load_image
+from vitviz.pipeline import Pipeline
 
 
 def _images(folder: Path, n: int) -> list[Path]:

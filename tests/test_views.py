@@ -5,8 +5,8 @@ import pytest
 from PIL import Image
 
 from vitviz import views
-from vitviz.pipeline import run_inference
 from vitviz.document.session import Session
+from vitviz.pipeline import run_inference
 
 
 class Brightest(views.View):

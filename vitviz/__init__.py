@@ -28,7 +28,7 @@ _LAZY = {
     "Capture": "vitviz.capture", "CaptureError": "vitviz.capture",
     "load_image": "vitviz.imaging", "ImageError": "vitviz.imaging", "Preprocess": "vitviz.model.preprocess",
     "Pipeline": "vitviz.pipeline", "InferenceResult": "vitviz.pipeline",
-    "show": "vitviz.gui.show", "AdaptedModel": "vitviz.capture.foreign",
+    "show": "vitviz.gui.in_memory", "AdaptedModel": "vitviz.capture.foreign",
 }
 _SUBMODULES = ("analysis", "capture", "model", "imaging", "demo", "document", "pipeline", "views", "render", "batch",
                "evaluate")

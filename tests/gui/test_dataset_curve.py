@@ -1,8 +1,8 @@
 """The distance plot draws a data set's statistics (the attention_stats.csv of `vitviz stats`) beside this image's."""
 
 import numpy as np
-
 from gui_helpers import open_and_wait
+
 from vitviz.batch.stats import STATS_COLUMNS, DatasetStats
 from vitviz.batch.stats_files import csv_bytes, stats_rows
 

@@ -6,11 +6,10 @@ import time
 import numpy as np
 import pytest
 import torch
+from gui_helpers import make_image, open_and_wait
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent, QImage
 from PySide6.QtWidgets import QApplication
-
-from gui_helpers import make_image, open_and_wait
 
 
 def test_download_shows_progress_and_can_be_cancelled(qtbot, window, image_path, monkeypatch):
@@ -160,8 +159,9 @@ def test_copy_view_puts_the_export_on_the_clipboard(qtbot, window, image_path):
 
 
 def test_failed_start_model_falls_back_to_the_demo_model(qtbot, settings, tmp_path):
-    from vitviz.gui.main_window import MainWindow
     from gui_helpers import Recorder
+
+    from vitviz.gui.main_window import MainWindow
 
     rec = Recorder()
     w = MainWindow(settings=settings, model_key=f"file:{tmp_path / 'missing.safetensors'}", dialogs=rec)
@@ -179,8 +179,8 @@ def test_failed_start_model_falls_back_to_the_demo_model(qtbot, settings, tmp_pa
 def test_unusual_models_show_every_view_without_errors(qtbot, settings, image_path, kwargs):
     from gui_helpers import Recorder
 
-    from vitviz.gui.main_window import MainWindow
     from vitviz import views
+    from vitviz.gui.main_window import MainWindow
     from vitviz.model import create_model
 
     m = create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
@@ -287,9 +287,10 @@ main()
 def test_remembered_gpu_that_is_missing_falls_back_to_the_cpu_with_a_note(qtbot, settings, monkeypatch):
     """A device remembered from another machine (cuda:3) is accepted at start (torch not asked yet) and replaced by
     the CPU, with a note, when the model loads."""
+    from gui_helpers import Recorder
+
     import vitviz.gui.controller as controller
     from vitviz.gui.main_window import MainWindow
-    from gui_helpers import Recorder
 
     monkeypatch.setattr(controller, "torch_loaded", lambda: False)
     rec = Recorder()

@@ -5,13 +5,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from gui_helpers import make_image, open_and_wait
 from PIL import Image
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from vitviz import analysis as A
 from vitviz.capture import capture
-from gui_helpers import make_image, open_and_wait
 
 
 def _reference_capture(model, path, target=None):

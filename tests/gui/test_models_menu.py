@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from fake_hub import big_file, timm_repo
+from gui_helpers import Recorder, open_and_wait
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPushButton
 
-from fake_hub import big_file, fake_hub, timm_repo  # noqa: F401 - fake_hub is a fixture
-from gui_helpers import Recorder, open_and_wait
 from vitviz.model.sources import catalog
 
 DEIT = catalog.HUB_BY_KEY["deit-s"]

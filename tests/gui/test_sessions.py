@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from gui_helpers import Recorder, make_image, open_and_wait
 
-from vitviz.render import figures
 from vitviz.document import state as st
+from vitviz.render import figures
 
 
 @pytest.fixture
@@ -202,10 +202,10 @@ def test_saving_refuses_what_could_not_be_reopened(qtbot, window, image_path, tm
 def test_a_session_opens_at_its_saved_precision(qtbot, win, files, tiny_model):
     """A session saved at fp32 (here headlessly, as 'vitviz' scripts would) shows the same maps in a window that
     runs at another precision: the model is opened afresh at the saved one."""
+    from vitviz.document.session import Session
     from vitviz.imaging import load_image
     from vitviz.model import load_checkpoint
     from vitviz.pipeline import Pipeline
-    from vitviz.document.session import Session
 
     open_and_wait(qtbot, win, files["images"][1])
     win.set_precision("bf16")

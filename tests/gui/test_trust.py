@@ -2,9 +2,8 @@
 bugs (prediction highlight, hover value after a click, the loading state)."""
 
 import numpy as np
-from PySide6.QtCore import Qt
-
 from gui_helpers import make_image, open_and_wait
+from PySide6.QtCore import Qt
 
 
 def test_any_class_can_be_the_target_by_search(qtbot, window, image_path):
@@ -39,7 +38,7 @@ def test_prediction_highlight_follows_the_new_image(qtbot, window, tmp_path):
 
 
 def test_hover_value_follows_a_click_at_once(qtbot, window, image_path):
-    r = open_and_wait(qtbot, window, image_path)
+    open_and_wait(qtbot, window, image_path)
     window.set_view("query")
     s = window.session
     y0, x0, y1, x1 = s.crop_rect_yx()

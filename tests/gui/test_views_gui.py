@@ -1,9 +1,9 @@
 """The window builds its view list, shortcuts and enabled controls from the registry; quick PageDown presses."""
 
 import numpy as np
+from gui_helpers import make_image, open_and_wait
 from PySide6.QtCore import Qt
 
-from gui_helpers import make_image, open_and_wait
 from vitviz import views
 
 

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 import torch
 
-from vitviz.analysis.basics import as_float, check_attn, with_batch_dim
 from vitviz.analysis.attention_maps import check_grads
+from vitviz.analysis.basics import as_float, check_attn, with_batch_dim
 
 __all__ = [
     "ArtefactTokens", "artefact_attention_share", "exclude_tokens", "high_norm_tokens", "register_attention_share",

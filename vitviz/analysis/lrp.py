@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
+from vitviz.analysis.attention_maps import check_grads, check_query_row, cls_row, grad_weighted, pool_row_of_product
 from vitviz.analysis.basics import as_float, check_attn, check_layer, resolve_grid
-from vitviz.analysis.attention_maps import cls_row, grad_weighted, pool_row_of_product, check_grads, check_query_row
 
 __all__ = ["relevance"]
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from vitviz.analysis.attention_maps import GradClamp, check_grads, cls_row, fused_heads
 from vitviz.analysis.basics import (
     CLAMPS,
     FUSIONS,
@@ -38,7 +39,6 @@ from vitviz.analysis.distance import (
     entropy_from_sums,
     entropy_sum_,
 )
-from vitviz.analysis.attention_maps import GradClamp, cls_row, fused_heads, check_grads
 
 __all__ = ["ImageAnalyses", "analyse_batch", "analyse_image"]
 

@@ -7,13 +7,13 @@ epochs, in a seeded order, with augmentation: horizontal flips, channel order, b
 reproducible from its ``--seed`` at a fixed ``--threads``.
 
 The recipe: sin-cos position embeddings; the original ViT's (JAX) initialisation with the patch embedding set to
-whitened principal components of the training patches (:func:`pca_patch_init_`); AdamW (weight decay on matrices
-only) with a small batch and gradient clipping, in two phases, each with linear warmup then cosine decay:
-``--low-res-steps`` at ``--low-res`` px (56: a 7 x 7 grid, about 4x cheaper per image, the position embeddings
-resampled) at a high peak learning rate ``--lr``, then ``--steps`` at the full 112 px at ``--full-res-lr``; and
-a dense auxiliary loss (``--dense-labels``, in the spirit of token labelling, Jiang et al. 2021): every patch token
-predicts "object class or background" through a separate linear head that is thrown away after training. The [CLS] token, whose attention the app visualises, is trained by the
-ordinary classification loss only. ``--init-from`` continues from a checkpoint.
+whitened principal components of the training patches (:func:`pca_patch_init_`); AdamW (weight decay on matrices only)
+with a small batch and gradient clipping, in two phases, each with linear warmup then cosine decay: ``--low-res-steps``
+at ``--low-res`` px (56: a 7 x 7 grid, about 4x cheaper per image, the position embeddings resampled) at a high peak
+learning rate ``--lr``, then ``--steps`` at the full 112 px at ``--full-res-lr``; and a dense auxiliary loss
+(``--dense-labels``, in the spirit of token labelling, Jiang et al. 2021): every patch token predicts "object class or
+background" through a separate linear head that is thrown away after training. The [CLS] token, whose attention the app
+visualises, is trained by the ordinary classification loss only. ``--init-from`` continues from a checkpoint.
 
 Progress is printed every ``--log-every`` steps with the accuracy on a fixed validation set (the ``"val"`` stream,
 never used for training).
@@ -36,9 +36,9 @@ import torch.nn.functional as F
 
 from vitviz.demo.shapes import BASE, CLASSES, generate_batch
 from vitviz.model import load_checkpoint, save_checkpoint
+from vitviz.model.preprocess import INCEPTION_MEAN, INCEPTION_STD, Preprocess
 from vitviz.model.spec import ModelSpec
 from vitviz.model.vit import ViT
-from vitviz.model.preprocess import INCEPTION_MEAN, INCEPTION_STD, Preprocess
 
 DEMO_NAME = "vitviz shapes demo (ViT 112/8)"
 
