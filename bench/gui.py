@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             layer = (i * 5 + 1) % L
             if layer == win.session.options.layer:
                 layer = (layer + 1) % L
-            win.session._cache.clear() if name == "naive full-res composite" else None
+            win.session.cache.clear() if name == "naive full-res composite" else None
             c0 = time.thread_time()
             t0 = time.perf_counter()
             fn(layer)

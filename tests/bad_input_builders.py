@@ -1,4 +1,4 @@
-"""Builders of bad and unusual inputs (issue 11), shared by test_bad_images.py, test_bad_checkpoints.py and the
+"""Builders of bad and unusual inputs, shared by test_bad_images.py, model/test_bad_checkpoints.py and the
 one corpus of test_bad_inputs.py: images (PNG headers declaring any size, encodings, a corpus of odd files), pipes
 fed by a thread, tiny checkpoints (native files with edited settings, hand-written Hugging Face folders, raw
 safetensors bytes) and the tables of malformed headers and settings with the words their errors must contain.

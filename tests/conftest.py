@@ -1,5 +1,4 @@
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -9,9 +8,6 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 # shared fixtures that live in their own module: the fake Hugging Face Hub on 127.0.0.1 (fake_hub)
 pytest_plugins = ["fake_hub"]
-
-REPO = Path(__file__).resolve().parent.parent
-SHARED_WEIGHTS = REPO.parent / "shared" / "weights"
 
 
 @pytest.fixture(autouse=True)

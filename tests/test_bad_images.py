@@ -1,6 +1,6 @@
-"""Bad and unusual image inputs (project issue 11): memory bounded by the crop, one reader with one pixel limit for
-the window and ``vitviz predict``, pipes and special files, export failures, and a corpus of odd files run through
-the library and the command line.
+"""Bad and unusual image inputs, one behaviour at a time: memory bounded by the crop, one reader with one pixel limit
+for the window and ``vitviz predict``, pipes and special files, export failures. (The corpus of odd files goes through
+the library, the command line and the window in test_bad_inputs.py.)
 
 Every error is an ``ImageError`` / ``ExportError`` (or ``FileExistsError``) whose message names the file and the
 cause; the command line exits 2 with exactly one line on stderr, never a traceback.
@@ -12,14 +12,12 @@ import errno
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from bad_input_builders import feed_fifo as _feed_fifo
-from bad_input_builders import image_corpus as _corpus
 from bad_input_builders import png_header as _png_header
 from PIL import Image
 
@@ -36,7 +34,6 @@ from vitviz.imaging import (
 )
 from vitviz.model.preprocess import Preprocess
 
-REPO = Path(__file__).resolve().parent.parent
 _GUARD_PIXELS = 64 * 2**20
 
 
@@ -63,7 +60,7 @@ def demo_model():
 
 # ------------------------------------------------------------------------------------------------ helpers
 def _whole_image_reference(pre: Preprocess, image: Image.Image) -> torch.Tensor:
-    """The preprocessing as it was before issue 11: resize the whole image, pad if needed, then crop."""
+    """The preprocessing as it was before the crop-first path: resize the whole image, pad if needed, then crop."""
     image = image.convert("RGB")
     geo = pre.geometry((image.height, image.width))
     rh, rw = geo.resized_size
@@ -375,103 +372,6 @@ def test_export_read_only_folder_names_the_folder(tmp_path, monkeypatch, code):
     msg = str(ei.value)
     assert f"folder {folder} is not writable" in msg and os.strerror(code) in msg, msg
     assert list(folder.iterdir()) == []
-
-
-# ----------------------------------------------------------------------------------------------- e. the corpus
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    items = _corpus(root)
-    assert len(items) >= 30
-    return items
-
-
-def _open_item(item):
-    """The path to read; a FIFO gets a writer thread."""
-    if isinstance(item, tuple):
-        path, data = item
-        return path, _feed_fifo(path, data)
-    return item, None
-
-
-def test_corpus_through_the_library(corpus, demo_model):
-    pre = demo_model.spec.preprocess
-    outcomes = {}
-    for name, item in corpus.items():
-        path, writer = _open_item(item)
-        try:
-            x = pre(load_image(path).image)
-        except ImageError as e:
-            assert str(path) in str(e), (name, str(e))
-            assert str(e).strip() != str(path), name  # a cause follows the name
-            outcomes[name] = "error"
-        else:
-            assert x.shape == (3, *pre.crop) and x.dtype == torch.float32 and torch.isfinite(x).all(), name
-            outcomes[name] = "ok"
-        finally:
-            if writer is not None:
-                writer.join(5)
-    must_fail = ["truncated.png", "truncated.jpg", "zero_bytes.png", "text_file.png", "random_bytes.png",
-                 "bomb_header.png", "bomb_header_bilevel.png", "strip_1x50000.png", "strip_50000x1.png",
-                 "folder.png", "missing.png", "devnull.png", "drawing.svg", "loop.png", "under_a_file.png"]
-    must_load = ["ok.png", "gray16.png", "float.tif", "int32.tif", "palette_transparent.png", "cmyk.jpg", "la.png",
-                 "rgba.png", "bilevel.png", "one_pixel.png", "animated.gif", "photo.heic", "webp.webp",
-                 "exif_rotated.jpg", "no_suffix", "fifo.png"]
-    assert {n: outcomes[n] for n in must_fail} == dict.fromkeys(must_fail, "error")
-    assert {n: outcomes[n] for n in must_load} == dict.fromkeys(must_load, "ok")
-
-
-def test_corpus_through_the_command_line(corpus, capsys):
-    """Every input through ``vitviz predict`` (its entry point, in this process): exit 0 with a prediction, or
-    exit 2 with exactly one line on stderr naming the file."""
-    model = str(default_model_path())
-    for name, item in corpus.items():
-        path, writer = _open_item(item)
-        try:
-            code = main(["predict", model, str(path), "--top", "1"])
-        finally:
-            if writer is not None:
-                writer.join(5)
-        out, err = capsys.readouterr()
-        assert code in (0, 2), (name, code, err)
-        assert "Traceback" not in err, (name, err)
-        if code == 0:
-            assert out.splitlines()[0] == str(path) and not err.strip(), (name, out, err)
-        else:
-            lines = err.strip().splitlines()
-            assert len(lines) == 1 and str(path) in lines[0], (name, err)
-
-
-_SUBPROCESS_CASES = ["bomb_header.png", "truncated.jpg", "folder.png", "gray16.png", "strip_1x50000.png",
-                     "fifo.png"]
-
-
-def test_corpus_samples_through_python_m_vitviz(corpus):
-    """A few of the inputs through a real ``python -m vitviz predict`` process (run two at a time)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-
-    def run(name):
-        path, writer = _open_item(corpus[name])
-        try:
-            r = subprocess.run([sys.executable, "-m", "vitviz", "predict", str(default_model_path()), str(path)],
-                               cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-        finally:
-            if writer is not None:
-                writer.join(5)
-        return name, path, r
-
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(run, _SUBPROCESS_CASES))
-    for name, path, r in results:
-        assert r.returncode in (0, 2), (name, r.returncode, r.stderr)
-        assert "Traceback" not in r.stderr, (name, r.stderr)
-        if r.returncode == 2:
-            lines = r.stderr.strip().splitlines()
-            assert len(lines) == 1 and str(path) in lines[0], (name, r.stderr)
-        else:
-            assert r.stdout.splitlines()[0] == str(path) and not r.stderr.strip(), (name, r.stderr)
-    assert {n: r.returncode for n, _, r in results} == {"bomb_header.png": 2, "truncated.jpg": 2, "folder.png": 2,
-                                                        "gray16.png": 0, "strip_1x50000.png": 2, "fifo.png": 0}
 
 
 def test_load_image_makes_no_copy_of_an_image_that_needs_no_rotation(tmp_path, monkeypatch):

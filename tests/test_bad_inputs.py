@@ -1,4 +1,4 @@
-"""One corpus of bad and unusual inputs (issue 11), each checked through the library, the command line and the window.
+"""One corpus of bad and unusual inputs, each checked through the library, the command line and the window.
 
 The corpus (built once per session in a temporary folder, about 190 inputs) holds images (truncated, corrupt, empty,
 HTML named .png, decompression-bomb headers, 1x50000 strips, 16-bit, float TIFF, CMYK, palette with transparency,
@@ -66,13 +66,13 @@ from bad_input_builders import (
     tiny_vit,
 )
 from PIL import Image
+from repo_paths import REPO
 
 from vitviz import imaging
 from vitviz.demo import default_model_path, load_demo_model, sample_images
 from vitviz.imaging import ExportError, ImageError, load_image, write_png
 from vitviz.model import CheckpointError, ViT, load_checkpoint, save_checkpoint
 
-REPO = Path(__file__).resolve().parent.parent
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 CLI_TIMEOUT = 120
 

@@ -11,8 +11,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "vitviz"
 MAX_LINES = 600
 

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from PIL import Image
+from repo_paths import SHARED_WEIGHTS
 
 from vitviz.model import load_checkpoint
 from vitviz.model.preprocess import INCEPTION_MEAN
 
-# ../shared/weights next to the checkout (as tests/conftest.py's SHARED_WEIGHTS; not imported: "conftest" is ambiguous
-# once tests/gui has its own)
-SHARED_WEIGHTS = Path(__file__).resolve().parent.parent.parent / "shared" / "weights"
+# ../shared/weights next to the checkout
 TINY = SHARED_WEIGHTS / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
 
 pytestmark = [

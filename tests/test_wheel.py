@@ -16,8 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
+from repo_paths import REPO
 
 pytestmark = pytest.mark.slow
 

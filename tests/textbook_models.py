@@ -1,4 +1,4 @@
-"""Minimal ViTs in the styles users write themselves (issue 17), each with an explicit float re-implementation of its
+"""Minimal ViTs in the styles users write themselves, each with an explicit float re-implementation of its
 forward that exposes every attention tensor, and a plain training loop. Used by test_adapters, test_textbook and
 tests/gui/test_show (imported as ``textbook_models``).
 

@@ -25,6 +25,14 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vitviz._util.files import default_file_mode, describe_os_error, folder_problem
 
+# the resampling filters a model's preprocessing may name (timm's and torchvision's names), as PIL knows them
+RESAMPLING: dict[str, Image.Resampling] = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+}
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif")
 MAX_SIDE = 20000
 MAX_PIXELS = MAX_SIDE * MAX_SIDE

@@ -1,4 +1,4 @@
-"""The window fits the screen (issue 12, point 6): window and dock geometry at 1280x800, thumbnails of at least 48 px,
+"""The window fits the screen: window and dock geometry at 1280x800, thumbnails of at least 48 px,
 one colour scale for the head thumbnails, the plots' titles, legends, axes and colour bars (offscreen, tiny model)."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""vitviz.show: the window on an in-memory model of the user's own (issue 17), offscreen."""
+"""vitviz.show: the window on an in-memory model of the user's own, offscreen."""
 
 import numpy as np
 import pytest

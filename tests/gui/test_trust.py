@@ -1,5 +1,5 @@
-"""Issue 12 in the window: class search, the colour-scale controls, artefact outlines, the mask, and three stale-state
-bugs (prediction highlight, hover value after a click, the loading state)."""
+"""What the window says it shows: class search, the colour-scale controls, artefact outlines, the mask, and three
+stale-state bugs (prediction highlight, hover value after a click, the loading state)."""
 
 import numpy as np
 from gui_helpers import make_image, open_and_wait

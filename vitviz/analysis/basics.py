@@ -8,10 +8,12 @@ from typing import Any, Literal, Union
 import numpy as np
 import torch
 
+from vitviz.analysis.choices import CLAMPS, FUSIONS
+
+__all__ = ["CLAMPS", "FUSIONS", "Head", "HeadFusion"]
+
 HeadFusion = Literal["mean", "max", "min"]
 Head = Union[int, HeadFusion]
-FUSIONS = ("mean", "max", "min")
-CLAMPS = ("after_mean", "before_mean")  # of the gradient rollout
 
 
 def check_choice(value: Any, valid: tuple[str, ...], name: str) -> None:

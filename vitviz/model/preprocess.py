@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vitviz.imaging import check_shape
+from vitviz.imaging import RESAMPLING, check_shape
 
 Interpolation = Literal["nearest", "bilinear", "bicubic", "lanczos"]
 
@@ -27,12 +27,7 @@ _WHOLE_RESIZE_BUDGET = 8
 """Preprocessing resizes the whole image (exactly as torchvision) only when the resized image is at most this many
 times the crop; larger ones (elongated images) are resampled region-first, see :meth:`Preprocess.apply`."""
 
-_PIL_RESAMPLE = {
-    "nearest": Image.Resampling.NEAREST,
-    "bilinear": Image.Resampling.BILINEAR,
-    "bicubic": Image.Resampling.BICUBIC,
-    "lanczos": Image.Resampling.LANCZOS,
-}
+_PIL_RESAMPLE = RESAMPLING
 
 
 @dataclass(frozen=True)

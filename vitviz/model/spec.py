@@ -76,10 +76,6 @@ class ModelSpec:
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
 
-    @classmethod
-    def from_json(cls, s: str) -> "ModelSpec":
-        return cls.from_dict(json.loads(s))
-
     def parts_text(self) -> str:
         """The architecture's options in words (activation, MLP, LayerScale, norms, position bias, pooling ...)."""
         return _parts(self.config)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from vitviz.analysis.choices import FUSIONS, UPSAMPLE_MODES
 from vitviz.render.colormaps import COLORMAPS, DEFAULT_COLORMAP
 from vitviz.render.figures.specification import MASK_STYLES  # how render draws a mask
 
@@ -38,8 +39,8 @@ KINDS: tuple[str, ...] = ("view", "int", "head", "choice", "float", "bool", "ran
 ``float`` a number in the row's range; ``head`` a head index or one of the row's choices (a reduction over heads);
 ``choice`` one of the row's choices; ``bool``; ``range`` an optional ``(low, high)`` pair of numbers."""
 
-HEAD_REDUCTIONS: tuple[str, ...] = ("mean", "max", "min")
-INTERPOLATIONS: tuple[str, ...] = ("nearest", "bilinear")
+HEAD_REDUCTIONS: tuple[str, ...] = FUSIONS  # a head index, or the heads reduced as the analyses fuse them
+INTERPOLATIONS: tuple[str, ...] = UPSAMPLE_MODES
 SCALE_MODES: tuple[str, ...] = ("robust", "per_map", "layers", "heads", "fixed")  # vitviz.render.scales.scale_for
 
 _TYPES: dict[str, Any] = {"view": str, "int": int, "head": int | str, "choice": str, "float": float, "bool": bool,

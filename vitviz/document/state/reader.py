@@ -42,6 +42,7 @@ from vitviz.document.state.schema import (
     SessionState,
     StateError,
 )
+from vitviz.imaging import RESAMPLING
 from vitviz.render.figures import read_metadata
 from vitviz.views.options import Option, ViewOptions, all_options
 
@@ -51,7 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["from_dict", "parse_state", "read_options", "read_state"]
 
 _MODEL_REF = re.compile(r"[a-z][a-z0-9_-]*:.+", re.DOTALL)  # KIND:VALUE (vitviz.model.sources.refs: file, hub ...)
-PREPROCESS_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos")  # vitviz.model.preprocess.Interpolation
+PREPROCESS_INTERPOLATIONS = tuple(RESAMPLING)  # vitviz.model.preprocess.Interpolation
 
 
 def read_state(path: str | os.PathLike) -> SessionState:

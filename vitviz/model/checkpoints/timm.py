@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from vitviz.imaging import RESAMPLING
 from vitviz.model.checkpoints.common import (
     Converted,
     RawCheckpoint,
@@ -39,7 +40,7 @@ from vitviz.model.vit import ViTConfig
 NAME = "timm"
 DESCRIPTION = "timm (patch_embed.proj.weight)"
 
-_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos")
+_INTERPOLATIONS = tuple(RESAMPLING)
 
 
 def detect(raw: RawCheckpoint) -> bool:

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from repo_paths import TINY_WEIGHTS
 
 from vitviz import devices
 from vitviz.batch.export import Exporter, export_images
@@ -38,8 +39,7 @@ from vitviz.imaging import load_image
 from vitviz.pipeline import Pipeline
 from vitviz.render import figures
 
-REPO = Path(__file__).resolve().parent.parent
-TINY = REPO.parent / "shared" / "weights" / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
+TINY = TINY_WEIGHTS
 
 
 # ----------------------------------------------------------------------------------------------- fixtures

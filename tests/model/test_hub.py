@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from fake_hub import big_file, timm_repo
+from repo_paths import SHARED_WEIGHTS
 
 from vitviz.model.checkpoints import CheckpointError
 from vitviz.model.sources import catalog, hub
@@ -85,7 +86,7 @@ def test_describe_ref_uses_the_curated_title():
 
 
 # ---------------------------------------------------------------------------------------------------- curated list
-def test_curated_list_covers_the_issue_and_its_sizes_match_timm():
+def test_curated_list_names_the_common_families_and_its_sizes_match_timm():
     import timm
 
     titles = " | ".join(m.title for m in catalog.HUB_MODELS)
@@ -409,7 +410,7 @@ def test_a_broken_config_is_named(fake_hub, body, needle):
 def test_real_vit_tiny_by_its_timm_name(fake_hub, tmp_path):
     """Real weights (../shared/weights) served as timm's upload of ViT-Ti/16 augreg, opened by its timm name:
     chelsea's top class is 285 (Egyptian cat) with p = 0.733, as the weights' README measured."""
-    shared = Path(__file__).resolve().parents[2] / "shared" / "weights"  # (as tests/conftest.py's SHARED_WEIGHTS)
+    shared = SHARED_WEIGHTS
     weights = shared / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
     if not weights.is_file():
         pytest.skip("../shared/weights is absent")

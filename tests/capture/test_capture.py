@@ -318,7 +318,7 @@ def test_capture_is_a_dataclass_with_documented_fields():
 
 
 def test_a_capture_that_cannot_fit_is_refused_up_front():
-    """Declared sizes beyond the available memory: a clear error before any allocation (issue 11)."""
+    """Declared sizes beyond the available memory: a clear error before any allocation."""
     import pytest
 
     from vitviz.capture import CaptureError, available_memory, check_capture_memory

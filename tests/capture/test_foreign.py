@@ -1,4 +1,4 @@
-"""vitviz.capture.foreign: capture from ViT modules that are not vitviz's (issue 17).
+"""vitviz.capture.foreign: capture from ViT modules that are not vitviz's.
 
 Each style is trained for a few steps with a plain loop, then the capture is checked against the module's own
 attention (per head, every layer, relative error <= 1e-5), against autograd through an explicit re-implementation
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from repo_paths import TINY_WEIGHTS
 from textbook_models import (
     CONFIG_D,
     Custom,
@@ -446,8 +447,7 @@ def test_blocks_that_do_not_chain_are_refused():
         capture(Model().eval(), torch.randn(1, 3, 16, 16))
 
 
-_TINY = __import__("pathlib").Path(__file__).resolve().parent.parent.parent / "shared" / "weights" / \
-    "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
+_TINY = TINY_WEIGHTS
 
 
 @pytest.mark.real_weights

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from repo_paths import SHARED_WEIGHTS
 
 from vitviz import imaging
 from vitviz.document import panel as P
@@ -385,7 +386,7 @@ def test_matplotlib_stays_out_of_start_up():
 
 @pytest.mark.real_weights
 def test_the_cat_relevance_figure_with_real_weights(tmp_path):
-    weights = Path(__file__).resolve().parents[2] / "shared" / "weights"  # as conftest.SHARED_WEIGHTS
+    weights = SHARED_WEIGHTS
     path = weights / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
     if not path.exists():
         pytest.skip("no ../shared/weights")

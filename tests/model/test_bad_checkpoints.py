@@ -1,4 +1,4 @@
-"""Bad checkpoints (issue 11): container detection by structure, malformed safetensors headers, settings of the
+"""Bad checkpoints: container detection by structure, malformed safetensors headers, settings of the
 wrong type, settings declaring a model larger than the file (or the machine), and write failures.
 
 Every bad file must raise CheckpointError whose message starts with the file's path and names the problem; never a

@@ -1,4 +1,4 @@
-"""Textbook layouts as checkpoints (issue 17 item 4): state dicts of styles B, C and D saved by the user's own module
+"""Textbook layouts as checkpoints: state dicts of styles B, C and D saved by the user's own module
 load into vitviz.model.ViT with the same logits and attention."""
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ attention shares, and (when ../shared/weights has them) the real ViT-Ti/16."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from repo_paths import SHARED_WEIGHTS
 
 from vitviz import analysis as A
 from vitviz.analysis.artefacts import default_layers
@@ -308,7 +308,7 @@ def test_artefact_attention_share_by_construction():
 
 
 # ------------------------------------------------------------------ the real ViT-Ti/16
-WEIGHTS = Path(__file__).resolve().parent.parent.parent / "shared" / "weights"
+WEIGHTS = SHARED_WEIGHTS
 TINY = WEIGHTS / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
 
 

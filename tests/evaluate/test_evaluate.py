@@ -1,4 +1,4 @@
-"""vitviz.evaluate (issue 13): perturbation curves, the random baseline, the randomisation check, evaluate_views and
+"""vitviz.evaluate: perturbation curves, the random baseline, the randomisation check, evaluate_views and
 ``vitviz evaluate``.
 
 The curves are checked on a toy model whose target logit reads two known patches (so the right answer is known),
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from repo_paths import SHARED_WEIGHTS
 from torch import nn
 
 from vitviz import evaluate as E
@@ -34,7 +35,6 @@ from vitviz.evaluate import (
 from vitviz.pipeline import Pipeline
 from vitviz.views.options import ViewOptions
 
-SHARED_WEIGHTS = Path(__file__).resolve().parent.parent.parent / "shared" / "weights"
 TINY = SHARED_WEIGHTS / "vit_tiny_patch16_224_augreg_in21k_ft_in1k.safetensors"
 
 
@@ -568,7 +568,7 @@ def demo_tables(demo_pipeline):
 
 
 def test_demo_relevance_beats_the_random_baseline(demo_tables):
-    """Issue 13 on held-out shapes (the first DEMO_IMAGES of the "test" stream; bench/evaluate.py (b) runs all 100):
+    """Faithfulness on held-out shapes (the first DEMO_IMAGES of the "test" stream; bench/evaluate.py (b) runs all 100):
     relevance's mean deletion AUC below the random baseline's mean - 2 std and its insertion AUC above mean + 2 std,
     the std being the spread over the 10 rankings of the image-averaged random AUC."""
     m = E.mean_over_images(demo_tables)
