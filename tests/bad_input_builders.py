@@ -1,5 +1,6 @@
-"""Builders of bad and unusual inputs, shared by test_bad_images.py, model/test_bad_checkpoints.py and the
-one corpus of test_bad_inputs.py: images (PNG headers declaring any size, encodings, a corpus of odd files), pipes
+"""The corpus of bad and unusual inputs: its case type (:class:`Case`, one input and what must happen to it) and the
+builders shared by the corpus (tests/corpus/) and the unit tests of single behaviours (test_bad_images.py,
+model/test_bad_checkpoints.py): images (PNG headers declaring any size, encodings, a corpus of odd files), pipes
 fed by a thread, tiny checkpoints (native files with edited settings, hand-written Hugging Face folders, raw
 safetensors bytes) and the tables of malformed headers and settings with the words their errors must contain.
 """
@@ -14,6 +15,7 @@ import struct
 import threading
 import time
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +27,31 @@ from vitviz.demo import sample_images
 from vitviz.model import ViT, save_checkpoint
 from vitviz.model.checkpoints import read_raw
 from vitviz.model.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input of the corpus.
+
+    Attributes:
+        kind: ``"image"``, ``"checkpoint"`` (a file or a Hugging Face folder) or ``"export"`` (a PNG target).
+        name: a unique id for messages.
+        path: the input.
+        ok: True when the input is unusual but valid (it must load), False when it must be refused.
+        needle: words the refusal must contain after the file name (the cause).
+        feed: for a FIFO: the bytes a writer thread feeds it once a reader opens it (None: nobody writes).
+        batch: whether it runs in the command line's batched call (False: a FIFO nobody writes to, which costs its
+            own call the full stream timeout).
+    """
+
+    kind: str
+    name: str
+    path: Path
+    ok: bool
+    needle: str = ""
+    feed: bytes | None = None
+    batch: bool = True
+
 
 
 # ----------------------------------------------------------------------------------------------------------- images

@@ -1,4 +1,4 @@
-"""One corpus of bad and unusual inputs, each checked through the library, the command line and the window.
+"""The corpus of bad and unusual files (images, checkpoints, export targets) through the library, the CLI and the window.
 
 The corpus (built once per session in a temporary folder, about 190 inputs) holds images (truncated, corrupt, empty,
 HTML named .png, decompression-bomb headers, 1x50000 strips, 16-bit, float TIFF, CMYK, palette with transparency,
@@ -53,6 +53,7 @@ from bad_input_builders import (
     HEADER_CASES,
     HF_CONFIG_CASES,
     SPEC_CASES,
+    Case,
     cfg_edit,
     encode,
     feed_fifo,
@@ -75,30 +76,6 @@ from vitviz.model import CheckpointError, ViT, load_checkpoint, save_checkpoint
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 CLI_TIMEOUT = 120
-
-
-@dataclass(frozen=True)
-class Case:
-    """One input of the corpus.
-
-    Attributes:
-        kind: ``"image"``, ``"checkpoint"`` (a file or a Hugging Face folder) or ``"export"`` (a PNG target).
-        name: a unique id for messages.
-        path: the input.
-        ok: True when the input is unusual but valid (it must load), False when it must be refused.
-        needle: words the refusal must contain after the file name (the cause).
-        feed: for a FIFO: the bytes a writer thread feeds it once a reader opens it (None: nobody writes).
-        batch: whether it runs in the command line's batched call (False: a FIFO nobody writes to, which costs its
-            own call the full stream timeout).
-    """
-
-    kind: str
-    name: str
-    path: Path
-    ok: bool
-    needle: str = ""
-    feed: bytes | None = None
-    batch: bool = True
 
 
 # ------------------------------------------------------------------------------------------------------- the corpus
@@ -603,7 +580,7 @@ def test_every_input_through_the_command_line(corpus):
 @pytest.fixture
 def window(qtbot, tmp_path, monkeypatch):
     pytest.importorskip("pytestqt")
-    sys.path.insert(0, str(Path(__file__).parent / "gui"))
+    sys.path.insert(0, str(REPO / "tests" / "gui"))
     from gui_helpers import Recorder
     from PySide6.QtCore import QSettings
 
@@ -728,7 +705,7 @@ def test_corrupt_window_settings_do_not_stop_the_window(qtbot, tmp_path, content
     """The window's own config file, hand-edited or damaged: the window starts, with the demo model if the
     remembered one cannot be loaded (said in a dialog naming it)."""
     pytest.importorskip("pytestqt")
-    sys.path.insert(0, str(Path(__file__).parent / "gui"))
+    sys.path.insert(0, str(REPO / "tests" / "gui"))
     from gui_helpers import Recorder
     from PySide6.QtCore import QSettings
 
