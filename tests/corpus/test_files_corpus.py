@@ -1,4 +1,4 @@
-"""The corpus of bad and unusual files (images, checkpoints, export targets) through the library, the CLI and the window.
+"""The corpus of bad and unusual files (images, checkpoints, export targets) via the library, the CLI and the window.
 
 The corpus (built once per session in a temporary folder, about 190 inputs) holds images (truncated, corrupt, empty,
 HTML named .png, decompression-bomb headers, 1x50000 strips, 16-bit, float TIFF, CMYK, palette with transparency,
