@@ -145,6 +145,12 @@ def rollout_transitions(
     ``A_l = fuse_h attn[l, h]``; the ``floor(discard_ratio * M)`` smallest *patch-key* entries of each query row are
     set to 0 (prefix-key columns are never discarded); ``A_hat_l = (A_l + I) / rowsum(A_l + I)`` (every row sums to 1).
 
+    The discard works row by row over patch keys. Gildenblat's vit-explain (the script most papers cite) discards
+    instead over the whole fused ``N x N`` matrix at once (the lowest ``discard_ratio`` of all ``N^2`` entries, only
+    the [CLS]->[CLS] entry protected), so a query row can lose all or none of its keys, and [CLS] columns are not kept;
+    its ``(A + I) / 2`` then ``a / a.sum(dim=-1)`` (no ``keepdim``) divides columns rather than rows. With
+    ``discard_ratio=0`` and mean fusion the two differ only by that normalisation.
+
     Args:
         attn: ``[L, H, N, N]`` (or ``[B, L, H, N, N]``).
         num_prefix_tokens: p (columns ``< p`` are never discarded).
@@ -322,6 +328,13 @@ def gradient_rollout(
     (``clamp="before_mean"``, Chefer et al.), where ``G = d logit_target / d A``; then as :func:`attention_rollout`:
     per-row discard of patch keys, ``A_hat = (A + I)`` row-normalised, ``R = A_hat_{L-1} ... A_hat_{start}``,
     return ``R[0, p:]``.
+
+    ``G_l`` is the gradient of the target logit with respect to layer ``l``'s post-softmax attention, taken layer by
+    layer in one backward pass. vit-explain's published ``grad_rollout`` differs: its module backward hook records
+    the gradients in the order backward visits the layers (last first) and ``zip`` pairs them with the attentions in
+    forward order, so layer ``l``'s attention is weighted by layer ``L-1-l``'s gradient; the gradient it records is
+    taken before the softmax; and it shares rollout's whole-matrix discard and missing ``keepdim`` (see
+    :func:`rollout_transitions`). Its maps are therefore not this function's, and not a fault of either's inputs.
 
     Args:
         attn: ``[L, H, N, N]`` (or ``[B, L, H, N, N]``).
