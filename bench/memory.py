@@ -7,7 +7,7 @@ set size, ``VmHWM`` from ``/proc/self/status``, next to the resident size right 
 * ``create_h14``     ``create_model("vit_huge_patch14_518")``: ViT-H/14 at 518 px, random weights (632 M parameters)
 * ``load_h14``       ``load_checkpoint`` of that model saved by ``save_checkpoint`` (a 2.5 GB safetensors file)
 * ``capture_h14``    ``Pipeline(model).run(image)`` on ViT-H/14 at 518 px: one forward with every attention map and
-                     token stored, one backward for the attention gradients of the top class, the analyses
+                     token stored, one backward for the attention gradients of the top class
 * ``capture_h14_nograd``  the same capture without gradients (``capture(model, x)``), for comparison
 * ``image_20k``      ``load_image`` of a 20000 x 20000 JPEG (the largest image vitviz opens) and the preprocessing of
                      ViT-B/16 (resize 256, crop 224)

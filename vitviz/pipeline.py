@@ -17,7 +17,7 @@ import os
 import threading
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -133,9 +133,9 @@ class InferenceResult:
         num_registers: register tokens among the prefix tokens (Darcet et al. 2023), 0 for most models.
         num_classes: classes of the model's head (0: a feature model, whose output is not class scores; None:
             unknown).
-        analyses: rollout, gradient rollout, relevance, mean attention distance and entropy at the default view
-            options, computed in one sweep (:func:`vitviz.analysis.analyse_image`) off the GUI thread; None without
-            a [CLS] token.
+
+    The maps and statistics are not part of the result: the views and the session compute them from these tensors
+    with the :mod:`vitviz.analysis` functions when they are first shown, and cache them per result.
     """
 
     source: str
@@ -147,7 +147,6 @@ class InferenceResult:
     device: str = "cpu"
     precision: str = "fp32"
     labels: tuple[str, ...] | None = None
-    analyses: Any = field(default=None, repr=False)  # vitviz.analysis.ImageAnalyses
     num_registers: int = 0  # register tokens (the last of the prefix tokens)
     num_classes: int | None = None  # classes of the model's head; 0: a feature model (logits are its features)
 
@@ -231,8 +230,8 @@ class InferenceResult:
     def excluding(self, patches: Any) -> "InferenceResult":
         """This result with the given patch tokens ignored as attention keys: their columns removed from every
         layer's attention, rows renormalised, their gradient columns dropped
-        (:func:`vitviz.analysis.exclude_tokens`); tokens, logits and the rest shared. ``analyses`` is dropped (the
-        views recompute from the new attention).
+        (:func:`vitviz.analysis.exclude_tokens`); tokens, logits and the rest shared (the views compute their maps
+        from the new attention).
 
         Args:
             patches: bool ``[gh * gw]`` over the patch tokens.
@@ -240,7 +239,7 @@ class InferenceResult:
         mask = torch.as_tensor(np.asarray(patches, dtype=bool).reshape(-1))
         attn, grads = A.exclude_tokens(self.attentions, mask, num_prefix_tokens=self.num_prefix_tokens,
                                        grads=self.attention_grads)
-        return replace(self, capture=replace(self.capture, attentions=attn, attention_grads=grads), analyses=None)
+        return replace(self, capture=replace(self.capture, attentions=attn, attention_grads=grads))
 
     def top_k(self, k: int = 5) -> list[tuple[int, str, float]]:
         """``[(class index, label, probability)]`` for the k most probable classes; empty for a model without a
@@ -462,10 +461,9 @@ class Pipeline:
 
     def run_batch(self, images: Sequence[Any], *, sources: Sequence[str] | None = None,
                   target: int | Sequence[int] | None = None, gradients: bool = True) -> list[InferenceResult]:
-        """Several images at once: one forward and (with ``gradients``) one backward for the whole batch, then the
-        analyses of the batch in one sweep (:func:`vitviz.analysis.analyse_batch`). :meth:`run` is this with one
-        image, so a map is the same whichever way it was made (up to the float round-off of a larger matrix
-        product).
+        """Several images at once: one forward and (with ``gradients``) one backward for the whole batch. :meth:`run` is
+        this with one image, so a map is the same whichever way it was made (up to the float round-off of a larger
+        matrix product).
 
         Args:
             images: PIL images, :class:`vitviz.imaging.LoadedImage` s or :class:`PreparedImage` s (from
@@ -494,7 +492,6 @@ class Pipeline:
         for i, p in enumerate(prepared):
             groups.setdefault(tuple(p.x.shape), []).append(i)
         caps: list[Any] = [None] * n
-        analyses: list[Any] = [None] * n
         for idx in groups.values():
             x = torch.stack([prepared[i].x for i in idx]).to(device=self.device, dtype=DTYPES[self.precision])
             t = [targets[i] for i in idx]
@@ -506,17 +503,12 @@ class Pipeline:
                     raise ValueError("give a target for every image of the batch, or for none")
             with torch.inference_mode(False):
                 cap = capture(self.model, x, target=want, store_dtype=torch.float32)
-            # the analyses of the whole group in one sweep over the layers (vitviz.analysis.analyse_batch)
-            sweep = [None] * len(idx)
-            if cap.num_prefix_tokens >= 1:
-                sweep = A.analyse_batch(cap.attentions, cap.attention_grads, grid=tuple(cap.grid),
-                                      patch_size=cap.patch_size, num_prefix_tokens=cap.num_prefix_tokens)
             for b, i in enumerate(idx):
-                caps[i], analyses[i] = cap.image(b), sweep[b]
+                caps[i] = cap.image(b)
             del cap
         results = []
         registers = int(getattr(getattr(self.model, "config", None), "num_reg_tokens", 0) or 0)
-        for p, cap, source, an in zip(prepared, caps, sources, analyses):
+        for p, cap, source in zip(prepared, caps, sources):
             results.append(InferenceResult(
                 source=source,
                 rgb=p.rgb,
@@ -527,7 +519,6 @@ class Pipeline:
                 device=self.device,
                 precision=self.precision,
                 labels=getattr(self.spec, "labels", None),
-                analyses=an,
                 num_registers=registers,
                 num_classes=int(getattr(self.model, "num_classes", 0) or 0) if hasattr(self.model, "num_classes")
                 else None,

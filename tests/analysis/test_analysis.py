@@ -491,7 +491,7 @@ def test_capture_to_analysis_end_to_end():
         assert img.shape == (48, 32) and np.isnan(img[:8]).all() and np.isfinite(img[8:40]).all()
 
 
-# ------------------------------------------------------------------ every whole-attention analysis in one sweep
+# ------------------------------------------------------------------ the whole-attention analyses together
 def _individual(a, g, *, grid, patch_size, p, fusion, ratio, clamp, start):
     kw = dict(grid=grid, num_prefix_tokens=p)
     return dict(
@@ -507,43 +507,25 @@ def _individual(a, g, *, grid, patch_size, p, fusion, ratio, clamp, start):
 @pytest.mark.parametrize("ratio", [0.0, 0.5, 0.9])
 @pytest.mark.parametrize("clamp", ["after_mean", "before_mean"])
 @pytest.mark.parametrize("p,start", [(1, 0), (2, 1), (5, 2)])
-def test_analyse_image_equals_the_individual_functions_and_the_loops(fusion, ratio, clamp, p, start):
+def test_whole_attention_maps_in_float32_vs_the_float64_loops(fusion, ratio, clamp, p, start):
+    """The three products in float32 (what the window computes) against the loops in float64, at every combination
+    of fusion, discard, clamp, prefix tokens and start layer."""
     a64 = _attn(p=p, L=4, H=3, seed=start + 7)
     g64 = _grads(a64, seed=11)
     a, g = a64.float(), g64.float()
-    got = A.analyse_image(a, g, grid=(GH, GW), patch_size=16, num_prefix_tokens=p, head_fusion=fusion,
-                          discard_ratio=ratio, clamp=clamp, start_layer=start)
-    ref = _individual(a, g, grid=(GH, GW), patch_size=16, p=p, fusion=fusion, ratio=ratio, clamp=clamp, start=start)
-    for name, want in ref.items():
-        have = getattr(got, name)
-        assert have.shape == want.shape and have.dtype == want.dtype == torch.float32, name
-        torch.testing.assert_close(have, want, rtol=1e-5, atol=1e-7, msg=name)
-    torch.testing.assert_close(got.rollout.double(), ref_rollout(a64, p, fusion, ratio, start), rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(got.gradient_rollout.double(),
+    got = _individual(a, g, grid=(GH, GW), patch_size=16, p=p, fusion=fusion, ratio=ratio, clamp=clamp, start=start)
+    for name, have in got.items():
+        assert have.dtype == torch.float32, name
+    torch.testing.assert_close(got["rollout"].double(), ref_rollout(a64, p, fusion, ratio, start), rtol=1e-4,
+                               atol=1e-6)
+    torch.testing.assert_close(got["gradient_rollout"].double(),
                                ref_rollout(a64, p, "mean", ratio, start, grads=g64, clamp=clamp), rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(got.relevance.double(), ref_relevance(a64, g64, p, start), rtol=1e-4, atol=1e-6)
-
-
-def test_analyse_image_vit_b_sized_with_zeros_float64_and_without_grads():
-    """ViT-B/16 shapes (12 x 12 x 197 x 197) with exact zeros in a row (0 log 0), then float64 and no grads."""
-    a = _attn(p=1, L=12, H=12, gh=14, gw=14, seed=3).float()
-    a[2, 5, 7, :40] = 0.0
-    a[2, 5, 7] /= a[2, 5, 7].sum()
-    g = _grads(a, seed=4).float()
-    got = A.analyse_image(a, g, patch_size=16)
-    ref = _individual(a, g, grid=None, patch_size=16, p=1, fusion="mean", ratio=0.0, clamp="after_mean", start=0)
-    for name, want in ref.items():
-        torch.testing.assert_close(getattr(got, name), want, rtol=1e-5, atol=1e-7, msg=name)
-    assert torch.isfinite(got.attention_entropy).all()
-    d = A.analyse_image(a.double(), None, patch_size=16)
-    assert d.gradient_rollout is None and d.relevance is None and d.rollout.dtype == torch.float64
-    torch.testing.assert_close(d.rollout, A.attention_rollout(a.double()), rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(d.attention_entropy, A.attention_entropy(a.double()), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got["relevance"].double(), ref_relevance(a64, g64, p, start), rtol=1e-4, atol=1e-6)
 
 
 def test_float32_agrees_with_float64_at_vit_b_size():
     """ViT-B/16 shapes, peaky attention with exact zeros in a row and small gradients: every whole-attention
-    analysis (individual functions and the sweep) in float32 against the same code in float64."""
+    analysis in float32 against the same code in float64."""
     a64 = _attn(p=1, L=12, H=12, gh=14, gw=14, seed=3, scale=4.0)
     a64[4, 7, 9, :60] = 0.0
     a64[4, 7, 9] /= a64[4, 7, 9].sum()
@@ -551,26 +533,21 @@ def test_float32_agrees_with_float64_at_vit_b_size():
     kw = dict(grid=(14, 14), patch_size=16, p=1, fusion="mean", ratio=0.0, clamp="after_mean", start=0)
     want = _individual(a64, g64, **kw)
     a, g = a64.float(), g64.float()
-    sweep = A.analyse_image(a, g, grid=(14, 14), patch_size=16)
     for name, have in _individual(a, g, **kw).items():
-        for label, x in ((name, have), (f"analyse_image {name}", getattr(sweep, name))):
-            assert x.dtype == torch.float32, label
-            torch.testing.assert_close(x.double(), want[name], rtol=2e-5, atol=1e-9, msg=label)
+        assert have.dtype == torch.float32, name
+        torch.testing.assert_close(have.double(), want[name], rtol=2e-5, atol=1e-9, msg=name)
 
 
 @pytest.mark.parametrize("fusion", ["mean", "max", "min"])
 def test_a_nan_in_the_attention_propagates(fusion):
     """One NaN entry (layer 1, head 0, query 2, key 3): the maps that depend on it are NaN (max and min fusion too,
-    they must not skip it), the entropy of that layer and head is NaN and the others finite, and the sweep agrees."""
+    they must not skip it), and the entropy of that layer and head is NaN and the others finite."""
     p = 1
     a = _attn(p=p, seed=12).float()
     a[1, 0, 2, 3] = float("nan")
     g = _grads(a).float()
     kw = dict(grid=(GH, GW), patch_size=16, p=p, fusion=fusion, ratio=0.0, clamp="after_mean", start=0)
     ref = _individual(a, g, **kw)
-    got = A.analyse_image(a, g, grid=(GH, GW), patch_size=16, num_prefix_tokens=p, head_fusion=fusion)
-    for name, want in ref.items():
-        torch.testing.assert_close(getattr(got, name), want, rtol=1e-5, atol=1e-7, equal_nan=True, msg=name)
     for name in ("rollout", "gradient_rollout", "relevance"):
         assert ref[name].isnan().all(), name
     bad = torch.zeros(L, H, dtype=torch.bool)
@@ -578,17 +555,3 @@ def test_a_nan_in_the_attention_propagates(fusion):
     assert torch.equal(ref["attention_entropy"].isnan(), bad)
     # (mean_attention_distance counts a query row whose patch mass is NaN as one with no patch mass: 0)
     assert torch.isfinite(ref["mean_attention_distance"]).all()
-
-
-def test_analyse_image_rejects_bad_input():
-    a = _attn(p=1, L=2, H=2, gh=2, gw=2)
-    with pytest.raises(ValueError, match="one image"):
-        A.analyse_image(a[None], patch_size=16)
-    with pytest.raises(ValueError, match="CLS"):
-        A.analyse_image(a, patch_size=16, num_prefix_tokens=0, grid=(2, 2))
-    with pytest.raises(ValueError, match="head_fusion"):
-        A.analyse_image(a, patch_size=16, head_fusion="median")
-    with pytest.raises(ValueError, match="clamp"):
-        A.analyse_image(a, _grads(a), patch_size=16, clamp="never")
-    with pytest.raises(ValueError, match="shape"):
-        A.analyse_image(a, _grads(a)[:1], patch_size=16)

@@ -105,25 +105,34 @@ def test_step_and_add_images():
     assert s.add_images(["b"]) == 2 and s.images == ["a", "c", "b"]
 
 
-def test_default_whole_attention_views_come_from_the_one_sweep(session, monkeypatch):
-    """run_inference computes rollout, gradient rollout, relevance, distances and entropies in one sweep; the session
-    serves them without recomputing, and computes anything at other options as before."""
+def test_whole_attention_maps_and_plots_are_computed_once_per_result(session, monkeypatch):
+    """Rollout, gradient rollout, relevance, distances and entropies: computed by the public analysis functions when
+    first asked for (exactly their values), then served from the cache; other options compute anew."""
     import vitviz.analysis as A_mod
 
     r = session.result
-    assert r.analyses is not None
+    assert not hasattr(r, "analyses")
+    g, p = r.grid, r.num_prefix_tokens
+    refs = {
+        "rollout": A.attention_rollout(r.attentions, grid=g, num_prefix_tokens=p),
+        "grad_rollout": A.gradient_rollout(r.attentions, r.attention_grads, grid=g, num_prefix_tokens=p),
+        "relevance": A.relevance(r.attentions, r.attention_grads, grid=g, num_prefix_tokens=p),
+    }
+    mad = A.mean_attention_distance(r.attentions, grid=g, patch_size=r.patch_size, num_prefix_tokens=p)
+    ent = A.attention_entropy(r.attentions)
     calls = []
-    for name in ("attention_rollout", "gradient_rollout", "relevance", "mean_attention_distance",
-                 "attention_entropy"):
+    names = ("attention_rollout", "gradient_rollout", "relevance", "mean_attention_distance", "attention_entropy")
+    for name in names:
         real = getattr(A_mod, name)
         monkeypatch.setattr(A_mod, name, lambda *a, _n=name, _f=real, **k: calls.append(_n) or _f(*a, **k))
-    for view, ref in (("rollout", r.analyses.rollout), ("grad_rollout", r.analyses.gradient_rollout),
-                      ("relevance", r.analyses.relevance)):
-        session.set_options(view=view)
-        np.testing.assert_array_equal(session.current_map(), ref.numpy())
-    np.testing.assert_array_equal(session.mean_distances(), r.analyses.mean_attention_distance.numpy())
-    np.testing.assert_array_equal(session.entropies(), r.analyses.attention_entropy.numpy())
-    assert calls == []
+    for want in (list(names), []):  # the second round comes from the cache
+        calls.clear()
+        for view, ref in refs.items():
+            session.set_options(view=view)
+            np.testing.assert_array_equal(session.current_map(), ref.numpy())
+        np.testing.assert_array_equal(session.mean_distances(), mad.numpy())
+        np.testing.assert_array_equal(session.entropies(), ent.numpy())
+        assert calls == want
     session.set_options(view="rollout", discard_ratio=0.5)
     m = session.current_map()
     assert calls == ["attention_rollout"]

@@ -22,7 +22,6 @@ _LAZY = {
     "embedding_filters": "embeddings", "position_embedding_similarity": "embeddings", "token_similarity": "embeddings",
     "map_to_image": "mapping", "upsample": "mapping",
     "relevance": "lrp",
-    "ImageAnalyses": "sweep", "analyse_batch": "sweep", "analyse_image": "sweep",
     "attention_rollout": "attention_maps", "cls_attention": "attention_maps", "gradient_rollout": "attention_maps",
     "query_attention": "attention_maps", "rollout_transitions": "attention_maps",
 }

@@ -14,7 +14,7 @@ __all__ = ["attention_entropy", "mean_attention_distance", "patch_distances"]
 
 
 @lru_cache(maxsize=8)
-def cached_patch_distances(gh: int, gw: int, patch_size: float, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def _patch_distances(gh: int, gw: int, patch_size: float, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The cached ``[gh*gw, gh*gw]`` distance matrix (computed in float64, then cast): callers must not modify it."""
     y, x = torch.meshgrid(torch.arange(gh, dtype=torch.float64), torch.arange(gw, dtype=torch.float64), indexing="ij")
     c = torch.stack([y.reshape(-1), x.reshape(-1)], dim=1)
@@ -24,10 +24,10 @@ def cached_patch_distances(gh: int, gw: int, patch_size: float, dtype: torch.dty
 
 def patch_distances(grid: tuple[int, int], patch_size: float) -> torch.Tensor:
     """Euclidean distance between patch centres in pixels: ``[gh*gw, gh*gw]`` float64 (row-major patches)."""
-    return cached_patch_distances(int(grid[0]), int(grid[1]), float(patch_size)).clone()
+    return _patch_distances(int(grid[0]), int(grid[1]), float(patch_size)).clone()
 
 
-def distance_sums_(x: torch.Tensor, p: int, dist: torch.Tensor, buf: torch.Tensor, num: torch.Tensor,
+def _distance_sums_(x: torch.Tensor, p: int, dist: torch.Tensor, buf: torch.Tensor, num: torch.Tensor,
                    den: torch.Tensor) -> None:
     """One layer of one image, ``x [H, N, N]`` (or of a batch, ``[B, H, N, N]``): ``num[..., h, i] = sum_j P_hij
     dist_ij`` and ``den[..., h, i] = sum_j P_hij`` over the patch block ``P = x[..., p:, p:]`` (``buf [..., H, M, M]``
@@ -38,14 +38,14 @@ def distance_sums_(x: torch.Tensor, p: int, dist: torch.Tensor, buf: torch.Tenso
     torch.sum(P, -1, out=den)
 
 
-def distance_from_sums(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
-    """``[..., M]`` sums of :func:`distance_sums_` -> ``[...]`` mean over the patch queries of ``num / den`` (a query
+def _distance_from_sums(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``[..., M]`` sums of :func:`_distance_sums_` -> ``[...]`` mean over the patch queries of ``num / den`` (a query
     with no patch mass contributes 0)."""
     tiny = torch.finfo(num.dtype).tiny
     return torch.where(den > 0, num / den.clamp_min(tiny), torch.zeros_like(num)).mean(-1)
 
 
-def entropy_sum_(x: torch.Tensor, buf: torch.Tensor, out: torch.Tensor) -> None:
+def _entropy_sum_(x: torch.Tensor, buf: torch.Tensor, out: torch.Tensor) -> None:
     """One layer of one image, ``x [H, N, N]`` (or of a batch, ``[B, H, N, N]``): ``out[..., h] = sum_ij x_hij log2
     x_hij`` (0 log 0 = 0; ``buf`` of ``x``'s shape is scratch; ``out`` contiguous). log2 is the fastest log here; the
     clamp pass runs only when a zero (or invalid input) made a NaN."""
@@ -58,8 +58,8 @@ def entropy_sum_(x: torch.Tensor, buf: torch.Tensor, out: torch.Tensor) -> None:
         torch.sum(buf.view(-1, N * N), -1, out=flat)
 
 
-def entropy_from_sums(sums: torch.Tensor, num_keys: int) -> torch.Tensor:
-    """Sums of :func:`entropy_sum_` (in place) -> mean row entropy in nats (ln 2 rescales log2)."""
+def _entropy_from_sums(sums: torch.Tensor, num_keys: int) -> torch.Tensor:
+    """Sums of :func:`_entropy_sum_` (in place) -> mean row entropy in nats (ln 2 rescales log2)."""
     return sums.mul_(-math.log(2.0) / num_keys)
 
 
@@ -86,7 +86,7 @@ def mean_attention_distance(
     N = a.shape[-1]
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     p = int(num_prefix_tokens)
-    dist = cached_patch_distances(gh, gw, float(patch_size), a.dtype).to(a.device)
+    dist = _patch_distances(gh, gw, float(patch_size), a.dtype).to(a.device)
     B, L, H = a.shape[:3]
     M = N - p
     num = torch.empty((B, L, H, M), dtype=a.dtype, device=a.device)
@@ -94,8 +94,8 @@ def mean_attention_distance(
     buf = torch.empty((H, M, M), dtype=a.dtype, device=a.device)
     for b in range(B):  # one (image, layer) at a time: the [H, M, M] product stays in cache
         for l in range(L):
-            distance_sums_(a[b, l], p, dist, buf, num[b, l], den[b, l])
-    out = distance_from_sums(num, den)
+            _distance_sums_(a[b, l], p, dist, buf, num[b, l], den[b, l])
+    out = _distance_from_sums(num, den)
     return out if batched else out[0]
 
 
@@ -116,6 +116,6 @@ def attention_entropy(attn: Any) -> torch.Tensor:
     buf = torch.empty((H, N, N), dtype=a.dtype, device=a.device)
     for b in range(B):  # one (image, layer) at a time: the [H, N, N] temporary stays in cache
         for l in range(L):
-            entropy_sum_(a[b, l], buf, heads[b, l])
-    out = entropy_from_sums(heads, N)
+            _entropy_sum_(a[b, l], buf, heads[b, l])
+    out = _entropy_from_sums(heads, N)
     return out if batched else out[0]

@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # pragma: no cover - torch is imported when the first result 
     from vitviz.render.scales import ColourScale
 
 
+MAP_CACHE_SIZE = 512  # maps, scales and masks kept per result (emptied for each new result)
+
+
 @dataclass(frozen=True)
 class HoverInfo:
     """What lies under the cursor: patch (row, col), its token index and the current map's value there."""
@@ -75,7 +78,7 @@ class Session:
         self.index: int = -1
         self.result: InferenceResult | None = None
         self.options = ViewOptions()
-        self._cache = _LRU(512) if cache is None else cache
+        self._cache = _LRU(MAP_CACHE_SIZE) if cache is None else cache
 
     @property
     def cache(self) -> _LRU:
@@ -256,8 +259,6 @@ class Session:
         r = self.result
         if r is None:
             return None
-        if r.analyses is not None:  # the one sweep computed it
-            return self._cache.get_or(("mad",), lambda: _np(r.analyses.mean_attention_distance))
         return self._cache.get_or(("mad",), lambda: _np(A.mean_attention_distance(
             r.attentions, grid=r.grid, patch_size=r.patch_size, num_prefix_tokens=r.num_prefix_tokens)))
 
@@ -268,8 +269,6 @@ class Session:
         r = self.result
         if r is None:
             return None
-        if r.analyses is not None:
-            return self._cache.get_or(("entropy",), lambda: _np(r.analyses.attention_entropy))
         return self._cache.get_or(("entropy",), lambda: _np(A.attention_entropy(r.attentions)))
 
     def pos_similarity(self) -> np.ndarray | None:

@@ -27,7 +27,7 @@ from vitviz.views.options import ViewOptions
 
 
 def _result_for(model: nn.Module, x: torch.Tensor, *, target: int | None, grads: bool) -> InferenceResult:
-    """A minimal :class:`~vitviz.pipeline.InferenceResult` of ``x [1, C, H, W]`` (no pixels, no sweep): what the
+    """A minimal :class:`~vitviz.pipeline.InferenceResult` of ``x [1, C, H, W]`` (no pixels): what the
     views need to compute a map."""
     want: Any = target if grads else None
     with torch.inference_mode(False):

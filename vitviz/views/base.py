@@ -183,12 +183,11 @@ class View:
         return "_".join(str(p) for p in parts)
 
 
-class SweepView(View):
-    """A whole-attention view whose map at the default options the pipeline's one sweep
-    (:func:`vitviz.analysis.analyse_image`) already computed: ``result.analyses.<sweep_field>``."""
+class WholeAttentionView(View):
+    """A view computed from the attention of every layer (rollout, gradient rollout, relevance): its map is
+    :meth:`analysis` at the options, None when the view is unavailable for the result. The session computes it when it
+    is first shown and caches it per result and options."""
 
-    sweep_field: str = ""
-    sweep_defaults: dict[str, Any] = {}
     needs_cls = True
 
     def analysis(self, result: "InferenceResult", options: "ViewOptions") -> Any:
@@ -198,7 +197,4 @@ class SweepView(View):
     def compute(self, result, options):
         if self.unavailable(result):
             return None
-        pre = getattr(result.analyses, self.sweep_field, None) if result.analyses is not None else None
-        if pre is not None and all(getattr(options, k) == v for k, v in self.sweep_defaults.items()):
-            return as_grid(pre, result.grid)
         return as_grid(self.analysis(result, options), result.grid)

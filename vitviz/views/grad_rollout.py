@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import SweepView, pool_kwargs
+from vitviz.views.base import WholeAttentionView, pool_kwargs
 
 
-class GradientRollout(SweepView):
+class GradientRollout(WholeAttentionView):
     key = "grad_rollout"
     title = "Gradient rollout"
     reads = frozenset({"discard_ratio", "target"})
@@ -14,8 +14,6 @@ class GradientRollout(SweepView):
     unit = "a.u."
     needs_grads = True
     heads_note = "mean of heads"
-    sweep_field = "gradient_rollout"
-    sweep_defaults = {"discard_ratio": 0.0}
 
     def analysis(self, result, options):
         return A.gradient_rollout(result.attentions, result.attention_grads, grid=result.grid,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import SweepView, pool_kwargs
+from vitviz.views.base import WholeAttentionView, pool_kwargs
 
 
-class Relevance(SweepView):
+class Relevance(WholeAttentionView):
     key = "relevance"
     title = "Relevance (Chefer et al.)"
     reads = frozenset({"start_layer", "target"})
@@ -14,8 +14,6 @@ class Relevance(SweepView):
     unit = "a.u."
     needs_grads = True
     heads_note = "mean of heads"
-    sweep_field = "relevance"
-    sweep_defaults = {"start_layer": 0}
 
     def analysis(self, result, options):
         return A.relevance(result.attentions, result.attention_grads, grid=result.grid,

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import SweepView, pool_kwargs
+from vitviz.views.base import WholeAttentionView, pool_kwargs
 
 
-class Rollout(SweepView):
+class Rollout(WholeAttentionView):
     key = "rollout"
     title = "Attention rollout"
     reads = frozenset({"head_fusion", "discard_ratio", "start_layer"})
     quantity = "rollout attention"
-    sweep_field = "rollout"
-    sweep_defaults = {"head_fusion": "mean", "discard_ratio": 0.0, "start_layer": 0}
 
     def analysis(self, result, options):
         return A.attention_rollout(result.attentions, grid=result.grid, num_prefix_tokens=result.num_prefix_tokens,
