@@ -470,3 +470,28 @@ def test_real_vit_tiny_as_a_timm_module_equals_vitviz():
     got = capture(tm, x, target=285)
     assert rel_err(got.attentions, ref.attentions) <= 1e-4 and rel_err(got.attention_grads, ref.attention_grads) <= 1e-3
     assert rel_err(got.tokens, ref.tokens) <= 1e-4 and tm.blocks[0].attn.fused_attn  # its flag restored
+
+
+class _RaisesOnImages(ViTC):
+    """Runs on the blank image of the check, raises on any other input (the user's own bug)."""
+
+    def forward(self, x):
+        if bool(x.abs().sum() > 0):
+            raise KeyError("real images")
+        return super().forward(x)
+
+
+def test_a_forward_that_raises_is_named_by_its_file_and_class():
+    from vitviz.capture.foreign import ForwardError
+
+    m = AdaptedModel(_RaisesOnImages(emb_size=32, depth=1, num_heads=2), source_path=__file__)  # the check passes
+    assert m.origin == f"{__file__}:_RaisesOnImages"  # the file as given, and the class
+    x = torch.ones(1, 3, 32, 32)
+    for run in (lambda: capture_module(m, x), lambda: capture_module(m, x, target="top"), lambda: m(x)):
+        with pytest.raises(ForwardError) as e:
+            run()
+        assert str(e.value) == f"{__file__}:_RaisesOnImages forward raised KeyError: 'real images'"
+        assert isinstance(e.value.__cause__, KeyError)  # the user's exception, with its traceback
+    with pytest.raises(ForwardError) as e:  # a bare module: the name of its class's file
+        capture_module(m.module, x)
+    assert str(e.value) == "test_foreign.py:_RaisesOnImages forward raised KeyError: 'real images'"

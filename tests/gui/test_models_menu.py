@@ -202,9 +202,14 @@ def test_open_model_by_name_takes_every_form_and_names_bad_ones(demo_window, fak
     w.dialogs.confirm_answer = True
     w.dialogs.ask_model_name = lambda: "no such thing"
     w.models.open_by_name()
-    assert w.dialogs.errors and "no such thing" in w.dialogs.errors[0][1] and "facebook/dinov2-small" in \
-        w.dialogs.errors[0][1]
+    assert w.dialogs.errors == [("Open model by name", "no such thing: no such file, and not a known model name "
+                                                       "('vitviz models' lists the names)")]
     assert w.model_key == "demo" and not w.runner.is_busy()
+    w.dialogs.ask_model_name = lambda: "dino-s9"  # close to a curated name: said, nothing loaded
+    w.models.open_by_name()
+    assert w.dialogs.errors[1] == ("Open model by name", "dino-s9: no such file, and not a known model name; did you "
+                                                         "mean dino-s8? ('vitviz models' lists the names)")
+    assert w.model_key == "demo" and not w.runner.is_busy() and not w.dialogs.confirms
     w.dialogs.ask_model_name = lambda: "facebook/dino-vits8-tiny"
     with qtbot.waitSignal(w.modelChanged, timeout=30000):
         w.models.open_by_name()
@@ -212,4 +217,4 @@ def test_open_model_by_name_takes_every_form_and_names_bad_ones(demo_window, fak
     assert w.dialogs.confirms and "facebook/dino-vits8-tiny" in w.dialogs.confirms[-1]
     w.dialogs.ask_model_name = lambda: None  # the dialog cancelled: nothing happens
     w.models.open_by_name()
-    assert w.model_key == "hub:facebook/dino-vits8-tiny" and len(w.dialogs.errors) == 1
+    assert w.model_key == "hub:facebook/dino-vits8-tiny" and len(w.dialogs.errors) == 2

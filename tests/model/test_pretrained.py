@@ -190,7 +190,7 @@ def test_corrupt_cached_file(tiny):
 
 
 def test_load_model_path_or_name(tiny, tmp_path, monkeypatch):
-    from vitviz.model.checkpoints import CheckpointError
+    from vitviz.model.sources.name_errors import ModelNameError
     from vitviz.model.sources.refs import load_model
 
     info, data, ref = tiny
@@ -206,7 +206,8 @@ def test_load_model_path_or_name(tiny, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / info.name).write_bytes(data)  # a file of that name in the working directory wins
     assert load_model(info.name, num_heads=2).spec.labels is None
-    with pytest.raises(CheckpointError, match="no such file or directory, and not a pretrained name.*vit_b_16"):
+    with pytest.raises(ModelNameError, match=r"^vit_b_17: no such file, and not a known model name; did you mean "
+                                             r"vit_b_16\? \('vitviz models' lists the names\)$"):
         load_model("vit_b_17")
     with pytest.raises(ValueError, match="apply to checkpoint files"):
         load_model("vit_b_16", num_classes=3)

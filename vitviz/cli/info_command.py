@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vitviz.cli.commands import summary
 from vitviz.cli.models_command import hub_listing_row
 from vitviz.cli.shared import Reporter, add_debug, add_load_options, load
 
 
 def add_parser(sub) -> None:
-    info = sub.add_parser("info", help="describe a checkpoint: format, architecture, parameters, preprocessing")
+    info = sub.add_parser("info", help=summary("info"))
     info.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
                       help="checkpoint files or directories, or pretrained names")
     add_load_options(info)
@@ -22,7 +23,7 @@ def describe(args: argparse.Namespace, name: str) -> str:
     """What ``vitviz info`` prints about one checkpoint or name."""
     from vitviz.model.sources.torch_hub import PRETRAINED, cache_path, is_cached  # torch
 
-    if not Path(name).exists() and name in PRETRAINED and not is_cached(name):  # describe without downloading
+    if name in PRETRAINED and not Path(name).exists() and not is_cached(name):  # describe without downloading
         info = PRETRAINED[name]
         p = info.preprocess
         labels = info.class_labels()
@@ -35,8 +36,8 @@ def describe(args: argparse.Namespace, name: str) -> str:
             f"classes:       {len(labels) if labels else 'unknown'}",
             f"parameters:    {info.num_params:,} ({info.num_params / 1e6:.1f} M)",
         ])
-    hub = hub_listing_row(name) if not Path(name).exists() else None
-    if hub is not None and not hub[3]:  # a curated Hub model not downloaded yet: described without downloading
+    hub = hub_listing_row(name)  # (a name first: Path.exists raises for a name too long for the system)
+    if hub is not None and not hub[3] and not Path(name).exists():  # a curated Hub model not downloaded yet
         key, m, folder, _ = hub
         return "\n".join([
             f"name:          {key} ({m.title}), not downloaded yet",

@@ -5,9 +5,11 @@ torch when the module is imported."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
-from pathlib import Path
+
+from vitviz.model.sources.name_errors import ModelNameError  # (plain strings: no torch)
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,8 +54,9 @@ class Reporter:
             msg = str(e) or type(e).__name__  # ImageError, PretrainedError ...) and the system's
         else:  # a bug: say so, and how to get the traceback for a report
             msg = f"unexpected {type(e).__name__}: {e} (this is a bug in vitviz; '--debug' shows the traceback)"
-        if subject is not None and not any(n in msg for n in (subject, str(Path(subject).expanduser()))):
-            msg = f"{subject}: {msg}"
+        if subject is not None and not isinstance(e, ModelNameError) \
+                and not any(n in msg for n in (subject, os.path.expanduser(subject))):  # (a ModelNameError
+            msg = f"{subject}: {msg}"  # names what was typed, quoted or shortened where needed)
         if self.debug:
             traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
         print(self.prefix + one_line(msg), file=sys.stderr, flush=True)

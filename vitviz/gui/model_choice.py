@@ -118,8 +118,8 @@ class ModelChoice(QObject):
             return
         try:
             ref = parse_model_ref(text)
-        except (ValueError, OSError) as e:  # CheckpointError is a ValueError
-            self.show_error("Unknown model", str(e))
+        except (ValueError, OSError) as e:  # ModelNameError (a ValueError): one short line naming what was typed
+            self.show_error("Open model by name", str(e))  # and why it is no model; the window is unchanged
             return
         if ref != self.controller.ref:
             self.load(ref)

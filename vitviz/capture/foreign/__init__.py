@@ -35,7 +35,8 @@ The user's own ``file.py:Class`` is imported by :mod:`vitviz.model.sources.user_
 opened (:func:`vitviz.pipeline.open_adapted`).
 
 The modules: :mod:`.layout_finder` (where the attention, blocks and patch embedding are), :mod:`.explicit_attention`
-(``nn.MultiheadAttention`` and SDPA written out), :mod:`.recording` (one capture), :mod:`.adapted`
+(``nn.MultiheadAttention`` and SDPA written out), :mod:`.recording` (one capture; :class:`ForwardError` when the
+module's own forward raises, naming its ``file.py:Class``), :mod:`.adapted`
 (:class:`AdaptedModel`, :func:`adapt`, :func:`capture_module`). This package never imports Qt.
 """
 
@@ -44,7 +45,7 @@ from __future__ import annotations
 from vitviz.capture.foreign.adapted import AdaptedModel, AdaptedSpec, adapt, capture_module
 from vitviz.capture.foreign.explicit_attention import mha_forward, sdpa_explicit
 from vitviz.capture.foreign.layout_finder import Layout, find_layout, is_vitviz_model
-from vitviz.capture.foreign.recording import logits_of
+from vitviz.capture.foreign.recording import ForwardError, logits_of, module_origin
 
-__all__ = ["AdaptedModel", "AdaptedSpec", "Layout", "adapt", "capture_module", "find_layout", "is_vitviz_model",
-           "logits_of", "mha_forward", "sdpa_explicit"]
+__all__ = ["AdaptedModel", "AdaptedSpec", "ForwardError", "Layout", "adapt", "capture_module", "find_layout",
+           "is_vitviz_model", "logits_of", "mha_forward", "module_origin", "sdpa_explicit"]

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from vitviz.capture.foreign.layout_finder import Pattern, find_layout, is_vitviz_model, patch_convs
-from vitviz.capture.foreign.recording import logits_of, record_module
+from vitviz.capture.foreign.recording import call_forward, logits_of, module_origin, record_module
 from vitviz.capture.results import Capture, CaptureError
 from vitviz.model.checkpoints.common import imagenet_labels, resolve_preprocess
 from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
@@ -53,6 +53,7 @@ def capture_module(
     Raises:
         CaptureError: nothing recognisable (the message names what was looked for), or what was found or given
             disagrees with the pass.
+        ForwardError: the module's own forward raised (naming its file and class, keeping its exception's text).
         ValueError: bad ``images`` or ``target``.
     """
     if isinstance(model, AdaptedModel):
@@ -65,12 +66,12 @@ def capture_module(
         layout = model.layout if opts["attention"] == model.options["attention"] \
             and opts["blocks"] == model.options["blocks"] else None
         attention, blocks, patch_size, grid, num_prefix_tokens = (opts[k] for k in given)
-        model = model.module
+        model, origin = model.module, model.origin
     else:
-        layout = None
+        layout = origin = None
     return record_module(model, images, target=target, store_dtype=store_dtype, grad_dtype=grad_dtype,
                          store_device=store_device, attention=attention, blocks=blocks, patch_size=patch_size,
-                         grid=grid, num_prefix_tokens=num_prefix_tokens, layout=layout)
+                         grid=grid, num_prefix_tokens=num_prefix_tokens, layout=layout, origin=origin)
 
 
 @dataclass(frozen=True)
@@ -180,9 +181,13 @@ class AdaptedModel(nn.Module):
             reason is said in the window).
         check: run one forward pass on a blank image now (nothing is left to fail later, and the class count, head
             count and prefix tokens are known before a window opens).
+        source_path: the user's file the module was built from (``vitviz --model FILE.py:CLASS``).
+        origin: where the module comes from, named when its forward raises (default: ``FILE.py:CLASS`` of its class,
+            :func:`~vitviz.capture.foreign.recording.module_origin`; the file as ``source_path`` gives it).
 
     Raises:
         CaptureError: the module's attention cannot be captured (the message says what was looked for).
+        ForwardError: the module's own forward raised during the check (naming ``origin``).
         ValueError: bad preprocess / labels / input size.
     """
 
@@ -190,13 +195,15 @@ class AdaptedModel(nn.Module):
                  name: str | None = None, input_size: int | None = None, attention: Pattern | None = None,
                  blocks: Pattern | None = None, patch_size: int | None = None, grid: tuple[int, int] | None = None,
                  num_prefix_tokens: int | None = None, source_path: str | None = None, features: bool = False,
-                 check: bool = True):
+                 check: bool = True, origin: str | None = None):
         super().__init__()
         if not isinstance(module, nn.Module):
             raise CaptureError(f"vitviz needs a torch.nn.Module, got {type(module).__name__}")
         if isinstance(module, AdaptedModel):
+            origin = origin or module.origin
             module = module.module
         self.module = module
+        self.origin = origin or module_origin(module, source_path)
         self.options: dict[str, Any] = dict(attention=attention, blocks=blocks, patch_size=patch_size, grid=grid,
                                             num_prefix_tokens=num_prefix_tokens)
         self.layout = find_layout(module, attention=attention, blocks=blocks)
@@ -281,7 +288,9 @@ class AdaptedModel(nn.Module):
         return pos
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return logits_of(self.module(x), int(x.shape[0]), f"{self.spec.name}.forward")
+        """The module's logits (:class:`~vitviz.capture.foreign.recording.ForwardError` naming :attr:`origin` when
+        its forward raises)."""
+        return logits_of(call_forward(self.module, self.origin, x), int(x.shape[0]), f"{self.spec.name}.forward")
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.module.parameters())

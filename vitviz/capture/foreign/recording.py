@@ -9,8 +9,11 @@ This module never imports Qt.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -21,6 +24,45 @@ from vitviz.capture.foreign.explicit_attention import SDPA_ARGS, mha_forward, sd
 from vitviz.capture.foreign.layout_finder import Layout, Pattern, find_layout, patch_convs, short_paths
 from vitviz.capture.preflight import CAPTURE_LOCK, check_capture_memory, model_device_dtype, resolve_targets
 from vitviz.capture.results import Capture, CaptureError
+
+_OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+class ForwardError(RuntimeError):
+    """The model's own ``forward`` raised. The message names where the module comes from (``file.py:Class``, see
+    :func:`module_origin`) and keeps the exception's type and text; that exception is the ``__cause__`` (its
+    traceback is the user's code)."""
+
+
+def module_origin(module: nn.Module, source_path: str | os.PathLike[str] | None = None) -> str:
+    """``"file.py:ClassName"``: the file that defines the class of ``module`` (``source_path`` as given when it is
+    that file, else the file's name) and the class; the class alone when no file defines it (a notebook)."""
+    cls = type(module)
+    try:
+        file = inspect.getsourcefile(cls)
+    except (TypeError, OSError):  # a class of __main__ without a file, a built-in
+        file = None
+    if file is None:
+        return cls.__qualname__
+    if source_path is not None:
+        try:
+            if os.path.samefile(file, source_path):
+                return f"{os.fspath(source_path)}:{cls.__qualname__}"
+        except OSError:
+            pass
+    return f"{Path(file).name}:{cls.__qualname__}"
+
+
+def call_forward(model: nn.Module, origin: str, *args: Any, **kwargs: Any) -> Any:
+    """``model(*args, **kwargs)``; an exception of the model's own code becomes a :class:`ForwardError` naming
+    ``origin`` (capture's own errors and running out of memory pass as they are)."""
+    try:
+        return model(*args, **kwargs)
+    except (CaptureError, ForwardError, MemoryError, _OUT_OF_MEMORY):
+        raise
+    except Exception as e:
+        text = str(e).strip()
+        raise ForwardError(f"{origin} forward raised {type(e).__name__}" + (f": {text}" if text else "")) from e
 
 
 class _Recorder(TorchFunctionMode):
@@ -374,9 +416,15 @@ def record_module(
     grid: tuple[int, int] | None = None,
     num_prefix_tokens: int | None = None,
     layout: Layout | None = None,
+    origin: str | None = None,
 ) -> Capture:
     """Capture a bare module (arguments as :func:`vitviz.capture.foreign.capture_module`); ``layout``: one already
-    found for ``attention`` / ``blocks`` (default: :func:`find_layout`, after the images are checked)."""
+    found for ``attention`` / ``blocks`` (default: :func:`find_layout`, after the images are checked); ``origin``:
+    where the module comes from, for the error when its forward raises (default: :func:`module_origin`).
+
+    Raises:
+        ForwardError: the module's own forward raised (naming ``origin``, keeping the exception's type and text).
+    """
     if not isinstance(images, torch.Tensor):
         raise ValueError(f"images must be a torch.Tensor [B, C, H, W], got {type(images).__name__}")
     if images.ndim != 4:
@@ -406,11 +454,12 @@ def record_module(
             with torch.enable_grad() if want_grad else torch.inference_mode():
                 if want_grad and not any(p.requires_grad for p in model.parameters()):
                     x = x.detach().requires_grad_(True)  # frozen model: make the graph exist anyway
+                origin = origin or module_origin(model)
                 with _Recorder(run):
                     if layout.route == "output_attentions":
-                        out = model(x, output_attentions=True)
+                        out = call_forward(model, origin, x, output_attentions=True)
                     else:
-                        out = model(x)
+                        out = call_forward(model, origin, x)
                 logits = logits_of(out, B, f"{run.name}.forward")
                 if layout.route == "output_attentions":
                     for i, a in enumerate(_returned_attentions(out, run.L, f"{run.name}.forward")):

@@ -4,8 +4,9 @@ and Hugging Face folders.
 The container is recognised by its structure, never by one byte: a safetensors file by a plausible 8-byte header
 length followed by a JSON object of exactly that length; a torch >= 1.6 file or an ``.npz`` by the zip signature and
 the archive's members; a legacy torch file by the pickle protocol opcode (``0x80`` then 2..5). The extension is only
-a hint, used to explain what is wrong with a broken ``.safetensors`` file. Pickles are read with
-``torch.load(..., weights_only=True)`` only. No Qt.
+a hint, used to explain what is wrong with a broken ``.safetensors`` file (a torch zip or pickle named
+``.safetensors`` is read as the torch file it is). Pickles are read with ``torch.load(..., weights_only=True)``
+only. No Qt.
 """
 
 from __future__ import annotations
@@ -250,7 +251,13 @@ def torch_load(path: Path, container: str) -> RawCheckpoint:
         # rebuilding one only sets attributes.
         with warnings.catch_warnings(), torch.serialization.safe_globals([argparse.Namespace]):
             warnings.simplefilter("ignore")
-            obj = torch.load(origin, map_location="cpu", weights_only=True)
+            if path.suffix.lower() == ".safetensors":
+                # torch.load hands any file *named* .safetensors to the safetensors reader ("header too large"):
+                # the content decides here (a torch zip or pickle by that name), so it gets the open file
+                with open(path, "rb") as fh:
+                    obj = torch.load(fh, map_location="cpu", weights_only=True)
+            else:
+                obj = torch.load(origin, map_location="cpu", weights_only=True)
     except Exception as e:  # torch.load raises many types (UnpicklingError, RuntimeError, IndexError, struct.error)
         text = str(e)
         detail = _unpickler_complaint(text)

@@ -43,14 +43,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from vitviz.model.sources import catalog
+from vitviz.model.sources.name_errors import CHECKPOINT_SUFFIXES, ModelNameError, close_name, name_error
 from vitviz.model.sources.torch_hub import DownloadCancelled, PretrainedError, ProgressFn
 
 PREFIXES = ("hf-hub:", "hf_hub:")
-# a Hub repository id: "<owner>/<name>", each part letters, digits, '-', '_', '.' (no '--' / '..' at the ends)
-_NAME_PART = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
-_REPO_RE = re.compile(f"{_NAME_PART}/{_NAME_PART}")
-# names that look like a checkpoint file: "no such file" is the better message for them than "not on the Hub"
-_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz", ".ckpt", ".json", ".pkl", ".h5", ".onnx")
+# a Hub repository id: "<owner>/<name>", each side 1-96 letters, digits, '-', '_', '.', starting with a letter or
+# digit, not ending with '-' or '.', without '--' or '..' (repo_id_problem)
+_ID_CHARS = re.compile(r"[A-Za-z0-9_.\-/]")
 
 # what vitviz opens (the families of vitviz.model.vit): timm architecture name prefixes, Hugging Face model types
 TIMM_PREFIXES = ("vit_", "deit_", "deit3_", "beit_", "beitv2_")
@@ -82,24 +81,59 @@ class HubFiles:
         return self.config.parent if self.config.name == "config.json" else self.weights
 
 
+def repo_id_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a Hub repository id ``OWNER/NAME``, in a few words, or None when it can be one."""
+    if not text:
+        return "nothing after the prefix"
+    bad = next((c for c in text if not _ID_CHARS.fullmatch(c)), None)
+    if bad is not None:
+        return "it has a space" if bad.isspace() else f"it has {bad!r}"
+    for pair in ("..", "--"):
+        if pair in text:
+            return f"it has {pair!r}"
+    if text.count("/") != 1:
+        return "it has no '/'" if "/" not in text else f"it has {text.count('/')} '/'"
+    for part, where, side in zip(text.split("/"), ("before", "after"), ("owner", "name")):
+        if not part:
+            return f"nothing {where} its '/'"
+        if len(part) > 96:
+            return f"its {side} is longer than 96 characters"
+        if not part[0].isalnum():
+            return f"its {side} starts with {part[0]!r}"
+        if part[-1] in ".-":
+            return f"its {side} ends with {part[-1]!r}"
+    if text.lower().endswith(CHECKPOINT_SUFFIXES):
+        return f"it ends in {Path(text).suffix}, like a file"
+    return None
+
+
+def not_an_id(typed: str, problem: str, form: str = "OWNER/NAME", suggestion: str | None = None) -> ModelNameError:
+    """The error for ``typed``, written as a Hub id (``form``) that cannot be one because of ``problem``."""
+    return name_error(typed, f"not a Hugging Face Hub id ({problem}; expected {form})", suggestion)
+
+
 def hub_repo(text: str) -> str | None:
-    """The Hub repository ``text`` names (see the module docstring), or None when it is not a Hub name.
+    """The Hub repository ``text`` names (see the module docstring), or None when it is not written as a Hub id
+    (an ``OWNER/NAME`` that cannot be one is left to :func:`~vitviz.model.sources.refs.parse_model_ref`, which also
+    says that no such file exists).
 
     Pure string handling: it does not look at the file system (an existing path wins, in
     :func:`~vitviz.model.sources.refs.parse_model_ref`) nor at the network.
+
+    Raises:
+        ModelNameError: ``hf-hub:ID`` whose ID cannot be a repository id (the message says why).
     """
-    text = text.strip()
+    typed, text = text, text.strip()
     if text in catalog.HUB_BY_KEY:
         return catalog.HUB_BY_KEY[text].repo
     for p in PREFIXES:
         if text.startswith(p):
-            text = text[len(p):]
-            break
-    if not _REPO_RE.fullmatch(text) or ".." in text or "--" in text:
-        return None
-    if text.lower().endswith(_FILE_SUFFIXES):
-        return None
-    return text
+            problem = repo_id_problem(text[len(p):])
+            if problem is not None:
+                raise not_an_id(typed, problem.replace("the prefix", repr(p)), f"{p}OWNER/NAME",
+                                close_name(text[len(p):], catalog.HUB_BY_REPO) if text[len(p):] else None)
+            return text[len(p):]
+    return text if repo_id_problem(text) is None else None
 
 
 display_name = catalog.hub_title
@@ -256,9 +290,10 @@ def _hub_error(repo: str, filename: str, e: BaseException) -> PretrainedError:
         return PretrainedError(f"{repo}: a gated model; accept its conditions on https://huggingface.co/{repo} and "
                                "log in ('hf auth login' or HF_TOKEN) to download it")
     if isinstance(e, hf.RepositoryNotFoundError):
+        close = close_name(repo, catalog.HUB_BY_REPO)
         return PretrainedError(f"{repo}: no such model on the Hugging Face Hub (or a private one: log in with 'hf "
-                               "auth login' or set HF_TOKEN), nor a local file or folder of that name. Curated names: "
-                               "'vitviz models'")
+                               "auth login' or set HF_TOKEN), nor a local file or folder of that name"
+                               + (f"; did you mean {close}?" if close else ".") + " Curated names: 'vitviz models'")
     if isinstance(e, hf.RevisionNotFoundError):
         return PretrainedError(f"{repo}: the Hub has no 'main' revision of this repository")
     if isinstance(e, hf.HfHubHTTPError):

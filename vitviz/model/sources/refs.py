@@ -17,13 +17,31 @@ No Qt here. A *model reference* is a string, stored as such in the window's sett
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from vitviz.model.sources import catalog
+from vitviz.model.sources.name_errors import (
+    ARCHITECTURES,
+    LISTING,
+    close_file,
+    close_name,
+    file_like,
+    name_error,
+    path_like,
+)
 from vitviz.resources import default_model_path
 
 PREFIXES = ("file:", "pretrained:", "hub:", "random:")
+_USER_REF = re.compile(r"^(?P<path>.+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)$")
+
+
+def parse_user_ref(text: str | os.PathLike[str]) -> tuple[str, str] | None:
+    """``("path/to/file.py", "ClassName")`` for the user's own model class ``"path/to/file.py:ClassName"``
+    (:mod:`vitviz.model.sources.user_module`), else None."""
+    m = _USER_REF.match(os.fspath(text))
+    return (m.group("path"), m.group("name")) if m else None
 
 
 def parse_model_ref(text: str | os.PathLike[str]) -> str:
@@ -32,50 +50,73 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
     an architecture name (random weights), a Hub id (``timm/...``, ``hf-hub:...``, ``owner/name``).
 
     Raises:
-        CheckpointError: none of these (the message lists the names and the forms).
+        ModelNameError: none of these; one short line naming the text and why it is no model (no such file; not a
+            known name; an id that cannot exist), with a "did you mean" when a known name is close.
     """
-    from vitviz.model.checkpoints import CheckpointError
     from vitviz.model.sources.torch_hub import PRETRAINED
 
     text = os.fspath(text)
+    if not text.strip():
+        raise name_error(text, "no model name")
     if text.startswith(("pretrained:", "random:")):  # a named reference: the name must exist (said before any window)
         kind, name = text.split(":", 1)
         from vitviz.model.variants import list_models
 
         known = list(PRETRAINED) if kind == "pretrained" else list_models()
         if name not in known:
-            raise CheckpointError(f"{text}: unknown {'pretrained weights' if kind == 'pretrained' else 'architecture'}"
-                                  f" {name!r}; known: {', '.join(known)}")
+            what = "torchvision weights" if kind == "pretrained" else "architecture (random weights)"
+            raise name_error(text, f"unknown {what}" if name else f"no name after '{kind}:'", close_name(name, known),
+                             listing=LISTING if kind == "pretrained" else ARCHITECTURES)
         return text
     if text.startswith("hub:"):  # the repository id must at least be one
-        from vitviz.model.sources.hub import hub_repo
+        from vitviz.model.sources.hub import not_an_id, repo_id_problem
 
-        repo = hub_repo(text[4:])
-        if repo is None or repo != text[4:]:
-            raise CheckpointError(f"{text}: not a Hugging Face Hub repository id (expected hub:OWNER/NAME)")
+        problem = repo_id_problem(text[4:])
+        if problem is not None:
+            raise not_an_id(text, problem.replace("the prefix", "'hub:'"), "hub:OWNER/NAME",
+                            text[4:].strip() if text[4:].strip() in catalog.HUB_BY_KEY else None)
         return text
+    if text.startswith("file:") and not text[5:].strip():  # (not the working directory: a missing file is said by
+        raise name_error(text, "no path after 'file:'", listing=None)  # load_checkpoint, naming it)
     if text == "demo" or text.startswith(PREFIXES):
         return text
-    path = Path(text).expanduser()
-    if path.exists():
+    path = _existing(text)
+    if path is not None:
         return f"file:{path.resolve()}"
     if text in PRETRAINED:
         return f"pretrained:{text}"
-    from vitviz.model.sources.hub import hub_repo
+    from vitviz.model.sources.hub import hub_repo, repo_id_problem
     from vitviz.model.variants import list_models
 
     if text in catalog.HUB_BY_KEY:
         return catalog.HUB_BY_KEY[text].ref
     if text in list_models():
         return f"random:{text}"
+    user = parse_user_ref(text)
+    if user is not None:  # the user's own class: --model only (it needs --weights and --init)
+        if _existing(user[0]) is None:
+            raise name_error(text, f"no such file {user[0]}", close_file(user[0]), listing=None)
+        raise name_error(text, "your own model class opens with 'vitviz --model FILE.py:CLASS' or "
+                               "vitviz.Pipeline.open, not here", listing=None)
     repo = hub_repo(text)
     if repo is not None:
         return f"hub:{repo}"
-    raise CheckpointError(f"{text}: no such file or directory, and not a pretrained name: a curated model "
-                          f"({', '.join(catalog.HUB_BY_KEY)}), a torchvision name ({', '.join(PRETRAINED)}), a Hugging "
-                          f"Face Hub id (timm/MODEL.TAG, hf-hub:OWNER/NAME or OWNER/NAME, e.g. facebook/dinov2-small), "
-                          f"'demo' (the bundled model) or an architecture for random weights "
-                          f"({', '.join(list_models())}); 'vitviz models' lists the named ones")
+    if path_like(text):
+        problem = repo_id_problem(text.strip()) if "/" in text and not file_like(text) else None
+        nor = f", nor a Hugging Face Hub id ({problem})" if problem else ""
+        raise name_error(text, f"no such file or directory{nor}", close_file(text))
+    names = ["demo", *catalog.HUB_BY_KEY, *PRETRAINED, *list_models()]
+    raise name_error(text, "no such file, and not a known model name", close_name(text, names))
+
+
+def _existing(text: str) -> Path | None:
+    """The path ``text`` names when something is there (``~`` expanded), else None (also for a name the system
+    refuses: too long, a NUL byte, an unknown ``~user``)."""
+    try:
+        path = Path(text).expanduser()
+        return path if path.exists() else None
+    except (OSError, RuntimeError, ValueError):
+        return None
 
 
 def describe_ref(ref: str) -> str:
@@ -113,7 +154,8 @@ def load_model(source: str | os.PathLike[str], *, progress: Any = None, show_bar
     The same parser serves the CLI, the window and ``--model`` (:func:`parse_model_ref`).
 
     Raises:
-        CheckpointError: a path that is not a usable checkpoint, or neither a path nor a known name.
+        CheckpointError: a path that is not a usable checkpoint.
+        ModelNameError: neither a path nor a known name (:func:`parse_model_ref`).
         PretrainedError: a known name whose weights cannot be downloaded or read.
     """
     return open_model(parse_model_ref(source), progress=progress, show_bar=show_bar, **kwargs)[0]

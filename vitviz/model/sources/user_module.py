@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,10 @@ from torch import nn
 
 from vitviz.model.checkpoints.common import names
 from vitviz.model.checkpoints.reading import read_raw
+from vitviz.model.sources.name_errors import close_file, close_name
+from vitviz.model.sources.refs import parse_user_ref
+
+CLASSES_SHOWN = 20  # the nn.Module classes of the user's file named when the one asked for is not there
 
 
 @dataclass(frozen=True)
@@ -39,15 +42,6 @@ class UserModule:
     name: str
     path: str
     note: str | None = None
-
-
-_USER_REF = re.compile(r"^(?P<path>.+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)$")
-
-
-def parse_user_ref(text: str) -> tuple[str, str] | None:
-    """``("path/to/file.py", "ClassName")`` for ``"path/to/file.py:ClassName"``, else None."""
-    m = _USER_REF.match(os.fspath(text))
-    return (m.group("path"), m.group("name")) if m else None
 
 
 def _parse_init(init: str | Mapping[str, Any] | Sequence[Any] | None) -> tuple[list[Any], dict[str, Any]]:
@@ -99,9 +93,15 @@ def load_user_module(ref: str, *, weights: str | os.PathLike[str] | None = None,
     if parsed is None:
         raise ValueError(f"--model {ref}: expected path/to/file.py:ClassName")
     path_text, cls_name = parsed
-    path = Path(path_text).expanduser()
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    path = Path(os.path.expanduser(path_text))  # (os.path's: an unknown ~user stays as typed)
+    try:
+        exists, is_file = path.exists(), path.is_file()
+    except OSError as e:  # a name the system refuses (too long)
+        raise ValueError(f"{path_text}: {e.strerror or e}") from None
+    if not is_file:
+        close = None if exists else close_file(path_text)
+        raise ValueError(f"{path}: not a file" if exists else
+                         f"{path}: no such file" + (f"; did you mean {close}?" if close else ""))
     args, kwargs = _parse_init(init)
     module_name = f"_vitviz_user_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -126,8 +126,12 @@ def load_user_module(ref: str, *, weights: str | os.PathLike[str] | None = None,
         if not hasattr(obj, part):
             have = sorted(n for n, v in vars(mod).items() if isinstance(v, type) and issubclass(v, nn.Module)
                           and v.__module__ == module_name)
-            raise ValueError(f"{path}: defines no {cls_name!r}"
-                             + (f"; its nn.Module classes: {', '.join(have)}" if have else ""))
+            close = close_name(cls_name, have)
+            if close is not None:
+                raise ValueError(f"{path}: defines no {cls_name!r}; did you mean {close}?")
+            shown = ", ".join(have[:CLASSES_SHOWN]) + (f" and {len(have) - CLASSES_SHOWN} more"
+                                                       if len(have) > CLASSES_SHOWN else "")
+            raise ValueError(f"{path}: defines no {cls_name!r}" + (f"; its nn.Module classes: {shown}" if have else ""))
         obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"{path}: {cls_name} is not a class or function")
