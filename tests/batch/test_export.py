@@ -25,12 +25,14 @@ import torch
 from PIL import Image
 from repo_paths import TINY_WEIGHTS
 
+from vitviz import analysis as A
 from vitviz import devices
 from vitviz.batch.export import Exporter, export_images
 from vitviz.batch.export_options import ExportOptions
 from vitviz.batch.export_plan import map_requests, resolve_target
 from vitviz.batch.inputs import InputImage, expand_inputs, parse_shard, shard_of, take_shard
 from vitviz.batch.manifest import read_manifest
+from vitviz.batch.rerun import ResumeMismatch
 from vitviz.cli import main
 from vitviz.demo import generate, load_demo_model
 from vitviz.document import panel
@@ -113,7 +115,8 @@ def test_run_batch_equals_one_image_at_a_time(pipe, images):
         assert r.target == one.target == int(one.logits.argmax())
         torch.testing.assert_close(r.attentions, one.attentions, atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(r.attention_grads, one.attention_grads, atol=1e-6, rtol=1e-3)
-        torch.testing.assert_close(r.analyses.relevance, one.analyses.relevance, atol=1e-5, rtol=1e-4)
+        rel = [A.relevance(x.attentions, x.attention_grads, grid=x.grid) for x in (r, one)]
+        torch.testing.assert_close(rel[0], rel[1], atol=1e-5, rtol=1e-4)
         assert r.geometry == one.geometry and np.array_equal(r.rgb, one.rgb)
     # forward only: no gradients, no target; a fixed target for every image
     fwd = pipe.run_batch(loaded, gradients=False)
@@ -123,26 +126,6 @@ def test_run_batch_equals_one_image_at_a_time(pipe, images):
     assert [r.target for r in fixed] == [4, 4, 4]
     with pytest.raises(ValueError, match="out of range"):
         pipe.run_batch(loaded, target=99)
-
-
-def test_analyse_batch_equals_analyse_image_per_image():
-    """The batch sweep (what run_batch uses) against the one-image sweep, chunked or not."""
-    from vitviz.analysis import analyse_batch, analyse_image
-
-    torch.manual_seed(1)
-    a = (torch.randn(3, 5, 2, 17, 17) * 3).softmax(-1)
-    g = torch.randn(3, 5, 2, 17, 17)
-    for chunk_bytes in (1, 2**26):  # one image at a time, then all at once
-        got = analyse_batch(a, g, grid=(4, 4), patch_size=8, start_layer=1, max_chunk_bytes=chunk_bytes)
-        assert len(got) == 5
-        for b, r in enumerate(got):
-            want = analyse_image(a[:, b], g[:, b], grid=(4, 4), patch_size=8, start_layer=1)
-            for name in ("rollout", "gradient_rollout", "relevance", "mean_attention_distance", "attention_entropy"):
-                torch.testing.assert_close(getattr(r, name), getattr(want, name), rtol=1e-5, atol=1e-7)
-    without = analyse_batch(a, None, grid=(4, 4), patch_size=8)
-    assert without[0].relevance is None and without[0].gradient_rollout is None
-    with pytest.raises(ValueError, match=r"\[L, B, H, N, N\]"):
-        analyse_batch(a[:, 0], None, patch_size=8)
 
 
 # ----------------------------------------------------------------------------------------------- the maps
@@ -295,10 +278,15 @@ def test_resume_after_ctrl_c_redoes_nothing_finished(pipe, tmp_path):
     for p, (mtime, data) in files.items():
         assert p.stat().st_mtime_ns == mtime and p.read_bytes() == data
     assert len(read_manifest(out / "manifest.jsonl")) == 9
-    # another request (other views) is not "done": the images are redone, the files made before kept
-    s3 = Exporter(pipe, replace(opts, views=("cls", "relevance")), out, model_ref="demo",
+    # another request (other views) stops before any work, saying what changed; --overwrite redoes every image and
+    # keeps the files of the views not asked for again
+    other = replace(opts, views=("cls", "relevance"))
+    with pytest.raises(ResumeMismatch, match=r"\): --views cls,rollout before, cls,relevance now; pass --overwrite"):
+        Exporter(pipe, other, out, model_ref="demo", log=lambda _: None).run(expand_inputs([str(folder)])[0])
+    s3 = Exporter(pipe, replace(other, overwrite=True), out, model_ref="demo",
                   log=lambda _: None).run(expand_inputs([str(folder)])[0])
     assert (s3.skipped, s3.written) == (0, 9)
+    assert all(p.is_file() for p in files)
 
 
 def test_kill_9_loses_no_finished_image_and_leaves_no_partial_file(tmp_path):
@@ -313,7 +301,7 @@ def test_kill_9_loses_no_finished_image_and_leaves_no_partial_file(tmp_path):
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            if manifest.is_file() and len(manifest.read_text().splitlines()) >= 3:
+            if manifest.is_file() and len(manifest.read_text().splitlines()) >= 4:  # the run line, 3 images
                 break
             time.sleep(0.02)
         proc.send_signal(signal.SIGKILL)
@@ -321,7 +309,7 @@ def test_kill_9_loses_no_finished_image_and_leaves_no_partial_file(tmp_path):
         proc.wait(60)
     assert proc.returncode == -signal.SIGKILL  # killed in the middle, not finished
     lines = manifest.read_text().splitlines()
-    finished = [json.loads(x) for x in lines if x.endswith("}")]
+    finished = [r for x in lines if x.endswith("}") and "source" in (r := json.loads(x))]
     assert 3 <= len(finished) < 12
     for r in finished:  # every image in the manifest has all its files, complete
         for f in r["files"]:
@@ -335,6 +323,7 @@ def test_kill_9_loses_no_finished_image_and_leaves_no_partial_file(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert f"{len(finished)} already done" in r.stderr
+    assert f"took over the lock of an export that is gone (pid {proc.pid}" in r.stderr  # the killed run's lock
     recs = _records(out)
     assert sorted(recs) == sorted(map(str, paths)) and all(x["status"] == "ok" for x in recs.values())
     assert not list(out.rglob("*.tmp")) and not list(out.glob(".*.pending"))

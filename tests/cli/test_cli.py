@@ -293,14 +293,18 @@ def test_models_errors_are_one_line(capsys, monkeypatch):
 
 @pytest.mark.parametrize("argv, command, needles", [
     (["predict", "{ckpt}", "x.png", "--top", "0"], "predict", ("--top 0",)),
-    (["predict", "no_such_model", "x.png"], "predict", ("no_such_model", "not a pretrained name")),
+    (["predict", "no_such_model", "x.png"], "predict",
+     ("error: no_such_model: no such file, and not a known model name ('vitviz models' lists the names)",)),
     (["predict", "{ckpt}", "{tmp}/missing.png"], "predict", ("missing.png", "does not exist")),
     (["predict", "{tmp}/notes.txt", "x.png"], "predict", ("notes.txt", "not a checkpoint")),
     (["predict", "{ckpt}", "x.png", "--num-classes", "0"], "predict", ("no classification head",)),
     (["info", "random:no_such_architecture"], "info", ("no_such_architecture",)),
     (["info", "{tmp}"], "info", ("holds no model.safetensors",)),
     (["info", "{ckpt}", "--num-heads", "3"], "info", ("num_heads", "3")),
-    (["--model", "no_such_model"], None, ("no_such_model", "no such file or directory")),
+    (["--model", "no_such_model"], None,
+     ("error: no_such_model: no such file, and not a known model name ('vitviz models' lists the names)",)),
+    (["--model", "dino-s9"], None, ("error: dino-s9: no such file, and not a known model name; did you mean dino-s8? "
+                                    "('vitviz models' lists the names)",)),
     (["--model", "{tmp}/nope.safetensors", "a.png"], None, ("nope.safetensors",)),
 ])
 def test_every_sub_command_fails_on_one_line_with_status_2(tiny_ckpt, tmp_path, capsys, monkeypatch, argv, command,
@@ -346,3 +350,20 @@ def test_unknown_named_model_is_one_line_exit_2_before_any_window(ref):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and ref in lines[0] and "unknown" in lines[0] and "Traceback" not in out.stderr
+
+
+def test_help_lists_every_sub_command_from_one_table(capsys):
+    from vitviz.cli.commands import COMMANDS, summary
+    from vitviz.cli.dispatch import SUBCOMMANDS, sub_parser
+
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    listed = text[text.index("sub-commands"):]
+    assert SUBCOMMANDS == tuple(COMMANDS) == ("info", "predict", "models", "evaluate", "export", "stats")
+    for name, (arguments, _) in COMMANDS.items():
+        assert f"vitviz {name} {arguments}".rstrip() in listed
+        assert summary(name)[:30] in " ".join(listed.split())
+        # each sub-command's own parser carries the same one-line help
+        assert summary(name)[:30] in " ".join(sub_parser(name).format_help().split())

@@ -1,11 +1,13 @@
-"""Small file-system helpers shared by the writers (checkpoints, PNG exports): file modes, why a folder cannot
-take a new file, and a failed write's cause in words. No Qt."""
+"""Small file-system helpers shared by the writers (checkpoints, PNG exports, the batch commands' outputs): file
+modes, why a folder cannot take a new file (or cannot be an output folder), and a failed write's cause in words.
+No Qt."""
 
 from __future__ import annotations
 
 import errno
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 
@@ -60,3 +62,35 @@ def describe_os_error(e: OSError) -> str:
         errno.EIO: "input/output error (a failing disk, or a network or removable drive that went away)",
     }.get(e.errno or 0)
     return f"{cause} ({text})" if cause and cause.lower() != text.lower() else text
+
+
+def output_folder_problem(folder: str | os.PathLike) -> str | None:
+    """Why ``folder`` cannot take the files of a command, found before any work (None when it can): a file in its
+    place or above it, or no permission to create files there. An existing folder is probed with a temporary file
+    (created and removed: the writers' own first step, so it fails as they would, read-only mounts included); a
+    missing one is creatable when its nearest existing parent is a folder that takes the probe. Nothing stays.
+
+    The answers: ``"a file of that name exists (the output must be a folder)"``, ``"<x> is a file, not a folder"``,
+    ``"the output folder is not writable (<cause>)"``, ``"cannot create the output folder: <parent> is not writable
+    (<cause>)"``.
+    """
+    folder = Path(folder) if str(folder) else Path(".")
+    probe = folder
+    while not probe.is_dir():
+        if probe.is_symlink() and not probe.exists():
+            return f"{probe} is a link to nothing ({os.readlink(probe)})"
+        if probe.exists():
+            return ("a file of that name exists (the output must be a folder)" if probe == folder
+                    else f"{probe} is a file, not a folder")
+        if probe.parent == probe:
+            return f"folder {folder} does not exist"
+        probe = probe.parent
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".vitviz-probe.", dir=probe)
+    except OSError as e:
+        if probe == folder:
+            return f"the output folder is not writable ({describe_os_error(e)})"
+        return f"cannot create the output folder: {probe} is not writable ({describe_os_error(e)})"
+    os.close(fd)
+    os.unlink(tmp)
+    return None

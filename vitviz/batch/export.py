@@ -21,6 +21,13 @@ image; a rerun skips every image whose line says it is complete for the same req
 whose files exist. A hidden journal (``.manifest.jsonl.pending``) names the files of the image being written, so that
 a rerun after ``kill -9`` may replace them; any other existing file is replaced only with ``--overwrite``.
 
+Before any work: the output folder is checked (:func:`vitviz._util.files.output_folder_problem`), a lock taken
+(:mod:`vitviz.batch.locking`: a second export of the same folder and shard stops at once, naming the first one's
+pid), and the manifests read: a run line records what each run's files are made with (the options and the model by
+content, :mod:`vitviz.batch.fingerprint`); a rerun with other settings, or a line changed by hand, stops with one
+line saying what (:mod:`vitviz.batch.rerun`); a last line cut short by a crash is removed, with a warning, before a
+record is appended.
+
 What can be asked is :class:`~vitviz.batch.export_options.ExportOptions` (the command's flags map one to one:
 :mod:`vitviz.cli.export_command`); what each image becomes, :mod:`vitviz.batch.export_plan`; the manifest and the
 journal, :mod:`vitviz.batch.manifest`.
@@ -33,7 +40,6 @@ import os
 import queue
 import signal
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -44,20 +50,26 @@ from typing import Any
 
 import numpy as np
 
-from vitviz._util.files import describe_os_error
-from vitviz.batch.export_options import ExportOptions
+from vitviz import __version__
+from vitviz._util.files import describe_os_error, output_folder_problem
+from vitviz.batch.export_options import ExportOptions, setting_names
 from vitviz.batch.export_plan import check_against_model, grid_of, map_requests, needs_gradients, resolve_target
 from vitviz.batch.failures import FAILED_BASE, MAX_FAILED_STATUS, error_text
+from vitviz.batch.fingerprint import model_sha256
 from vitviz.batch.inputs import InputImage, Loaded, expand_inputs, progress_bar, stream_batches, take_shard
+from vitviz.batch.locking import ExportLock
 from vitviz.batch.manifest import (
     Appender,
     is_complete,
+    journal_files,
     journal_path,
     manifest_name,
-    read_manifests,
+    read_folder,
+    repair_tail,
     request_id,
     source_key,
 )
+from vitviz.batch.rerun import check_folder
 from vitviz.devices import precision_reason
 from vitviz.document import panel
 from vitviz.document.session import Session
@@ -121,7 +133,8 @@ class Exporter:
         check_against_model(options, getattr(cfg, "depth", None), getattr(cfg, "num_heads", None),
                             grid_of(spec, cfg))
         self.gradients = needs_gradients(options.views) and self.num_classes > 0
-        self.request = options.request(model_ref, pipeline.precision)
+        self.model_sha256 = model_sha256(pipeline.model)  # the model by content: once per run
+        self.request = options.request(self.model_sha256, pipeline.precision)
         self.request_id = request_id(self.request)
         self.summary = ExportSummary(precision=pipeline.precision)
         self._live = 0  # results alive now (a finalizer counts each one down)
@@ -142,28 +155,53 @@ class Exporter:
     # -------------------------------------------------------------- the run
     def run(self, images: Sequence[InputImage]) -> ExportSummary:
         """Export ``images`` (the whole input list: this run takes its shard). Ctrl+C / SIGTERM: the image being
-        written is finished, then the run stops (``summary.interrupted``)."""
+        written is finished, then the run stops (``summary.interrupted``).
+
+        Raises:
+            ExportError: the output folder cannot take files (checked before any work).
+            vitviz.batch.locking.ExportBusy: another export is writing to the folder (this shard).
+            vitviz.batch.rerun.ResumeMismatch, vitviz.batch.manifest.ManifestError: the folder holds maps made with
+                other settings, or a manifest line changed by hand (without ``overwrite``).
+        """
         t0 = time.perf_counter()
-        o = self.options
-        todo = take_shard(images, *o.shard)
-        s = self.summary
-        s.total = len(todo)
+        self.summary.total = len(take_shard(images, *self.options.shard))
         self._prepare_folder()
-        records, self._ours = read_manifests(self.out)
-        self._remove_stale_temporaries()
+        lock = ExportLock(self.out, self.options.shard).acquire(note=lambda m: self.log(f"vitviz export: note: {m}"))
+        try:
+            return self._run(take_shard(images, *self.options.shard), len(images), t0)
+        finally:
+            lock.release()
+
+    def _run(self, todo: list[InputImage], n_inputs: int, t0: float) -> ExportSummary:
+        o, s = self.options, self.summary
+        name = manifest_name(o.shard)
+        s.manifest = self.out / name
+        self._journal_path = journal_path(self.out, name)
+        state = read_folder(self.out)
+        check_folder(self.out, state, self.request, setting_names(), overwrite=o.overwrite, own=s.manifest,
+                     model_ref=self.model_ref, warn=lambda line: self.log(f"vitviz export: warning: {line}"))
+        self._ours = state.ours
+        cut = repair_tail(s.manifest)
+        if cut is not None:
+            self.log(f"vitviz export: warning: {s.manifest} line {cut} was cut short (a run stopped while writing "
+                     "it): removed, and its image is done again")
+        repair_tail(self._journal_path)
+        self._remove_stale_temporaries(journal_files(self._journal_path))
         if not o.overwrite:
+            records = state.records
             before = len(todo)
             todo = [im for im in todo if not is_complete(records.get(source_key(im.path)), self.request_id, self.out)]
             s.skipped = before - len(todo)
-        name = manifest_name(o.shard)
-        s.manifest = self.out / name
-        shard = f", shard {o.shard[0]}/{o.shard[1]} of {len(images)}" if o.shard[1] > 1 else ""
+        shard = f", shard {o.shard[0]}/{o.shard[1]} of {n_inputs}" if o.shard[1] > 1 else ""
         self.log(f"vitviz export: {len(todo)} image(s) to do, {s.skipped} already done{shard}; "
                  f"{getattr(self.pipeline.spec, 'name', 'model')} on {self.pipeline.device}, "
                  f"{precision_reason(self.pipeline.precision_choice, self.pipeline.device)}; batch "
                  f"{o.batch_size}; {len(o.views)} view(s) -> {self.out}")
         self._manifest = Appender(s.manifest)
-        self._journal_path = journal_path(self.out, name)
+        if todo:  # what the files of this run are made with: a later run compares its own settings with these
+            self._manifest.write({"run": {"request": self.request_id, "settings": self.request,
+                                          "model": self.model_ref, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                          "time": time.time(), "vitviz": __version__}})
         self._journal = Appender(self._journal_path)
         self._bar = progress_bar(len(todo), "export", quiet=o.quiet)
         jobs: queue.Queue = queue.Queue(maxsize=1)  # one batch waits while one is written and one is computed
@@ -218,26 +256,22 @@ class Exporter:
                         pass
 
     def _prepare_folder(self) -> None:
+        """The output folder, checked (:func:`vitviz._util.files.output_folder_problem`: the check ``vitviz stats``
+        and ``vitviz evaluate --csv`` make too) and created before any work."""
+        problem = output_folder_problem(self.out)
+        if problem:
+            raise ExportError(self.out, problem)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
-        except FileExistsError:
-            raise ExportError(self.out, "a file of that name exists (the output must be a folder)") from None
         except OSError as e:
             raise ExportError(self.out, f"cannot create the output folder ({describe_os_error(e)})") from None
-        try:  # the probe write_atomic's own first step makes: a temporary file in the folder
-            fd, tmp = tempfile.mkstemp(prefix=".vitviz-probe.", dir=self.out)
-        except OSError as e:
-            raise ExportError(self.out, f"the output folder is not writable ({describe_os_error(e)})") from None
-        os.close(fd)
-        os.unlink(tmp)
 
-    def _remove_stale_temporaries(self) -> None:
+    def _remove_stale_temporaries(self, pending: set[str]) -> None:
         """A run killed while writing leaves the hidden temporary file of :func:`vitviz.imaging.write_atomic`
-        (``.<stem>.<random>.png.tmp``) beside a file it was writing: remove those of files this tool writes."""
-        if not list(self.out.glob(".manifest*.jsonl.pending")):
-            return  # the last run ended cleanly
+        (``.<stem>.<random>.png.tmp``) beside a file it was writing: remove those of the files its journal names
+        (``pending``; this shard's journal only: another shard may be writing its own right now)."""
         stems: dict[Path, set[str]] = {}
-        for rel in self._ours:
+        for rel in pending:
             p = self.out / rel
             stems.setdefault(p.parent, set()).add(p.stem)
         for folder, names in stems.items():
@@ -247,7 +281,8 @@ class Exporter:
                 continue
             for f in entries:
                 n = f.name
-                if not (n.startswith(".") and n.endswith((".png.tmp", ".npy.tmp"))):
+                if not (n.startswith(".") and n.endswith((".png.tmp", ".npy.tmp", ".gif.tmp", ".apng.tmp",
+                                                          ".mp4.tmp"))):
                     continue
                 dots = [i for i, c in enumerate(n) if c == "." and i > 0]
                 if any(n[1:i] in names for i in dots):

@@ -66,15 +66,25 @@ class ExportOptions:
         if isinstance(self.display, Mapping):
             object.__setattr__(self, "display", tuple(self.display.items()))
 
-    def request(self, model: str, precision: str) -> dict[str, Any]:
-        """What the files depend on (a rerun with the same request skips the images done); the display options
-        appear under their own names."""
+    def request(self, model_sha256: str, precision: str) -> dict[str, Any]:
+        """What the files depend on (a rerun with the same request skips the images done; one with another stops:
+        :mod:`vitviz.batch.rerun`): these options (the display options under their own names), the precision and
+        the model by content (:func:`vitviz.batch.fingerprint.model_sha256`), not by the path it came from."""
         d = asdict(self)
         for k in ("batch_size", "device", "precision", "shard", "overwrite", "quiet"):
             d.pop(k)
         d.update(dict(d.pop("display")))
-        d.update(model=model, precision=precision)
+        d.update(model_sha256=model_sha256, precision=precision)
         return d
+
+
+def setting_names() -> dict[str, str]:
+    """How the user names each setting of :meth:`ExportOptions.request` (its flag; a switch by its option's name),
+    for the messages that say what changed."""
+    names = {k: f"--{k}" for k in ("views", "layers", "heads", "query", "target", "format", "scale", "animate", "fps",
+                                   "precision")}
+    names.update({f.option: f.flag if f.action == "store" else f.option for f in cli_flags()})
+    return names
 
 
 def display_defaults() -> tuple[tuple[str, Any], ...]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from vitviz._util.files import describe_os_error
+from vitviz._util.files import describe_os_error, output_folder_problem
 from vitviz.batch.stats import (
     ARTEFACT_COLUMNS,
     ARTEFACT_CSV,
@@ -101,7 +101,7 @@ def write_outputs(stats: DatasetStats, out: str | os.PathLike, *, overwrite: boo
              folder / f"{FIGURE}.svg": lambda: figure_bytes(stats, "svg")}
     if stats.artefact_frequency is not None:
         files[folder / ARTEFACT_CSV] = lambda: csv_bytes(ARTEFACT_COLUMNS, artefact_rows(stats))
-    check_targets(list(files), overwrite=overwrite)
+    check_outputs(folder, overwrite=overwrite)
     written = []
     for path, make in files.items():
         data = make()
@@ -110,9 +110,20 @@ def write_outputs(stats: DatasetStats, out: str | os.PathLike, *, overwrite: boo
     return written
 
 
-def check_targets(paths: Sequence[Path], *, overwrite: bool) -> None:
-    """Refuse, before any work, outputs that exist (without ``overwrite``) or are folders."""
-    for p in paths:
+def output_paths(out: str | os.PathLike) -> list[Path]:
+    """Every file ``vitviz stats`` may write in ``out``."""
+    folder = Path(out)
+    return [folder / STATS_CSV, folder / ARTEFACT_CSV, folder / f"{FIGURE}.png", folder / f"{FIGURE}.svg"]
+
+
+def check_outputs(out: str | os.PathLike, *, overwrite: bool) -> None:
+    """Refuse, before any work, an output folder that cannot take files (a file in its place or above it, no
+    permission: :func:`vitviz._util.files.output_folder_problem`, the check of ``vitviz export`` too) and outputs
+    that exist (without ``overwrite``) or are folders. Nothing is created."""
+    problem = output_folder_problem(out)
+    if problem:
+        raise ExportError(out, problem)
+    for p in output_paths(out):
         if p.is_dir():
             raise ExportError(p, "a folder of that name exists")
         if not overwrite and (p.exists() or p.is_symlink()):

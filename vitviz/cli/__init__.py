@@ -28,7 +28,8 @@ package never imports Qt; the GUI is imported lazily.
 
 One module per sub-command (``info_command``, ``predict_command``, ``models_command``, ``evaluate_command``,
 ``export_command``, ``stats_command``; the window: ``gui_command``), what they share in ``shared`` (parser, error
-reporter, model loading) and ``batch_flags`` (the flags of export and stats), the dispatcher in ``dispatch``.
+reporter, model loading) and ``batch_flags`` (the flags of export and stats), the dispatcher in ``dispatch``, and the
+table of sub-commands (names, arguments, one-line help: ``vitviz --help`` lists them all) in ``commands``.
 Building the parser imports neither torch nor numpy: each command imports what it needs when it runs.
 """
 

@@ -10,15 +10,17 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from vitviz.cli import gui_command
+from vitviz.cli.commands import COMMANDS
 from vitviz.cli.shared import Parser, Reporter
 
-SUBCOMMANDS = ("info", "predict", "models", "evaluate", "export", "stats")  # in the help's order
+SUBCOMMANDS = tuple(COMMANDS)  # in the help's order
 
 
 def command_module(name: str) -> ModuleType:
     """The module of the sub-command ``name`` (``vitviz.cli.<name>_command``: ``add_parser(sub)``, ``run(args,
-    report)``), imported when that sub-command is given: the window, ``--version`` and the other sub-commands do not
-    pay for its imports (``export``'s flags come from the option table, which imports numpy)."""
+    report)``, optionally ``prepare_argv(argv)``: the command line before argparse reads it), imported when that
+    sub-command is given: the window, ``--version`` and the other sub-commands do not pay for its imports
+    (``export``'s flags come from the option table, which imports numpy)."""
     return importlib.import_module(f"vitviz.cli.{name}_command")
 
 
@@ -45,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = argv[1:]
     if not (argv and argv[0] in SUBCOMMANDS):
         return gui_command.launch(argv, debug)
-    args = sub_parser(argv[0]).parse_args(argv)
+    prepare = getattr(command_module(argv[0]), "prepare_argv", None)  # a command's own reading of its values
+    args = sub_parser(argv[0]).parse_args(prepare(argv) if prepare else argv)
     report = Reporter(args.command, debug)
     try:
         return command_module(args.command).run(args, report)

@@ -11,6 +11,7 @@ from tqdm import tqdm
 
 from vitviz import views as view_registry
 from vitviz.batch.inputs import inputs_for_cli
+from vitviz.cli.commands import summary
 from vitviz.cli.shared import Reporter, add_debug, add_load_options, load
 from vitviz.evaluate.protocol import BASELINES, DEFAULT_VIEWS
 from vitviz.evaluate.report import check_writable, format_mean_table, write_csv
@@ -20,7 +21,7 @@ from vitviz.views.presets import PRESETS
 
 def add_parser(sub) -> None:
     ev = sub.add_parser(
-        "evaluate", help="faithfulness of the maps: deletion and insertion AUC per view against random rankings",
+        "evaluate", help=summary("evaluate"),
         description="For each image: the deletion and insertion perturbation curves of each view's map (patches "
                     "ranked by the map, replaced by the baseline a whole patch at a time; the probability of the "
                     "target class after each step) and of random rankings; prints the areas under the curves "

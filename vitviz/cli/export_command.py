@@ -5,6 +5,7 @@ manifest; resumable, sharded (:mod:`vitviz.batch.export`). Its flags map one to 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -13,15 +14,39 @@ from vitviz.batch.export import Exporter
 from vitviz.batch.export_options import DEFAULT_VIEWS, FORMATS, HEAD_WORDS, ExportOptions, is_int
 from vitviz.batch.inputs import inputs_for_cli, parse_shard
 from vitviz.cli.batch_flags import add_batch_arguments, check_device
+from vitviz.cli.commands import summary
 from vitviz.cli.shared import Reporter, add_debug, add_load_options, load
 from vitviz.model.sources.refs import parse_model_ref
 from vitviz.render.figures import mp4_problem, parse_scale
 from vitviz.views.options import cli_flags
 
+# flags whose value may start with a minus sign (a negative index, a mistyped shard): argparse would take
+# "--shard -1/2" for two flags and say "expected one argument" instead of what is wrong with -1/2
+SIGNED_VALUES = ("--shard", "--query", "--layers", "--heads", "--target", "--scale", "--fps", "--batch-size")
+
+
+def prepare_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with a value that starts with a minus sign and a digit joined to its flag (``--shard -1/2`` ->
+    ``--shard=-1/2``), so that the value reaches its check and the message names the flag and the cause."""
+    out: list[str] = []
+    i = 0
+    argv = list(argv)
+    while i < len(argv):
+        a = argv[i]
+        if "--" in out:  # after "--" everything is an input
+            out.append(a)
+        elif a in SIGNED_VALUES and i + 1 < len(argv) and re.match(r"-[0-9.]", argv[i + 1]):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 1
+        else:
+            out.append(a)
+        i += 1
+    return out
+
 
 def add_parser(sub) -> None:
     exp = sub.add_parser(
-        "export", help="the window's maps (PNG and/or npy) for many images, with a manifest; resumable, sharded",
+        "export", help=summary("export"),
         description="For every image: the requested views' maps, as the window exports them (PNG) and/or raw at "
                     "patch resolution (npy), and one line of manifest.jsonl (predictions, target, files, timings, "
                     "errors). A rerun skips the images already done; --shard K/N splits the work for a job array. "
@@ -89,7 +114,10 @@ def options_from_args(args: argparse.Namespace) -> ExportOptions:
         if len(parts) != 2 or not all(is_int(x) and int(x) >= 0 for x in parts):
             raise ValueError(f"--query {args.query}: expected ROW,COL of a patch, e.g. 7,7")
         query = (int(parts[0]), int(parts[1]))
-    scale = str(parse_scale(args.scale))
+    try:
+        scale = str(parse_scale(args.scale))
+    except ValueError as e:
+        raise ValueError(f"--scale {args.scale}: {e}") from None
     display = tuple((f.option, f.value(getattr(args, f.option))) for f in cli_flags())  # ValueError naming the flag
     shard = parse_shard(args.shard) if args.shard else (1, 1)
     animate = getattr(args, "animate", None)

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from vitviz import __version__
+from vitviz.cli.commands import listing
 from vitviz.cli.shared import Parser, Reporter, add_debug
 
 
@@ -14,8 +15,8 @@ def gui_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="vitviz",
         description="See what a Vision Transformer looks at. Without a sub-command, opens the GUI.",
-        epilog="Sub-commands: 'vitviz info CHECKPOINT', 'vitviz predict CHECKPOINT IMAGE...', 'vitviz models', "
-               "'vitviz evaluate CHECKPOINT IMAGE...'.",
+        epilog=listing(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the listing keeps its lines
     )
     p.add_argument("--version", action="version", version=f"vitviz {__version__}")
     p.add_argument("images", nargs="*", metavar="IMAGE",

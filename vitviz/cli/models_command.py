@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vitviz.cli.commands import summary
 from vitviz.cli.shared import Reporter, add_debug
 from vitviz.model.sources import catalog
 
 
 def add_parser(sub) -> None:
-    models = sub.add_parser("models", help="list the named models (curated Hugging Face Hub models, torchvision's "
-                                           "weights), their download size and whether they are cached")
+    models = sub.add_parser("models", help=summary("models"))
     add_debug(models)
 
 

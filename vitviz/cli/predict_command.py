@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vitviz.cli.commands import summary
 from vitviz.cli.shared import Reporter, add_debug, add_load_options, load
 from vitviz.imaging import ImageError, load_image
 
 
 def add_parser(sub) -> None:
-    pred = sub.add_parser("predict", help="print the top classes for images")
+    pred = sub.add_parser("predict", help=summary("predict"))
     pred.add_argument("checkpoint", help="checkpoint file or directory, or a pretrained name")
     pred.add_argument("images", nargs="+", metavar="IMAGE")
     pred.add_argument("--top", type=int, default=5, help="how many classes to print (default 5)")

@@ -10,15 +10,16 @@ from pathlib import Path
 from vitviz.batch.failures import FAILED_BASE, MAX_FAILED_STATUS
 from vitviz.batch.inputs import inputs_for_cli
 from vitviz.batch.stats import ARTEFACT_CSV, FIGURE, STATS_CSV, compute_stats
-from vitviz.batch.stats_files import check_targets, write_outputs
+from vitviz.batch.stats_files import check_outputs, write_outputs
 from vitviz.cli.batch_flags import add_batch_arguments, check_device
+from vitviz.cli.commands import summary
 from vitviz.cli.shared import Reporter, add_debug, add_load_options, load
 from vitviz.devices import precision_reason
 
 
 def add_parser(sub) -> None:
     st = sub.add_parser(
-        "stats", help="attention statistics over images: distance and entropy per layer and head, artefact tokens",
+        "stats", help=summary("stats"),
         description="Mean attention distance and entropy per layer and head (mean and standard deviation over the "
                     "images; the ViT paper's Fig. 7 right) and how often each patch position holds a high-norm "
                     "token; writes CSV files and a figure (PNG, SVG).")
@@ -34,8 +35,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
 
     device = check_device(args.device, args.precision, args.batch_size)
     out = Path(args.out)
-    targets = [out / STATS_CSV, out / ARTEFACT_CSV, out / f"{FIGURE}.png", out / f"{FIGURE}.svg"]
-    check_targets(targets, overwrite=args.overwrite)  # before minutes of work
+    check_outputs(out, overwrite=args.overwrite)  # where the results go, before minutes of work
     images, status = inputs_for_cli(args.inputs, report)
     if not images:
         return 2

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vitviz._util.files import folder_problem
+from vitviz._util.files import folder_problem, output_folder_problem
 from vitviz.evaluate.outcomes import FaithfulnessTable, random_row_name
 from vitviz.imaging import ExportError, write_atomic
 
@@ -99,14 +99,16 @@ def write_csv(path: str | os.PathLike, tables: Sequence[FaithfulnessTable], *, o
 
 def check_writable(path: str | os.PathLike, *, overwrite: bool = False) -> None:
     """Refuse, before any work, a CSV path that :func:`write_csv` would refuse: an existing file without
-    ``overwrite``, a folder of that name, a missing parent or one that is a file."""
+    ``overwrite``, a folder of that name, a missing parent or one that is a file, a folder that does not take new
+    files (probed as ``vitviz export`` and ``vitviz stats`` probe theirs:
+    :func:`vitviz._util.files.output_folder_problem`)."""
     target = Path(path)
     if target.is_dir():
         raise ExportError(target, "a folder of that name exists")
     if not overwrite and (target.exists() or target.is_symlink()):
         raise FileExistsError(f"{target} already exists (pass --overwrite to replace it)")
     folder = target.parent if str(target.parent) else Path(".")
-    problem = folder_problem(folder)
+    problem = folder_problem(folder) or output_folder_problem(folder)
     if problem:
         raise ExportError(target, problem)
 
