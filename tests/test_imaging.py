@@ -118,6 +118,24 @@ def test_bad_images_name_file_and_problem(tmp_path, case):
     assert expected in msg
 
 
+@pytest.mark.parametrize("width,height,cause", [(0, 48, "a width of 0"), (48, 0, "a height of 0"),
+                                                (0, 0, "a width of 0 and a height of 0")])
+def test_a_png_header_declaring_no_pixels_is_named_for_that(tmp_path, width, height, cause):
+    """PIL refuses such a PNG as "not an image"; the cause is the header's size."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    p = tmp_path / "empty-header.png"
+    p.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+                  + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+    with pytest.raises(ImageError) as ei:
+        load_image(p)
+    assert str(ei.value) == f"{p}: the PNG header declares {cause}"
+
+
 def test_colormaps_and_overlay():
     for name in colormaps.colormap_names():
         lut = colormaps.get_colormap(name)

@@ -215,6 +215,27 @@ def check_shape(width: int, height: int, path: str | os.PathLike | None = None) 
                                f"{MAX_ASPECT_RATIO}:1 (crop the image first)")
 
 
+def header_problem(head: bytes) -> str | None:
+    """What is wrong with an image header that PIL refuses without saying why: a PNG whose IHDR declares a width or
+    a height of 0 (None when the first bytes show nothing of the kind)."""
+    if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR" and len(head) >= 24:
+        width, height = struct.unpack(">II", head[16:24])
+        zero = [f"a {what} of 0" for what, n in (("width", width), ("height", height)) if n == 0]
+        if zero:
+            return f"the PNG header declares {' and '.join(zero)}"
+    return None
+
+
+def _first_bytes(src: Path | io.BytesIO, n: int) -> bytes:
+    try:
+        if isinstance(src, io.BytesIO):
+            return src.getvalue()[:n]
+        with open(src, "rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
 def load_image(path: str | os.PathLike) -> LoadedImage:
     """Read an image file (PNG, JPEG, BMP, TIFF, WebP, GIF first frame) as RGB with EXIF rotation applied.
 
@@ -268,8 +289,9 @@ def load_image(path: str | os.PathLike) -> LoadedImage:
     except ImageError:
         raise
     except UnidentifiedImageError:
-        raise ImageError(p, "not an image file, or a format vitviz cannot read "
-                            f"(supported: {', '.join(s.lstrip('.').upper() for s in IMAGE_SUFFIXES)})") from None
+        raise ImageError(p, header_problem(_first_bytes(src, 33)) or
+                         "not an image file, or a format vitviz cannot read "
+                         f"(supported: {', '.join(s.lstrip('.').upper() for s in IMAGE_SUFFIXES)})") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         m = re.search(r"\((\d+) pixels\)", str(e))
         raise ImageError(p, _too_large(f"{int(m.group(1)):,} pixels" if m else "over the limit")) from None

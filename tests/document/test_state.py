@@ -277,7 +277,7 @@ BAD_TEXTS = [
     (b"[1, 2, 3]", "must hold a JSON object, not a list"),
     (b"{\"format\": \"vitviz-session\", \"format\": \"x\"}", "the key 'format' appears twice"),
     (b"{\"format\": \"vitviz-session\", \"version\": NaN}", "NaN is not a number a session can hold"),
-    (b"{\"a\": " + b"9" * 5000 + b"}", "not a valid session"),
+    (b"{\"a\": " + b"9" * 5000 + b"}", "a: number too long (5,000 characters"),
     (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     (b"{\"a\":" * 40 + b"1" + b"}" * 40, "nested too deeply"),
 ]
@@ -296,8 +296,86 @@ def test_huge_files_are_not_read(tmp_path):
     path = tmp_path / "huge.vitviz.json"
     with open(path, "wb") as fh:
         fh.truncate(st.MAX_BYTES + 1)
-    with pytest.raises(st.StateError, match="a session file is at most 1 MB"):
+    with pytest.raises(st.StateError, match=r"a session file is at most 9\.8 MiB"):
         st.read_state(path)
+
+
+def _many(folder, n, name_length=0):
+    return tuple(st.ImageRef(path=str(folder / f"{'n' * name_length}img_{i:05d}.png"), sha256="ef" * 32)
+                 for i in range(n))
+
+
+def test_what_vitviz_writes_it_reads_ten_thousand_images(setup, tmp_path):
+    """The largest session vitviz writes (MAX_IMAGES images, each with its digest: over the old 1 MB limit) reads
+    back whole; the writer and the reader share one limit."""
+    state = replace(st.capture_state(setup["session"], setup["ref"]), images=_many(tmp_path / "photos", 10_000))
+    path = st.save_state(state, tmp_path / "many.vitviz.json")
+    assert path.stat().st_size > 1 << 20
+    back = st.read_state(path)
+    assert [(i.path, i.sha256) for i in back.images] == [(i.path, i.sha256) for i in state.images]
+    assert back.images[9999].relative == "photos/img_09999.png"
+    assert back.options == state.options and back.current == 0
+    figure_entry = st.figure_metadata(state, tmp_path / "fig.png")[st.METADATA_KEY]  # a figure carries it too
+    assert st.parse_state(figure_entry, tmp_path / "fig.png").paths == state.paths
+    assert st.MAX_BYTES == st.MAX_IMAGES * st.IMAGE_ENTRY_BYTES + (64 << 10)
+
+
+def test_the_writer_refuses_what_the_reader_would_refuse_and_writes_nothing(setup, tmp_path):
+    base = st.capture_state(setup["session"], setup["ref"])
+    too_many = replace(base, images=_many(tmp_path, st.MAX_IMAGES + 1))
+    with pytest.raises(st.StateError) as e:
+        st.save_state(too_many, tmp_path / "a.vitviz.json")
+    assert str(e.value) == (f"{tmp_path / 'a.vitviz.json'}: cannot be saved: the session holds 10,001 images; a "
+                            f"session holds at most 10,000 (close some images first)")
+    too_long = replace(base, images=_many(tmp_path / ("d" * 200) / ("e" * 200), st.MAX_IMAGES, name_length=240))
+    with pytest.raises(st.StateError, match=r"cannot be saved: the session would take 1\d\.\d MiB; a session is at "
+                                            r"most 9\.8 MiB"):
+        st.save_state(too_long, tmp_path / "b.vitviz.json")
+    with pytest.raises(st.StateError, match="cannot be saved"):
+        st.figure_metadata(too_many, tmp_path / "c.png")
+    assert not list(tmp_path.glob("*.json")) and not list(tmp_path.glob(".*"))  # nothing, not even a temporary
+
+
+@pytest.mark.parametrize("field,token,message", [
+    ("layer", "7" * 5000, "options.layer: number too long (5,000 characters; a session's numbers have at most 40)"),
+    ("opacity", "0." + "5" * 4999, "options.opacity: number too long (5,001 characters"),
+    ("percentile", "1e" + "9" * 100, "options.percentile: number too long (102 characters"),
+    ("query", "-" + "1" * 41, "options.query: number too long (42 characters"),
+])
+def test_numbers_with_thousands_of_digits_name_their_field(setup, tmp_path, field, token, message):
+    doc = _good(setup)
+    doc["options"][field] = 0
+    path = tmp_path / "long.vitviz.json"
+    path.write_text(json.dumps(doc).replace(f'"{field}": 0', f'"{field}": {token}'))
+    with pytest.raises(st.StateError) as e:
+        st.read_state(path)
+    assert str(e.value).startswith(f"{path}: {message}") and "set_int_max_str_digits" not in str(e.value)
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"x": [' + "[]," * 20_000 + "[]]}", "it holds 20,003 lists and objects (a session holds at most 11,000"),
+    ('{"x": [' + "0," * 60_000 + "0]}", "it holds 60,001 values (a session holds at most 50,000)"),
+    ('{"x": "' + "[" * 30_000 + '"}', "'format' must be 'vitviz-session'"),  # brackets in strings do not count
+])
+def test_lists_and_values_are_counted_before_parsing(tmp_path, text, message):
+    path = tmp_path / "many.vitviz.json"
+    path.write_text(text)
+    with pytest.raises(st.StateError) as e:
+        st.read_state(path)
+    assert message in str(e.value)
+
+
+def test_ten_thousand_missing_images_are_summarised(setup, tmp_path):
+    doc = _good(setup)
+    doc["images"] = [{"path": str(tmp_path / "gone" / f"{i}.png")} for i in range(10_000)]
+    path = tmp_path / "s.vitviz.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(st.StateError) as e:
+        st.locate(st.read_state(path))
+    lines = str(e.value).splitlines()
+    assert lines[0] == f"{path}: cannot be opened:"
+    assert lines[1:6] == [f"- the image {tmp_path / 'gone' / f'{i}.png'} does not exist" for i in range(5)]
+    assert lines[6:] == ["- and 9,995 more images cannot be found"]
 
 
 def test_missing_folder_and_plain_figures_are_refused(tmp_path):

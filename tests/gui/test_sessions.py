@@ -178,12 +178,42 @@ def test_a_target_the_model_lacks_is_refused_on_the_worker_and_nothing_changes(q
     doc["target"] = 42
     path = files["folder"] / "target.vitviz.json"
     path.write_text(json.dumps(doc))
+    win.dialogs.errors.clear()
     with qtbot.waitSignal(win.errorShown, timeout=30000) as blocker:
         assert win.open_session(str(path))  # the file is fine; the model is checked in the background
     title, text = blocker.args
     assert title == "Could not open the session" and "target class 42" in text and "5 classes" in text
+    qtbot.waitUntil(lambda: not win.controller.is_busy(), timeout=30000)
     qtbot.wait(200)
+    assert win.dialogs.errors == [(title, text)]  # one failure, one dialog (not the job's and the window's both)
     _same(win, snap)
+
+
+def test_saving_more_images_than_a_session_holds_is_refused_with_one_dialog(qtbot, win, files, monkeypatch):
+    open_and_wait(qtbot, win, files["images"][0])
+    monkeypatch.setattr(win.session, "images", [files["images"][0]] + [f"/nowhere/{i}.png" for i in range(10_000)])
+    win.dialogs.errors.clear()
+    assert win.save_session(str(files["folder"] / "big")) is None
+    (title, text), = win.dialogs.errors
+    assert title == "Could not save the session"
+    assert text == (f"{files['folder'] / 'big.vitviz.json'}: cannot be saved: the session holds 10,001 images; a "
+                    f"session holds at most 10,000 (close some images first)")
+    assert not (files["folder"] / "big.vitviz.json").exists()
+
+
+def test_a_long_error_message_is_summarised_in_its_dialog():
+    from vitviz.gui.dialogs import MAX_DETAIL_CHARS, MAX_MESSAGE_LINES, summarised
+
+    message = "x.vitviz.json: cannot be opened:\n" + "\n".join(f"- the image /p/{i}.png does not exist"
+                                                                for i in range(10_000))
+    shown, whole = summarised(message)
+    lines = shown.splitlines()
+    assert len(lines) == MAX_MESSAGE_LINES and lines[:3] == message.splitlines()[:3]
+    assert lines[-1] == "… and 9,990 more lines (Show Details…)"
+    assert whole == message[:MAX_DETAIL_CHARS] + "\n…"  # the details: the message, within a bound
+    assert summarised("short: fine") == ("short: fine", "")
+    shown, whole = summarised("y" * 50_000)
+    assert len(shown) < 2100 and whole == "y" * 50_000
 
 
 def test_saving_refuses_what_could_not_be_reopened(qtbot, window, image_path, tmp_path):

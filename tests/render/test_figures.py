@@ -336,6 +336,87 @@ def test_metadata_round_trip(session, tmp_path, ext):
         assert meta["Subject"] == spec.caption
 
 
+def test_metadata_is_read_without_decoding_pixels(session, tmp_path, monkeypatch):
+    """Only the metadata is read: PIL is never asked (no pixels decoded, no decompression-bomb check of a declared
+    size), for every format vitviz writes."""
+    spec = P.view_figure(session)
+    outs = [F.save(spec, tmp_path / f"m{ext}", scale="native", metadata={"vitviz.session": STATE})
+            for ext in (".png", ".svg", ".pdf")]
+    outs += [F.save_animation([spec, spec], tmp_path / f"a{ext}", scale="native", metadata={"vitviz.session": STATE})
+             for ext in (".gif", ".apng")]
+
+    def refuse(*a, **k):
+        raise AssertionError("PIL opened a figure")
+
+    monkeypatch.setattr(Image, "open", refuse)
+    for out in outs:
+        assert F.read_metadata(out)["vitviz.session"] == STATE, out.name
+
+
+def _png(*chunks: bytes) -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = chunk(b"IHDR", struct.pack(">IIBBBBB", 30000, 30000, 8, 2, 0, 0, 0))
+    return b"\x89PNG\r\n\x1a\n" + ihdr + b"".join(chunk(k, d) for k, d in chunks) + chunk(b"IEND", b"")
+
+
+def test_png_text_is_capped_stored_and_inflated(tmp_path):
+    import zlib
+
+    p = tmp_path / "bomb.png"
+    bomb = zlib.compress(b" " * (8 << 20), 9)  # 8 MB of spaces in about 8 KB
+    p.write_bytes(_png((b"IDAT", b""), (b"zTXt", b"vitviz.session\0\0" + bomb)))
+    with pytest.raises(F.MetadataError) as e:
+        F.read_metadata(p, max_bytes=1 << 20)
+    assert str(e.value) == (f"{p}: its compressed zTXt chunk 'vitviz.session' inflates to over 2,097,152 bytes (a "
+                            f"decompression bomb?); a figure's text entries hold at most 2,097,152 bytes")
+    assert F.read_metadata(p, max_bytes=16 << 20)["vitviz.session"] == " " * (8 << 20)  # within the cap: read
+    p.write_bytes(_png((b"tEXt", b"k\0" + b"x" * (3 << 20))))
+    with pytest.raises(F.MetadataError, match="its tEXt text chunk holds 3,145,730 bytes"):
+        F.read_metadata(p, max_bytes=1 << 20)
+
+
+def test_a_cut_short_or_damaged_figure_names_the_file_and_the_cause(session, tmp_path):
+    spec = P.view_figure(session)
+    for ext, cause in ((".png", "the PNG is cut short"), (".pdf", "the PDF is cut short (it does not end with %%EOF)"),
+                       (".svg", "the SVG is cut short (it does not end with </svg>)")):
+        data = F.save(spec, tmp_path / f"whole{ext}", scale="native", metadata={"vitviz.session": STATE}).read_bytes()
+        cut = tmp_path / f"cut{ext}"
+        cut.write_bytes(data[:len(data) * 2 // 3])
+        with pytest.raises(F.MetadataError) as e:
+            F.read_metadata(cut)
+        assert str(e.value).startswith(f"{cut}: {cause}")
+    with pytest.raises(F.MetadataError, match="not a PNG, SVG, PDF, GIF or MP4 file"):
+        F.read_metadata(Path(__file__))
+    with pytest.raises(F.MetadataError, match="file does not exist"):
+        F.read_metadata(tmp_path / "nothing.png")
+
+
+def test_pdf_document_information_as_other_writers_write_it(tmp_path):
+    """Strings with balanced parentheses, octal codes, line continuations, hex strings and UTF-16; references,
+    numbers, names, arrays and nested dictionaries skipped; the trailer's /Info found from the end."""
+    info = (b"<< /Title (a \\(b\\) (c) d\\101\\\ne) /Subject <FEFF00e9 0041> /Count 3 /Ref 4 0 R /Trapped /False "
+            b"/Arr [1 (x) [2] << /K (v) >>] /D << /In (side) >> /vitviz.session (\\376\\377\\000{) >>")
+    p = tmp_path / "other.pdf"
+    p.write_bytes(b"%PDF-1.7\n1 0 obj\n<< /Type /Catalog >>\nendobj\n7 0 obj\n" + info + b"\nendobj\nxref\n"
+                  b"0 1\n0000000000 65535 f \ntrailer\n<< /Root 1 0 R /Info 7 0 R >>\nstartxref\n0\n%%EOF\n")
+    meta = F.read_metadata(p)
+    assert meta == {"Title": "a (b) (c) dAe", "Subject": "\u00e9A", "vitviz.session": "{"}
+
+
+def test_an_unclosed_pdf_object_is_refused_without_scanning_the_file_again_and_again(tmp_path):
+    p = tmp_path / "unclosed.pdf"
+    objects = b"".join(b"%d 0 obj\n<< /Title (t%d)\n" % (i, i) for i in range(1, 300_000))
+    p.write_bytes(b"%PDF-1.4\n" + objects + b"trailer\n<< /Info 1 0 R >>\n%%EOF\n")
+    with pytest.raises(F.MetadataError) as e:
+        F.read_metadata(p)
+    assert str(e.value) == f"{p}: the PDF's document information is not closed (object 2 begins inside it)"
+
+
 def test_bad_metadata_is_refused_before_writing(session, tmp_path):
     spec = P.view_figure(session)
     for bad in ({"": "x"}, {"has space": "x"}, {"k": 3}, {"x" * 80: "v"}):

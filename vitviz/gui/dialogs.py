@@ -22,8 +22,35 @@ from vitviz.model.sources import catalog  # plain data: no torch at start-up
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.tif *.tiff *.webp *.gif);;All files (*)"
 CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pth *.pt *.bin *.npz *.ckpt);;All files (*)"
 SESSION_FILTER = "vitviz sessions (*.vitviz.json);;All files (*)"
-OPEN_FILTER = ("vitviz sessions and figures (*.vitviz.json *.json *.png *.svg *.pdf);;vitviz sessions "
-               "(*.vitviz.json);;Figures exported by vitviz (*.png *.svg *.pdf);;All files (*)")
+OPEN_FILTER = ("vitviz sessions and figures (*.vitviz.json *.json *.png *.svg *.pdf *.gif *.apng *.mp4);;vitviz "
+               "sessions (*.vitviz.json);;Figures exported by vitviz (*.png *.svg *.pdf *.gif *.apng *.mp4);;"
+               "All files (*)")
+MAX_MESSAGE_LINES = 12
+MAX_MESSAGE_CHARS = 2000
+MAX_DETAIL_CHARS = 200_000
+
+
+def summarised(message: str, lines: int = MAX_MESSAGE_LINES, chars: int = MAX_MESSAGE_CHARS) -> tuple[str, str]:
+    """A message a dialog can show: at most ``lines`` lines and about ``chars`` characters (the first ones, then how
+    many more lines there are), and the whole message (its first :data:`MAX_DETAIL_CHARS` characters) for the
+    dialog's details ("" when nothing was cut)."""
+    parts = message.splitlines()
+    if len(parts) <= lines and len(message) <= chars:
+        return message, ""
+    shown: list[str] = []
+    used = 0
+    for line in parts[:lines - 1]:
+        if used + len(line) > chars:
+            line = line[:max(0, chars - used)] + "…"
+            shown.append(line)
+            break
+        shown.append(line)
+        used += len(line) + 1
+    hidden = len(parts) - len(shown)
+    tail = f"… and {hidden:,} more line{'s' if hidden != 1 else ''} (Show Details…)" if hidden else \
+        "… (the whole message: Show Details…)"
+    whole = message if len(message) <= MAX_DETAIL_CHARS else message[:MAX_DETAIL_CHARS] + "\n…"
+    return "\n".join(shown + [tail]), whole
 
 
 class Dialogs:
@@ -33,7 +60,11 @@ class Dialogs:
         self.parent = parent
 
     def error(self, title: str, message: str, detail: str = "") -> None:
-        box = QMessageBox(QMessageBox.Icon.Critical, title, message, QMessageBox.StandardButton.Ok, self.parent)
+        """A modal error box; a long message is cut to its first lines (:func:`summarised`), the whole of it in the
+        box's details."""
+        shown, whole = summarised(message)
+        detail = "\n\n".join(filter(None, [whole, detail]))
+        box = QMessageBox(QMessageBox.Icon.Critical, title, shown, QMessageBox.StandardButton.Ok, self.parent)
         if detail:
             box.setDetailedText(detail)
         box.exec()

@@ -24,7 +24,7 @@ from vitviz.document.session import Session
 from vitviz.gui.controller import Controller
 from vitviz.gui.dialogs import Dialogs, confirm_download, write_asking
 from vitviz.gui.settings import Prefs
-from vitviz.gui.worker import Job, describe_error, split_detail
+from vitviz.gui.worker import Job, describe_error
 
 KIND = "session"  # the worker's job kind
 
@@ -64,7 +64,8 @@ class Sessions(QObject):
         self._opening: st.SessionState | None = None  # being checked on the worker
         self._notes: list[str] = []
         controller.runner.done.connect(self._on_done)
-        controller.runner.failed.connect(self._on_failed)
+        # a failure of the opening job reaches the user through the controller's one path (Controller.failed ->
+        # the window's error dialog), never here as well: one failure, one dialog
         controller.failed.connect(self._on_run_failed)
 
     # ------------------------------------------------------------------ saving
@@ -106,7 +107,10 @@ class Sessions(QObject):
         try:
             state = self.current_state()
             out = write_asking(self.dialogs, path, lambda ow: st.save_state(state, path, overwrite=ow))
-        except Exception as e:  # noqa: BLE001 - ExportError, OSError, StateError: shown, the app goes on
+        except st.StateError as e:  # names the file and why (too many images ...)
+            self.show_error("Could not save the session", str(e))
+            return None
+        except Exception as e:  # noqa: BLE001 - ExportError, OSError: shown, the app goes on
             self.show_error("Could not save the session", describe_error(e, str(path)))
             return None
         if out is not None:
@@ -127,10 +131,9 @@ class Sessions(QObject):
     def metadata(self, figure_path: str | None = None, *, compare: Any = None) -> dict[str, str] | None:
         """The state for an exported figure's metadata (None when no image has been analysed)."""
         try:
-            state = self.current_state(compare=compare)
-        except st.StateError:
+            return st.figure_metadata(self.current_state(compare=compare), figure_path)
+        except st.StateError:  # nothing shown yet, or a session too large to be read back: a figure without it
             return None
-        return st.figure_metadata(state, figure_path)
 
     # ------------------------------------------------------------------ opening
     def open_dialog(self) -> None:
@@ -144,10 +147,13 @@ class Sessions(QObject):
         c = self.controller
         title = "Could not open the session"
         try:
-            state = st.read_state(path)
+            state = st.read_state(path)  # StateError is its only error: bounded, it names the file and the cause
             state = st.locate(state, current_model=c.ref if c.model is not None else None)
         except st.StateError as e:
             self.show_error(title, str(e))
+            return False
+        except Exception as e:  # noqa: BLE001 - never out of a Qt slot: one dialog, the window unchanged
+            self.show_error(title, f"{path}: {type(e).__name__}: {e}")
             return False
         ref = state.model
         # the maps depend on the precision: the saved one where this device has it (then the model is opened
@@ -209,12 +215,6 @@ class Sessions(QObject):
             c.device, c.precision = pipeline.device, pipeline.precision_choice  # as the controller does for a load
             c.adopt(pipeline, state.model, note)
         c.run(source, None, target=state.target, remember=False)
-
-    def _on_failed(self, kind: str, title: str, message: str, job: Job) -> None:
-        if kind != KIND or self.controller.closing:
-            return
-        text, detail = split_detail(message)
-        self.show_error(title, text, detail)
 
     def _on_run_failed(self, kind: str, title: str, message: str, detail: str, subject: str) -> None:
         if kind == "infer" and self.pending is not None and subject == self.pending.image.path:

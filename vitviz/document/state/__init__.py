@@ -8,13 +8,17 @@ window's File > Save session writes one with :func:`save_state`; every exported 
 the metadata key :data:`METADATA_KEY` (:func:`figure_metadata`), so
 File > Open session reads either (:func:`read_state`) and restores the view that made it.
 
-Reading is strict and bounded: a file over :data:`MAX_BYTES`, JSON that is not an object, nested too deeply, with
-duplicate keys, NaN or huge numbers, unknown keys, values of the wrong type or out of range, an unknown view or
+Reading is strict and bounded in time and memory: a file over :data:`MAX_BYTES`, more lists, objects or values than
+a session holds, JSON that is not an object, nested too deeply, with duplicate keys, NaN or numbers of more than
+:data:`MAX_NUMBER_CHARS` characters, unknown keys, values of the wrong type or out of range, an unknown view or
 colormap, or a newer schema version gives a :class:`StateError` naming the file, the field and the problem, before
-anything is changed. :func:`locate` then finds the files the state names (each at its saved absolute path, else
+anything is changed; of a figure only its metadata is read (never its pixels), and a damaged or cut-short figure is
+a :class:`StateError` too: it is the one error of reading. What vitviz writes it reads: the writer holds itself to
+the same limits (:data:`MAX_IMAGES` images, :data:`MAX_BYTES`) and reads its output back before writing
+(:func:`readable_json`). :func:`locate` then finds the files the state names (each at its saved absolute path, else
 relative to the state file's folder, so a project folder can move) and raises one :class:`StateError` listing
-everything missing. :func:`reproduce` rebuilds the :class:`~vitviz.document.session.Session` headlessly (the CLI,
-tests); the window does the same on its worker.
+everything missing (the first few missing images and how many more). :func:`reproduce` rebuilds the
+:class:`~vitviz.document.session.Session` headlessly (the CLI, tests); the window does the same on its worker.
 
 The parts: :mod:`~vitviz.document.state.schema` (the data types, limits and error),
 :mod:`~vitviz.document.state.snapshot` (from the window), :mod:`~vitviz.document.state.writer` (writing),
@@ -38,14 +42,17 @@ the exported figure) and are only a fallback: the absolute path wins when it exi
 gradients the target-dependent views show (null: the model has no classifier).
 """
 
-from vitviz.document.state.location import changed_images, locate
+from vitviz.document.state.location import SHOWN_PROBLEMS, changed_images, locate
 from vitviz.document.state.reader import from_dict, parse_state, read_state
 from vitviz.document.state.reopen import apply_state, reproduce, with_preprocess
 from vitviz.document.state.schema import (
     FORMAT,
+    IMAGE_ENTRY_BYTES,
     IN_MEMORY_MODEL,
     MAX_BYTES,
     MAX_FIGURE_BYTES,
+    MAX_IMAGES,
+    MAX_NUMBER_CHARS,
     METADATA_KEY,
     SUFFIX,
     VERSION,
@@ -54,9 +61,10 @@ from vitviz.document.state.schema import (
     StateError,
 )
 from vitviz.document.state.snapshot import capture_state, file_sha256
-from vitviz.document.state.writer import figure_metadata, save_state, state_json, to_dict
+from vitviz.document.state.writer import figure_metadata, readable_json, save_state, state_json, to_dict
 
-__all__ = ["FORMAT", "IN_MEMORY_MODEL", "MAX_BYTES", "MAX_FIGURE_BYTES", "METADATA_KEY", "SUFFIX", "VERSION",
-           "ImageRef", "SessionState", "StateError", "apply_state", "capture_state", "changed_images",
-           "figure_metadata", "file_sha256", "from_dict", "locate", "parse_state", "read_state", "reproduce",
-           "save_state", "state_json", "to_dict", "with_preprocess"]
+__all__ = ["FORMAT", "IMAGE_ENTRY_BYTES", "IN_MEMORY_MODEL", "MAX_BYTES", "MAX_FIGURE_BYTES", "MAX_IMAGES",
+           "MAX_NUMBER_CHARS", "METADATA_KEY", "SHOWN_PROBLEMS", "SUFFIX", "VERSION", "ImageRef", "SessionState",
+           "StateError", "apply_state", "capture_state", "changed_images", "figure_metadata", "file_sha256",
+           "from_dict", "locate", "parse_state", "read_state", "readable_json", "reproduce", "save_state",
+           "state_json", "to_dict", "with_preprocess"]

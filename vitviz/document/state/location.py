@@ -11,7 +11,10 @@ from pathlib import Path
 from vitviz.document.state.schema import IN_MEMORY_MODEL, SessionState, StateError
 from vitviz.document.state.snapshot import file_sha256
 
-__all__ = ["changed_images", "locate"]
+__all__ = ["SHOWN_PROBLEMS", "changed_images", "locate"]
+
+SHOWN_PROBLEMS = 5
+"""The missing images a message names; the rest are counted ("and 9,995 more images cannot be found")."""
 
 
 def locate(state: SessionState, *, current_model: str | None = None, check_model: bool = True) -> SessionState:
@@ -25,7 +28,8 @@ def locate(state: SessionState, *, current_model: str | None = None, check_model
 
     Raises:
         StateError: naming the state's file and everything that is missing: images that are not files (or a
-            pasted image), a checkpoint that does not exist, a model given by a script, an unknown name.
+            pasted image; the first :data:`SHOWN_PROBLEMS`, then how many more), a checkpoint that does not exist, a
+            model given by a script, an unknown name.
     """
     base = Path(state.origin).resolve().parent if state.origin else None
     problems: list[str] = []
@@ -56,6 +60,9 @@ def locate(state: SessionState, *, current_model: str | None = None, check_model
         else:
             found[ref.path] = where
             images.append(replace(ref, path=where))
+    if len(problems) > SHOWN_PROBLEMS:
+        more = len(problems) - SHOWN_PROBLEMS
+        problems[SHOWN_PROBLEMS:] = [f"and {more:,} more image{'s' if more > 1 else ''} cannot be found"]
     model = state.model
     if not check_model or (model == current_model and model != IN_MEMORY_MODEL):
         pass

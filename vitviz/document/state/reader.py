@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitviz._util.json_scan import without_strings
 from vitviz.document.comparison import LAYOUTS, CompareSpec
 from vitviz.document.state.json_checks import (
     FieldProblem,
@@ -32,18 +33,23 @@ from vitviz.document.state.schema import (
     FORMAT,
     IN_MEMORY_MODEL,
     MAX_BYTES,
+    MAX_CONTAINERS,
     MAX_DEPTH,
     MAX_FIGURE_BYTES,
     MAX_IMAGES,
     MAX_INDEX,
+    MAX_NUMBER_CHARS,
+    MAX_VALUES,
     METADATA_KEY,
     VERSION,
     ImageRef,
     SessionState,
     StateError,
+    size_text,
 )
 from vitviz.imaging import RESAMPLING
-from vitviz.render.figures import read_metadata
+from vitviz.render.figures.embedded_text import PNG_SIGNATURE
+from vitviz.render.figures.metadata import MetadataError, is_svg, read_metadata
 from vitviz.views.options import Option, ViewOptions, all_options
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,74 +59,124 @@ __all__ = ["from_dict", "parse_state", "read_options", "read_state"]
 
 _MODEL_REF = re.compile(r"[a-z][a-z0-9_-]*:.+", re.DOTALL)  # KIND:VALUE (vitviz.model.sources.refs: file, hub ...)
 PREPROCESS_INTERPOLATIONS = tuple(RESAMPLING)  # vitviz.model.preprocess.Interpolation
+_DEEP = re.compile(r"[\[{](?:\s*[\[{]){%d}" % MAX_DEPTH)  # more openings in a row than a session nests
 
 
 def read_state(path: str | os.PathLike) -> SessionState:
-    """The state in a session file (``.vitviz.json``) or in a figure vitviz exported (PNG, SVG, PDF).
+    """The state in a session file (``.vitviz.json``) or in a figure vitviz exported (PNG, APNG, SVG, PDF, GIF, MP4).
+
+    Bounded in time and memory: a session file is read only up to :data:`MAX_BYTES`; of a figure only its metadata
+    is read (:func:`vitviz.render.figures.read_metadata`: its pixels are never decoded).
 
     Raises:
         StateError: naming the file and the problem (missing, too large, not JSON, a figure without a session,
-            a wrong field ...). Nothing is opened.
+            a damaged or cut-short figure, a wrong field ...); it is the only error. Nothing is opened.
     """
     p = Path(path)
+    try:
+        return _read_state(p)
+    except StateError:
+        raise
+    except MemoryError:
+        raise StateError(p, "not enough memory to read it") from None
+    except OSError as e:
+        raise StateError(p, f"cannot read file ({e.strerror or e})") from None
+
+
+def _read_state(p: Path) -> SessionState:
     try:
         st = os.stat(p)
     except FileNotFoundError:
         raise StateError(p, "file does not exist") from None
-    except OSError as e:
-        raise StateError(p, f"cannot read file ({e.strerror or e})") from None
     if stat.S_ISDIR(st.st_mode):
         raise StateError(p, "is a folder, not a session file")
     if not stat.S_ISREG(st.st_mode):
         raise StateError(p, "is not a regular file")
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(16)
-    except OSError as e:
-        raise StateError(p, f"cannot read file ({e.strerror or e})") from None
+    with open(p, "rb") as fh:
+        head = fh.read(4096)
     if _is_figure(head, p):
         if st.st_size > MAX_FIGURE_BYTES:
-            raise StateError(p, f"is {st.st_size / 2**30:.1f} GB; figures over {MAX_FIGURE_BYTES >> 30} GB "
+            raise StateError(p, f"is {st.st_size / 2**30:.1f} GiB; figures over {MAX_FIGURE_BYTES >> 30} GiB "
                                 f"are not read")
         try:
-            meta = read_metadata(p)
-        except ValueError as e:
-            raise StateError(None, str(e)) from None
+            meta = read_metadata(p, max_bytes=MAX_BYTES)
+        except MetadataError as e:
+            raise StateError(p, e.problem) from None
         text = meta.get(METADATA_KEY)
         if text is None:
             raise StateError(p, "this figure carries no vitviz session (it was exported by an older vitviz or "
                                 "by another program); only figures exported by vitviz can be reopened")
         if len(text.encode("utf-8")) > MAX_BYTES:
-            raise StateError(p, f"its session is over {MAX_BYTES >> 20} MB")
+            raise StateError(p, f"its session is over {size_text(MAX_BYTES)}")
         return parse_state(text, p)
     if st.st_size > MAX_BYTES:
-        raise StateError(p, f"is {st.st_size / 2**20:.1f} MB; a session file is at most {MAX_BYTES >> 20} MB "
+        raise StateError(p, f"is {size_text(st.st_size)}; a session file is at most {size_text(MAX_BYTES)} "
                             f"(is this a session file?)")
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise StateError(p, f"cannot read file ({e.strerror or e})") from None
+    with open(p, "rb") as fh:
+        data = fh.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:  # it grew since
+        raise StateError(p, f"is over {size_text(MAX_BYTES)}; a session file is at most {size_text(MAX_BYTES)}")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) and data[:8].decode("utf-16", "replace").lstrip()[:1] == "{":
+        raise StateError(p, "not a session file: UTF-16 text (a session file is UTF-8)")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise StateError(p, f"not a session file: not UTF-8 text (byte {e.start})") from None
+        raise StateError(p, f"not a session file: not UTF-8 text (byte {e.start:,})") from None
     return parse_state(text, p)
 
 
 def _is_figure(head: bytes, p: Path) -> bool:
-    if head.startswith((b"\x89PNG", b"%PDF")):
+    if head.startswith((PNG_SIGNATURE, b"%PDF", b"GIF8")) or head[4:8] == b"ftyp" or is_svg(head):
         return True
     return p.suffix.lower() == ".svg"
+
+
+class _LongNumber:
+    """A number token over :data:`MAX_NUMBER_CHARS` characters, kept unconverted (found and named after parsing)."""
+
+    def __init__(self, token: str):
+        self.length = len(token)
+
+
+def _long_number_at(obj: Any) -> tuple[str, int] | None:
+    """Where the first over-long number lies ("options.layer", "images[3].path") and its length."""
+    stack: list[tuple[Any, str]] = [(obj, "")]
+    while stack:
+        o, where = stack.pop()
+        if isinstance(o, _LongNumber):
+            return where or "the file", o.length
+        if isinstance(o, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in reversed(o.items()))
+        elif isinstance(o, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(o))))
+    return None
 
 
 def parse_state(text: str, source: str | os.PathLike | None = None) -> SessionState:
     """The state in the JSON ``text`` (``source``: the file it came from, for messages and relative paths).
 
+    Before parsing, the text's size and how many lists, objects and values it holds are checked (linear scans),
+    so a hostile text cannot make the parser build millions of them; numbers longer than
+    :data:`MAX_NUMBER_CHARS` characters are refused before they are converted.
+
     Raises:
         StateError: naming ``source``, the field and the problem.
     """
     if len(text) > MAX_BYTES:
-        raise StateError(source, f"over {MAX_BYTES >> 20} MB of text; a session is at most {MAX_BYTES >> 20} MB")
+        raise StateError(source, f"over {size_text(MAX_BYTES)} of text; a session is at most {size_text(MAX_BYTES)}")
+    skeleton = without_strings(text)
+    if _DEEP.search(skeleton):
+        raise StateError(source, "not a valid session: nested too deeply")
+    containers = skeleton.count("{") + skeleton.count("[")
+    if containers > MAX_CONTAINERS:
+        raise StateError(source, f"not a valid session: it holds {containers:,} lists and objects (a session holds "
+                                 f"at most {MAX_CONTAINERS:,}: one per image and a few)")
+    values = skeleton.count(",") + 1
+    if values > MAX_VALUES:
+        raise StateError(source, f"not a valid session: it holds {values:,} values (a session holds at most "
+                                 f"{MAX_VALUES:,})")
+    del skeleton
+    long_numbers: list[_LongNumber] = []
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -133,8 +189,17 @@ def parse_state(text: str, source: str | os.PathLike | None = None) -> SessionSt
     def no_constants(name: str) -> Any:
         raise FieldProblem(f"{name} is not a number a session can hold")
 
+    def number(convert):
+        def parse(token: str) -> Any:
+            if len(token) > MAX_NUMBER_CHARS:
+                long_numbers.append(_LongNumber(token))
+                return long_numbers[-1]
+            return convert(token)
+        return parse
+
     try:
-        obj = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
+        obj = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants,
+                         parse_int=number(int), parse_float=number(float))
     except FieldProblem as e:
         raise StateError(source, f"not a valid session: {e}") from None
     except RecursionError:
@@ -142,8 +207,10 @@ def parse_state(text: str, source: str | os.PathLike | None = None) -> SessionSt
     except json.JSONDecodeError as e:
         raise StateError(source, f"not a session file: not valid JSON (line {e.lineno}, column {e.colno}: "
                                  f"{e.msg})") from None
-    except ValueError as e:  # integers with thousands of digits
-        raise StateError(source, f"not a valid session: {e}") from None
+    if long_numbers:
+        where, length = _long_number_at(obj) or ("a value", long_numbers[0].length)
+        raise StateError(source, f"{where}: number too long ({length:,} characters; a session's numbers have at "
+                                 f"most {MAX_NUMBER_CHARS})")
     if depth(obj) > MAX_DEPTH:
         raise StateError(source, "not a valid session: nested too deeply")
     return from_dict(obj, source)

@@ -13,23 +13,46 @@ if TYPE_CHECKING:  # pragma: no cover
     from vitviz.document.comparison import CompareSpec
     from vitviz.model.preprocess import Preprocess
 
-__all__ = ["FORMAT", "IN_MEMORY_MODEL", "MAX_BYTES", "MAX_DEPTH", "MAX_FIGURE_BYTES", "MAX_IMAGES", "MAX_INDEX",
-           "MAX_TEXT", "METADATA_KEY", "SUFFIX", "VERSION", "ImageRef", "SessionState", "StateError"]
+__all__ = ["FORMAT", "IMAGE_ENTRY_BYTES", "IN_MEMORY_MODEL", "MAX_BYTES", "MAX_CONTAINERS", "MAX_DEPTH",
+           "MAX_FIGURE_BYTES", "MAX_IMAGES", "MAX_INDEX", "MAX_NUMBER_CHARS", "MAX_TEXT", "MAX_VALUES", "METADATA_KEY",
+           "SUFFIX", "VERSION", "ImageRef", "SessionState", "StateError", "size_text"]
 
 FORMAT = "vitviz-session"
 VERSION = 1
 SUFFIX = ".vitviz.json"
 METADATA_KEY = "vitviz.session"
 """The key of the state in an exported figure's metadata (PNG text chunk, SVG metadata, PDF document info)."""
-MAX_BYTES = 1 << 20
-"""The largest session file read (1 MiB; a session with a thousand images is about 150 kB)."""
+MAX_IMAGES = 10_000
+"""The most images a session holds (the writer refuses more, the reader too)."""
+IMAGE_ENTRY_BYTES = 1024
+"""What one image takes in a session file, on average at most: its path, its relative path and its SHA-256, indented
+(a path of 100 characters takes about 250 bytes)."""
+MAX_BYTES = MAX_IMAGES * IMAGE_ENTRY_BYTES + (64 << 10)
+"""The largest session the writer writes and the reader reads (9.8 MiB: :data:`MAX_IMAGES` images of
+:data:`IMAGE_ENTRY_BYTES`, and room for the rest), in a session file or in a figure's metadata. The writer checks
+its output against it, so what vitviz writes it reads."""
+MAX_CONTAINERS = MAX_IMAGES + 1000
+"""The most JSON objects and lists a session holds (one object per image; the rest needs about 10): checked before
+parsing, so a hostile file cannot make the parser build millions."""
+MAX_VALUES = 4 * MAX_IMAGES + 10_000
+"""The most JSON values (counted by their separating commas) a session holds (three per image)."""
+MAX_NUMBER_CHARS = 40
+"""The longest number a session holds (its characters); a longer one is refused before it is converted."""
 MAX_FIGURE_BYTES = 1 << 30
 """The largest figure whose metadata is read (1 GiB)."""
-MAX_IMAGES = 10_000
 MAX_TEXT = 4096  # characters of a path or name
 MAX_DEPTH = 16  # JSON nesting (the schema needs 3)
 MAX_INDEX = 1_000_000  # layers, patches, classes
 IN_MEMORY_MODEL = "memory"  # the reference of a model handed to the window by a script (vitviz.show, tests)
+
+
+def size_text(n: int) -> str:
+    """``n`` bytes for messages: "9.8 MiB", "812 KiB", "120 bytes"."""
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.1f} MiB"
+    if n >= 1 << 10:
+        return f"{n / (1 << 10):.0f} KiB"
+    return f"{n} bytes"
 
 
 class StateError(ValueError):

@@ -11,11 +11,21 @@ from typing import Any
 
 from vitviz import imaging
 from vitviz._util.files import folder_problem
-from vitviz.document.state.schema import FORMAT, METADATA_KEY, VERSION, SessionState
+from vitviz.document.state.reader import parse_state
+from vitviz.document.state.schema import (
+    FORMAT,
+    MAX_BYTES,
+    MAX_IMAGES,
+    METADATA_KEY,
+    VERSION,
+    SessionState,
+    StateError,
+    size_text,
+)
 from vitviz.document.state.snapshot import software
 from vitviz.views.options import ViewOptions, all_options
 
-__all__ = ["figure_metadata", "options_dict", "save_state", "state_json", "to_dict"]
+__all__ = ["figure_metadata", "options_dict", "readable_json", "save_state", "state_json", "to_dict"]
 
 
 def _relative(path: str, base: Path | None) -> str | None:
@@ -75,11 +85,39 @@ def state_json(state: SessionState, base: str | os.PathLike | None = None, *, in
     return json.dumps(to_dict(state, base), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
+def readable_json(state: SessionState, base: str | os.PathLike | None, target: str | os.PathLike,
+                  *, indent: int | None = 1) -> str:
+    """``state`` as JSON text that the reader reads back (what vitviz writes, it reads): within the reader's limits
+    (:data:`MAX_IMAGES` images, :data:`MAX_BYTES`), and read back by it before anything is written.
+
+    Raises:
+        StateError: naming ``target`` and why this state cannot be written.
+    """
+    n = len(state.images)
+    if n > MAX_IMAGES:
+        raise StateError(target, f"cannot be saved: the session holds {n:,} images; a session holds at most "
+                                 f"{MAX_IMAGES:,} (close some images first)")
+    text = state_json(state, base, indent=indent)
+    size = len(text.encode("utf-8"))
+    if size > MAX_BYTES:
+        raise StateError(target, f"cannot be saved: the session would take {size_text(size)}; a session is at most "
+                                 f"{size_text(MAX_BYTES)} (its {n:,} image paths are long: close some images first)")
+    try:
+        parse_state(text, target)
+    except StateError as e:
+        raise StateError(target, f"cannot be saved: vitviz could not read it back ({e.problem})") from None
+    return text
+
+
 def figure_metadata(state: SessionState, figure_path: str | os.PathLike | None = None) -> dict[str, str]:
     """The metadata entries an exported figure carries (``metadata=`` of :func:`vitviz.render.figures.save`):
-    ``{METADATA_KEY: the state's JSON}``, relative paths taken from the figure's folder."""
+    ``{METADATA_KEY: the state's JSON}``, relative paths taken from the figure's folder.
+
+    Raises:
+        StateError: the state could not be read back from the figure (:func:`readable_json`).
+    """
     base = Path(figure_path).resolve().parent if figure_path is not None else None
-    return {METADATA_KEY: state_json(state, base, indent=None)}
+    return {METADATA_KEY: readable_json(state, base, figure_path or "the figure", indent=None)}
 
 
 def save_state(state: SessionState, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
@@ -88,6 +126,8 @@ def save_state(state: SessionState, path: str | os.PathLike, *, overwrite: bool 
     Raises:
         FileExistsError: ``path`` exists and ``overwrite`` is False (nothing is written).
         ExportError: the folder is missing or not writable, the disk is full ... (names the file and the cause).
+        StateError: the session could not be read back (too many images, too large: :func:`readable_json`);
+            nothing is written.
     """
     target = Path(path)
     problem = folder_problem(target.parent)
@@ -95,6 +135,6 @@ def save_state(state: SessionState, path: str | os.PathLike, *, overwrite: bool 
         raise imaging.ExportError(target, problem)
     if target.is_dir():
         raise imaging.ExportError(target, "a folder of that name exists")
-    data = (state_json(state, target.resolve().parent) + "\n").encode("utf-8")
+    data = (readable_json(state, target.resolve().parent, target) + "\n").encode("utf-8")
     return imaging.write_atomic(target, lambda fh: fh.write(data), overwrite=overwrite, suffix=".json.tmp")
 

@@ -24,7 +24,8 @@ Metadata: every writer takes ``metadata: dict[str, str] | None``; see :func:`sav
 The parts: :mod:`~vitviz.render.figures.specification` (what a figure is), :mod:`~vitviz.render.figures.sizes` (the
 scale option), :mod:`~vitviz.render.figures.text`, :mod:`~vitviz.render.figures.layout`,
 :mod:`~vitviz.render.figures.drawing` (matplotlib figure, pixels), :mod:`~vitviz.render.figures.encoding` (PNG, SVG,
-PDF files), :mod:`~vitviz.render.figures.metadata` (written and read back), :mod:`~vitviz.render.figures.animation`.
+PDF files), :mod:`~vitviz.render.figures.metadata` (written and read back; the bounded reader of each format in
+:mod:`~vitviz.render.figures.embedded_text`), :mod:`~vitviz.render.figures.animation`.
 """
 
 from vitviz.render.figures.animation import (
@@ -44,7 +45,7 @@ from vitviz.render.figures.layout import (
     Layout,
     lay_out,
 )
-from vitviz.render.figures.metadata import pdf_pages, read_metadata
+from vitviz.render.figures.metadata import MetadataError, pdf_pages, read_metadata
 from vitviz.render.figures.sizes import (
     ANIMATION_LONG_SIDE,
     MAX_FACTOR,
@@ -57,7 +58,7 @@ from vitviz.render.figures.specification import MASK_STYLES, FigureSpec, Panel, 
 from vitviz.render.figures.text import text_width_pt, wrap_text
 
 __all__ = ["ANIMATION_FORMATS", "ANIMATION_LONG_SIDE", "FIGURE_FORMATS", "GRID_INCHES", "MASK_STYLES", "MAX_FACTOR",
-           "MAX_FIGURE_PIXELS", "MIN_DPI", "PRINT_LONG_SIDE", "SINGLE_INCHES", "FigureSpec", "Layout", "Panel", "Rect",
-           "Rendered", "ScaleOption", "build", "composite", "encode", "encode_animation", "grid_shape", "lay_out",
-           "matplotlib_style", "mp4_problem", "parse_scale", "pdf_pages", "read_metadata", "render", "render_frames",
-           "save", "save_animation", "scale_factor", "text_width_pt", "wrap_text"]
+           "MAX_FIGURE_PIXELS", "MIN_DPI", "PRINT_LONG_SIDE", "SINGLE_INCHES", "FigureSpec", "Layout", "MetadataError",
+           "Panel", "Rect", "Rendered", "ScaleOption", "build", "composite", "encode", "encode_animation", "grid_shape",
+           "lay_out", "matplotlib_style", "mp4_problem", "parse_scale", "pdf_pages", "read_metadata", "render",
+           "render_frames", "save", "save_animation", "scale_factor", "text_width_pt", "wrap_text"]

@@ -4,19 +4,30 @@ JSON comment)."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
-import xml.etree.ElementTree as ET
+import stat
 from pathlib import Path
+from typing import BinaryIO
 from xml.sax.saxutils import escape, quoteattr
 
-from PIL import Image
-
 from vitviz import __version__
+from vitviz._util.json_scan import FLAT_STRING_OBJECT, without_strings
+from vitviz.render.figures.embedded_text import (
+    PNG_SIGNATURE,
+    Damaged,
+    gif_comment,
+    mp4_comment,
+    pdf_info,
+    png_text,
+    svg_block,
+)
 
 SVG_NS = "urn:vitviz:metadata"
+SVG_START, SVG_END = b'<metadata id="vitviz">', b"</metadata>"
+MAX_TEXT_BYTES = 16 << 20
+"""The most bytes of text :func:`read_metadata` reads by default."""
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,78}$")
 
 
@@ -42,7 +53,7 @@ def software() -> str:
 def svg_with_metadata(svg: bytes, info: dict[str, str]) -> bytes:
     """The SVG with a ``<metadata id="vitviz">`` element holding every entry (``<vitviz:entry key=..>value``)."""
     entries = "".join(f"<vitviz:entry key={quoteattr(k)}>{escape(v)}</vitviz:entry>" for k, v in info.items())
-    block = f'<metadata id="vitviz"><vitviz:data xmlns:vitviz="{SVG_NS}">{entries}</vitviz:data></metadata>'
+    block = f'{SVG_START.decode()}<vitviz:data xmlns:vitviz="{SVG_NS}">{entries}</vitviz:data>{SVG_END.decode()}'
     text = svg.decode("utf-8")
     m = re.search(r"<svg\b[^>]*>", text)
     if m is None:  # pragma: no cover - matplotlib always writes one
@@ -50,108 +61,85 @@ def svg_with_metadata(svg: bytes, info: dict[str, str]) -> bytes:
     return (text[:m.end()] + "\n " + block + text[m.end():]).encode("utf-8")
 
 
-def read_metadata(path: str | os.PathLike) -> dict[str, str]:
+class MetadataError(ValueError):
+    """A figure's metadata cannot be read; the message names the file and the cause (``path``, ``problem``)."""
+
+    def __init__(self, path: str | os.PathLike, problem: str):
+        self.path, self.problem = str(path), problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+def read_metadata(path: str | os.PathLike, *, max_bytes: int = MAX_TEXT_BYTES) -> dict[str, str]:
     """The text entries of a figure vitviz wrote: PNG / APNG text chunks, the SVG's vitviz metadata, the PDF's
     document information (its custom keys and Title, Subject, Creator), a GIF's or MP4's comment (JSON).
 
+    Only the metadata is read, within bounds (:mod:`~vitviz.render.figures.embedded_text`): pixels are never decoded,
+    a file is never read whole, every scan is linear.
+
+    Args:
+        max_bytes: the most bytes of text read (the entries besides it, such as the title, may take 1 MB more).
+
     Raises:
-        ValueError: naming the file, when it cannot be read or is not one of these formats.
+        MetadataError: naming the file and the cause: it cannot be read, is not one of these formats, is cut short
+            or damaged, or its text is over ``max_bytes`` (stored or inflated).
     """
     p = Path(path)
     try:
-        data = p.read_bytes()
+        st = os.stat(p)
+        if stat.S_ISDIR(st.st_mode):
+            raise Damaged("is a folder, not a figure")
+        if not stat.S_ISREG(st.st_mode):
+            raise Damaged("is not a regular file")
+        with open(p, "rb") as fh:
+            return _read(fh, st.st_size, max_bytes + (1 << 20))
+    except Damaged as e:
+        raise MetadataError(p, str(e)) from None
+    except FileNotFoundError:
+        raise MetadataError(p, "file does not exist") from None
     except OSError as e:
-        raise ValueError(f"{p}: cannot read ({e.strerror or e})") from None
-    if data.startswith(b"\x89PNG"):
-        with Image.open(io.BytesIO(data)) as im:
-            im.load()
-            return {str(k): str(v) for k, v in getattr(im, "text", {}).items()}
-    if data.startswith(b"%PDF"):
-        return _pdf_info(data, p)
-    if data.startswith(b"GIF8"):
-        with Image.open(io.BytesIO(data)) as im:
-            comment = im.info.get("comment", b"")
-        return _json_comment(comment, p)
-    if data[4:8] == b"ftyp":
-        return _mp4_comment(data, p)
-    head = data[:4096].lstrip()
-    if head.startswith((b"<?xml", b"<svg")):
-        try:
-            root = ET.fromstring(data)
-        except ET.ParseError as e:
-            raise ValueError(f"{p}: not a valid SVG ({e})") from None
+        raise MetadataError(p, f"cannot read ({e.strerror or e})") from None
+    except MemoryError:
+        raise MetadataError(p, "not enough memory to read its metadata") from None
+
+
+def _read(fh: BinaryIO, size: int, budget: int) -> dict[str, str]:
+    head = fh.read(4096)
+    fh.seek(0)
+    if head.startswith(PNG_SIGNATURE):
+        return png_text(fh, size, budget)
+    if head.startswith(b"%PDF"):
+        return pdf_info(fh, size, budget)
+    if head.startswith(b"GIF8"):
+        return _json_comment(gif_comment(fh, size, budget))
+    if head[4:8] == b"ftyp":
+        return _json_comment(mp4_comment(fh, size, budget))
+    if is_svg(head):
+        root = svg_block(fh, size, budget, SVG_START, SVG_END)
+        if root is None:
+            return {}
         return {e.get("key", ""): e.text or "" for e in root.iter(f"{{{SVG_NS}}}entry")}
-    raise ValueError(f"{p}: not a PNG, SVG, PDF, GIF or MP4 file")
+    if not head:
+        raise Damaged("the file is empty (0 bytes)")
+    raise Damaged("not a PNG, SVG, PDF, GIF or MP4 file")
 
 
-def _json_comment(comment: bytes | str, p: Path) -> dict[str, str]:
+def is_svg(head: bytes) -> bool:
+    """Whether a file's first bytes are those of an SVG (an XML declaration or an ``<svg`` element first)."""
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith((b"<?xml", b"<svg"))
+
+
+def _json_comment(comment: bytes) -> dict[str, str]:
+    """A GIF's or MP4's comment: a JSON object of strings (checked for that shape before parsing, so a hostile one
+    builds nothing), else the whole text under ``Comment``."""
     if not comment:
         return {}
-    text = comment.decode("utf-8", "replace") if isinstance(comment, bytes) else comment
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return {"Comment": text}
-    return {str(k): str(v) for k, v in obj.items()} if isinstance(obj, dict) else {"Comment": text}
-
-
-def _mp4_comment(data: bytes, p: Path) -> dict[str, str]:
-    # ffmpeg writes the comment as an iTunes-style "\xa9cmt" atom holding a "data" atom: size, type, locale, text
-    i = data.find(b"\xa9cmt")
-    if i < 0:
-        return {}
-    j = data.find(b"data", i)
-    size = int.from_bytes(data[j - 4:j], "big")
-    return _json_comment(data[j + 12:j - 4 + size], p)
-
-
-_PDF_ESC = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"b": b"\b", b"f": b"\f", b"(": b"(", b")": b")", b"\\": b"\\"}
-
-
-def _pdf_string(raw: bytes) -> str:
-    """A PDF literal ``(...)`` (escapes, octal codes) or hex ``<...>`` string; UTF-16BE with a BOM, else Latin-1."""
-    if raw.startswith(b"<"):
-        b = bytes.fromhex(raw[1:-1].decode("ascii"))
-    else:
-        out, i, s = bytearray(), 0, raw[1:-1]
-        while i < len(s):
-            ch = s[i:i + 1]
-            if ch != b"\\":
-                out += ch
-                i += 1
-                continue
-            nxt = s[i + 1:i + 2]
-            if nxt in _PDF_ESC:
-                out += _PDF_ESC[nxt]
-                i += 2
-            elif nxt.isdigit():
-                m = re.match(rb"[0-7]{1,3}", s[i + 1:])
-                out.append(int(m.group(), 8) & 0xFF)
-                i += 1 + len(m.group())
-            elif nxt in (b"\n", b"\r"):
-                i += 2
-            else:
-                out += nxt
-                i += 2
-        b = bytes(out)
-    if b.startswith(b"\xfe\xff"):
-        return b[2:].decode("utf-16-be")
-    return b.decode("latin-1")
-
-
-def _pdf_info(data: bytes, p: Path) -> dict[str, str]:
-    m = list(re.finditer(rb"/Info\s+(\d+)\s+0\s+R", data))
-    if not m:
-        return {}
-    num = m[-1].group(1)
-    o = re.search(rb"(?<![0-9])" + num + rb"\s+0\s+obj\s*<<(.*?)>>\s*endobj", data, re.DOTALL)
-    if o is None:
-        raise ValueError(f"{p}: its document information cannot be found")
-    body, out = o.group(1), {}
-    for km in re.finditer(rb"/([^\s/<>()\[\]{}%]+)\s*(\((?:\\.|[^\\)])*\)|<[0-9A-Fa-f\s]*>)", body, re.DOTALL):
-        key = re.sub(rb"#([0-9A-Fa-f]{2})", lambda h: bytes([int(h.group(1), 16)]), km.group(1)).decode("latin-1")
-        out[key] = _pdf_string(km.group(2))
-    return out
+    text = comment.decode("utf-8", "replace")
+    if FLAT_STRING_OBJECT.fullmatch(without_strings(text)):
+        try:
+            return {str(k): str(v) for k, v in json.loads(text).items()}
+        except (ValueError, RecursionError):
+            pass
+    return {"Comment": text}
 
 
 def pdf_pages(data: bytes) -> list[tuple[float, float, float, float]]:
