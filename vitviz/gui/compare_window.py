@@ -9,7 +9,9 @@ each has its own); the grid exports as one figure (PNG / SVG / PDF) through :mod
 session's state (the comparison included) in its metadata.
 
 Other images (``"views"`` layout) and other classes (``"classes"``) are run on the window's worker with the main
-window's model (kind ``"compare"``, a batch at a time); results are kept until the model changes.
+window's model (kind ``"compare"``, a batch at a time); the newest :data:`KEEP_RESULTS` results (more while the grid
+needs more) are kept until the model changes or the window closes. Closing the window frees what it holds (its
+results, their map caches, its panels); opening it again analyses what it needs again.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from vitviz.imaging import load_image
 
 KIND = "compare"  # the worker's job kind
 BATCH = 8  # images per forward when analysing other images or classes
-KEEP_RESULTS = 12  # results kept for comparisons (each holds every layer's attention: ~50 MB for a ViT-B)
+KEEP_RESULTS = 12  # results kept for comparisons (each holds every layer's attention: ~50 MB for a ViT-B); those
+#                    the grid on screen needs are never dropped (a grid of more images keeps them all: at most
+#                    comparison.MAX_PANELS)
 MIN_PANEL = (170, 130)  # px: smaller panels scroll
 HOVER_COLOR = QColor(255, 255, 255)
 
@@ -113,6 +117,10 @@ class ComparePanel(QWidget):
         if own_bar and p.scale is not None:
             self.scale_bar.set_scale(p.scale, p.colorbar_label)
 
+    def forget(self) -> None:
+        """Let go of the cell shown (its document and result)."""
+        self.cell, self._photo_id = None, None
+
     def set_hover(self, patch: tuple[int, int] | None) -> float | None:
         """Outline ``patch`` (row, col) of this panel's grid (None hides it); returns the map's value there."""
         c = self.cell
@@ -169,6 +177,8 @@ class CompareWindow(QMainWindow):
         self.show_error, self.metadata = show_error, metadata
         self.spec = spec or default_spec(session)  # what the grid shows (self.bar shows it and edits a copy)
         self.results: dict[tuple[str, int | None], Any] = {}
+        # the map caches of the results drawn (comparison.build_comparison's pool): only of the results kept and
+        # the main window's result (see _prune_pool)
         self._pool: dict = {}
         self._asked: set = set()  # runs submitted and not yet back
         self._failed: dict[tuple[str, int | None], str] = {}  # runs that failed: not asked again for this spec
@@ -280,14 +290,49 @@ class CompareWindow(QMainWindow):
             return
         pipeline, out, failed = payload
         self._asked.clear()
-        if out is None or pipeline is not self.controller.pipeline:
-            return  # cancelled, or another model since
+        if out is None or pipeline is not self.controller.pipeline or not self.isVisible():
+            return  # cancelled, another model since, or the window was closed
         self._failed.update(failed)
         self.results.update(out)
-        if len(self.results) > KEEP_RESULTS:  # keep the newest
-            for k in list(self.results)[:len(self.results) - KEEP_RESULTS]:
-                del self.results[k]
+        self._trim_results()
         self.refresh()
+
+    def _trim_results(self) -> None:
+        """Keep the newest :data:`KEEP_RESULTS` results, and every one the grid asks for (dropping a run it needs
+        would only make it ask for that run again, without end)."""
+        needed = set(cmp.needed_runs(self.spec, self.session)) if self.session.result is not None else set()
+        extra = len(self.results) - KEEP_RESULTS
+        for k in [k for k in self.results if k not in needed][:max(0, extra)]:
+            del self.results[k]
+
+    def _prune_pool(self, comp: cmp.Comparison) -> None:
+        """Forget the map caches of results neither drawn now nor kept (the main window's earlier images)."""
+        keep = {id(c.session.result) for c in comp.cells} | {id(r) for r in self.results.values()}
+        for k in [k for k in self._pool if k not in keep]:
+            del self._pool[k]
+
+    def release(self) -> None:
+        """Free what the window holds (called when it closes): the comparison job in flight is cancelled, the
+        results, their map caches and the panels (with their pictures) are dropped. The spec is kept: opening the
+        window again shows the same comparison, analysed again."""
+        if self._asked:
+            self.controller.runner.cancel(KIND)
+        self.results.clear()
+        self._pool.clear()
+        self._asked.clear()
+        self._failed.clear()
+        self.comparison = None
+        self._hover = None
+        self._grid_key = None
+        for p in self.panels:  # (a panel's Python side may outlive its widget)
+            p.forget()
+        host = QWidget()
+        QGridLayout(host)
+        self.scroll.setWidget(host)  # the old grid and its panels are deleted with their host
+        self.grid_host, self.grid = host, host.layout()
+        self.panels, self.column_bars = [], []
+        self.col_label_widgets, self.row_label_widgets = [], []
+        self._show_message("")
 
     def _on_failed(self, kind: str, title: str, message: str, job) -> None:
         if kind != KIND:
@@ -327,6 +372,7 @@ class CompareWindow(QMainWindow):
         except ValueError as e:
             self._show_message(str(e))
             return
+        self._prune_pool(comp)
         self._show_message("; ".join(comp.notes))
         self._draw(comp)
 
@@ -461,4 +507,9 @@ class CompareWindow(QMainWindow):
     def showEvent(self, event) -> None:
         super().showEvent(event)
         self.refresh()
+
+    def closeEvent(self, event) -> None:
+        super().closeEvent(event)
+        if event.isAccepted():
+            self.release()
 

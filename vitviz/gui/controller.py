@@ -324,8 +324,18 @@ class Controller(QObject):
             self.cancel_evaluation(why)
 
     def shutdown(self) -> None:
+        """The window closes: the worker stops (a running job is cancelled; see :meth:`TaskRunner.shutdown`) and
+        what only the worker's jobs would use is let go: the model, an image waiting for it, the in-memory images,
+        the faithfulness tables and the record of who made each result. (The shown result stays with the
+        document.)"""
         self._closing = True
         self.runner.shutdown()
+        self.pipeline = None
+        self._waiting = None
+        self.memory_images.clear()
+        self.evaluations.clear()
+        self.evaluating = None
+        self._made_by.clear()
 
 
 def pixel_digest(rgb: np.ndarray) -> str:

@@ -173,5 +173,8 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
             signal.signal(signal.SIGINT, previous)
         if win.isVisible():
             win.close()
+        # nobody can reach the window any more: delete it (its signal connections hold Python callbacks that refer
+        # back to it, so it would otherwise live, with its model and results, as long as the process)
+        win.deleteLater()
     del app
     return None

@@ -568,5 +568,7 @@ class MainWindow(QMainWindow):
         try:
             self.save_settings()
         finally:
-            self.controller.shutdown()
+            if self.compare_window is not None:
+                self.compare_window.close()  # it frees its results
+            self.controller.shutdown()  # the worker stops; the model and the kept tables are let go
         super().closeEvent(event)

@@ -46,6 +46,9 @@ class ModelBar(QWidget):
             lay.addWidget(QLabel(text))
             lay.addWidget(w)
         self.device_menu, self.precision_menu = device_menu, precision_menu
+        # one group per menu for the window's life (a group made at each filling would outlive the actions that
+        # clear() deletes: one more QObject per model change); the deleted actions leave their group by themselves
+        self.device_group, self.precision_group = QActionGroup(device_menu), QActionGroup(precision_menu)
 
     def fill_models(self, current_ref: str, current_title: str, recent: list[str]) -> None:
         """The bundled model, the named pretrained weights (cached or not), recent checkpoints, Open..."""
@@ -76,7 +79,6 @@ class ModelBar(QWidget):
     def fill_devices(self, device: str, precision: str) -> None:
         """Device and precision choices (combos and menus), with the current ones checked."""
         self.device_menu.clear()
-        group = QActionGroup(self.device_menu)
         devices = available_devices(probe=False)  # the CPU only until torch is loaded with the first model
         if device not in devices:
             devices.append(device)
@@ -90,9 +92,8 @@ class ModelBar(QWidget):
             a.setCheckable(True)
             a.setChecked(d == device)
             a.triggered.connect(lambda _=False, d=d: self.deviceChosen.emit(d))
-            group.addAction(a)
+            self.device_group.addAction(a)
         self.precision_menu.clear()
-        pgroup = QActionGroup(self.precision_menu)
         self.precision_combo.blockSignals(True)
         self.precision_combo.clear()
         for p in available_precisions(device):
@@ -100,7 +101,7 @@ class ModelBar(QWidget):
             a.setCheckable(True)
             a.setChecked(p == precision)
             a.triggered.connect(lambda _=False, p=p: self.precisionChosen.emit(p))
-            pgroup.addAction(a)
+            self.precision_group.addAction(a)
             self.precision_combo.addItem(p, p)  # short: the toolbar's width; the menu and status bar say more
             if p == "auto":
                 self.precision_combo.setItemData(self.precision_combo.count() - 1,

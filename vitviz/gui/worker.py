@@ -25,7 +25,7 @@ class Job:
 
     kind: str
     id: int
-    fn: Callable[["Job"], Any]
+    fn: Callable[["Job"], Any] | None  # None once the worker took it
     subject: str = ""
     title: str = "Error"
     _cancel: threading.Event = field(default_factory=threading.Event)
@@ -59,7 +59,8 @@ def describe_error(exc: BaseException, subject: str = "") -> str:
         msg = "not enough memory"
     elif isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)) and getattr(exc, "filename", None):
         msg = f"{exc.strerror or type(exc).__name__}"
-    elif type(exc).__name__ not in ("ImageError", "CheckpointError", "PretrainedError", "ExportError", "ValueError"):
+    elif type(exc).__name__ not in ("ImageError", "CheckpointError", "PretrainedError", "ExportError", "ValueError",
+                                    "ModelNameError", "ForwardError"):  # (these name the model and the cause)
         msg = f"{type(exc).__name__}: {msg}"
     if subject and subject not in msg:
         return f"{subject}:\n{msg}"
@@ -79,12 +80,15 @@ class _Worker(QObject):
 
     @Slot(object)
     def run(self, job: Job) -> None:
+        # the job lets go of its function once it has run (or was skipped): what the function captured (a model, a
+        # result, an image) is not kept alive by the runner's record of the last job of its kind
+        fn, job.fn = job.fn, None
         if job.cancelled or job.id != self._latest.get(job.kind, job.id):
             self.cancelled.emit(job)  # superseded before it started
             return
         self.started.emit(job)
         try:
-            result = job.fn(job)
+            result = fn(job)
         except BaseException as e:  # noqa: BLE001 - every error goes to the one reporting place
             if job.cancelled:  # e.g. a download aborted by its progress callback
                 self.cancelled.emit(job)
