@@ -165,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     if errors:
         print("errors:", errors)
     win.close()
+    # delete the window while the application still runs: left to the interpreter's teardown, pyqtgraph items were
+    # destroyed after their scene and the process ended with a segmentation fault (after every picture was written)
+    win.deleteLater()
+    app.processEvents()
     return 0
 
 
