@@ -50,6 +50,7 @@ def test_every_view_matches_the_analysis_function(session):
         "token_sim": A.token_similarity(r.tokens, layer=2, index=p + 5, grid=g),  # tokens[2]: block 1's output
         "token_norm": r.tokens[2, p:].norm(dim=-1).reshape(g),
         "pos_sim": A.position_embedding_similarity(r.pos_embed, grid=g)[1, 1],
+        "feature_pca": A.feature_pca(r.tokens[2], grid=g, num_prefix_tokens=p).scores[..., 0],
     }
     assert set(refs) == {v.key for v in views.all_views()}
     for key, ref in refs.items():

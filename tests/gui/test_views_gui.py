@@ -55,6 +55,7 @@ def test_controls_follow_what_each_view_reads(qtbot, window, image_path):
                                              else "Layer"), v.key
         assert c.head_combo.isEnabled() == ("head" in v.reads), v.key
         assert c.discard_spin.isEnabled() == ("discard_ratio" in v.reads), v.key
+        assert c.mask_background.isEnabled() == ("mask_background" in v.reads), v.key
         assert c.view_buttons[v.key].isChecked() and window.acts.views[v.key].isChecked()
         # the canvas says what it shows, and the query box is drawn only where the view uses the patch
         assert window.canvas.title.text() == window.session.title() and window.canvas.title.isVisible()
@@ -92,3 +93,22 @@ def test_quick_page_down_presses_each_move_on(qtbot, window, tmp_path):
     with qtbot.waitSignal(window.resultShown, timeout=30000):
         qtbot.keyClick(window.canvas, Qt.Key.Key_PageUp)
     assert window.session.result.source == paths[3]
+
+
+def test_feature_pca_is_drawn_in_its_own_colours(qtbot, window, image_path):
+    r = open_and_wait(qtbot, window, image_path)
+    window.set_view("feature_pca")
+    window.set_layer(r.num_layers - 1)
+    c = window.canvas
+    assert c.rgb_item.isVisible() and not c.overlay_item.isVisible()
+    np.testing.assert_allclose(c.rgb_values, window.session.rgb_map())
+    assert c.rgb_values.shape == (*r.grid, 4)
+    assert "Feature PCA" in c.title.text()
+    assert window.controls.mask_background.isEnabled()
+    window.controls.mask_background.click()  # the user masks the background
+    assert window.session.options.mask_background
+    np.testing.assert_allclose(c.rgb_values, window.session.rgb_map())
+    assert "background masked" in c.title.text()
+    c.grab()  # drawn without error
+    window.set_view("token_norm")  # another view: the colour map is back, the RGB picture gone
+    assert c.overlay_item.isVisible() and not c.rgb_item.isVisible()

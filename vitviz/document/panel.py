@@ -50,6 +50,9 @@ def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str |
     if r is None:
         raise ValueError("nothing to show: no image has been analysed yet")
     has_map = session.current_map() is not None
+    rgb = session.rgb_map() if has_map else None  # a view in colours of its own: no colour scale, no colour bar
+    if rgb is not None:
+        has_map = False
     if has_map and scale is None:
         scale = session.levels()
     y0, x0, y1, x1 = session.crop_rect_yx()
@@ -64,9 +67,9 @@ def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str |
                  mask_style=o.mask_style, badge=badge, outlined=outlined, colorbar_label=session.quantity_text(),
                  crop=(x0, y0, x1 - x0, y1 - y0), grid=r.grid,
                  grid_values=session.display_map() if has_map else None,
-                 title=session.title() if has_map else f"{session.view.title}: not available",
-                 caption=_caption(session, f"colour: {words}"), scale_text=session.scale_text(),
-                 unavailable=session.unavailable_reason())
+                 title=session.title() if has_map or rgb is not None else f"{session.view.title}: not available",
+                 caption=_caption(session, f"colour: {session.view.rgb_text(o) if rgb is not None else words}"),
+                 scale_text=session.scale_text(), unavailable=session.unavailable_reason(), rgb=rgb)
 
 
 def _caption(s: Session, extra: str = "") -> str:
@@ -139,6 +142,9 @@ def view_figure(session: Session, *, badge: str | None = None) -> FigureSpec | N
     if r is None or session.current_map() is None:
         return None
     p = panel_of(session, badge=badge, on_image=True)
+    if p.rgb is not None:  # colours of its own: no colour bar
+        return FigureSpec(panels=(p,), ncols=1, title=p.title if o.caption else None,
+                          caption=p.caption if o.caption else None, colorbar=False)
     return FigureSpec(panels=(p,), ncols=1, title=p.title if o.caption else None,
                       caption=p.caption if o.caption else None, colorbar=o.colorbar,
                       colorbar_label=p.colorbar_label, scale=p.scale)

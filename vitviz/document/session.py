@@ -191,6 +191,14 @@ class Session:
         return self._cache.get_or(("map",) + view.cache_key(options),
                                   lambda: view.compute(self.result_for(view, options), options))
 
+    def rgb_map(self) -> np.ndarray | None:
+        """An RGB view's picture (:attr:`vitviz.views.View.rgb`), float32 RGBA ``[gh, gw, 4]`` (cached); None for
+        the other views, without a result, or when unavailable."""
+        v, o = self.view, self.options
+        if self.result is None or not v.rgb:
+            return None
+        return self._cache.get_or(("rgb",) + v.cache_key(o), lambda: v.compute_rgb(self.result_for(v, o), o))
+
     def display_map(self) -> np.ndarray | None:
         """What the canvas shows: the map itself (nearest) or its 8x bilinear upsampling (smooth)."""
         m = self.current_map()

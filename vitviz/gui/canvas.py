@@ -161,8 +161,12 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.image_item.setZValue(0)
         self.overlay_item = pg.ImageItem(axisOrder="row-major")
         self.overlay_item.setZValue(1)
+        self.rgb_item = pg.ImageItem(axisOrder="row-major")  # a view in colours of its own (feature PCA)
+        self.rgb_item.setZValue(1)
+        self.rgb_item.setVisible(False)
         self.vb.addItem(self.image_item)
         self.vb.addItem(self.overlay_item)
+        self.vb.addItem(self.rgb_item)
 
         self.crop_outline = outline(QGraphicsRectItem(), QColor(255, 255, 255, 150), 1.0, 2, dashed=True,
                                     visible=False)
@@ -198,6 +202,7 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._overlay_rect: tuple | None = None
         self.overlay_values: np.ndarray | None = None
+        self.rgb_values: np.ndarray | None = None
         # what is shown, in words, over the top of the canvas
         self.title = QLabel("", self)
         self.title.setObjectName("canvasTitle")
@@ -213,6 +218,7 @@ class Canvas(pg.GraphicsLayoutWidget):
         if rgb is None:
             self.image_item.clear()
             self.overlay_item.clear()
+            self.rgb_item.setVisible(False)
             self._image_shape = None
             return
         self.placeholder.hide()
@@ -262,6 +268,18 @@ class Canvas(pg.GraphicsLayoutWidget):
             self.overlay_item.setRect(self._crop)
         self.overlay_item.setVisible(True)
         self.colorbar.hide_bar(False)
+
+    def set_rgb(self, rgba: np.ndarray | None) -> None:
+        """Show a picture in colours of its own (float RGBA ``[gh, gw, 4]`` in [0, 1]) stretched over the crop, with
+        no colormap and no colour bar (call :meth:`set_overlay` with None first); None hides it."""
+        self.rgb_values = rgba
+        if rgba is None:
+            self.rgb_item.setVisible(False)
+            return
+        img = np.ascontiguousarray(np.clip(np.round(np.asarray(rgba) * 255.0), 0, 255).astype(np.uint8))
+        self.rgb_item.setImage(img, autoLevels=False, levels=(0, 255))
+        self.rgb_item.setRect(self._crop)
+        self.rgb_item.setVisible(True)
 
     def set_title(self, text: str) -> None:
         """The line over the canvas that says what is shown ("" hides it)."""
@@ -328,6 +346,7 @@ class Canvas(pg.GraphicsLayoutWidget):
 
     def set_opacity(self, opacity: float) -> None:
         self.overlay_item.setOpacity(float(opacity))
+        self.rgb_item.setOpacity(float(opacity))
 
     def set_marker(self, rect: tuple[float, float, float, float] | None) -> None:
         """Outline one patch ``(x0, y0, w, h)`` in image pixels; None hides it."""

@@ -98,7 +98,12 @@ class ComparePanel(QWidget):
             self.canvas.set_crop(*p.crop)
         self.canvas.set_opacity(p.opacity)
         text = cell.label or ""
-        if p.scale is None:
+        self.canvas.set_rgb(p.rgb)
+        if p.rgb is not None:  # a view in colours of its own (feature PCA)
+            self.canvas.set_overlay(None)
+            self.canvas.set_mask(p.mask, p.mask_style)
+            self.label.setText(text)
+        elif p.scale is None:
             why = p.unavailable or "not available"
             self.canvas.set_overlay(None)
             self.canvas.set_mask(None)

@@ -175,6 +175,7 @@ class MainWindow(QMainWindow):
         c.interpolationChanged.connect(lambda m: self._set(interpolation=m))
         c.export_colorbar.toggled.connect(lambda b: self._set(colorbar=b))
         c.export_caption.toggled.connect(lambda b: self._set(caption=b))
+        c.mask_background.toggled.connect(lambda b: self._set(mask_background=b))
         self.heads.headSelected.connect(self._on_head_tile)
         self.heads.grid_toggle.toggled.connect(self.acts.grid.setChecked)
         self.plots.layerHeadSelected.connect(self._on_head_tile)
@@ -436,6 +437,7 @@ class MainWindow(QMainWindow):
             p = panel_of(s)  # what the panel shows: the Compare window and the figure files draw the same
             self.canvas.set_colormap(p.scale.cmap if p.scale is not None else o.cmap)
             self.canvas.set_overlay(p.grid_values, p.scale, label=p.colorbar_label, tooltip=p.scale_text)
+            self.canvas.set_rgb(p.rgb)
             self.canvas.set_marker(p.marker)
             self.canvas.set_artefacts(list(p.outlined), p.grid)
             self.canvas.set_mask(p.mask, p.mask_style)

@@ -101,6 +101,9 @@ class ControlsPanel(QWidget):
         self.head_combo.setToolTip("Head (Up/Down)")
         self.head_combo.currentIndexChanged.connect(self._on_head)
         form.addRow("Head", self.head_combo)
+        self.mask_background = QCheckBox(option("mask_background").label)  # feature PCA only
+        self.mask_background.setToolTip(option("mask_background").help)
+        form.addRow(self.mask_background)
         lay.addWidget(lh)
 
         ro = QGroupBox("Rollout")
@@ -167,7 +170,7 @@ class ControlsPanel(QWidget):
         r = session.result
         v = session.view
         widgets = (self.view_group, self.layer_slider, self.head_combo, self.fusion_combo, self.discard_spin,
-                   self.cmap_combo, self.opacity_slider, self.interp_combo)
+                   self.cmap_combo, self.opacity_slider, self.interp_combo, self.mask_background)
         for w in widgets:
             w.blockSignals(True)
         try:
@@ -209,6 +212,8 @@ class ControlsPanel(QWidget):
             self.rollout_box.setEnabled(bool(reads & {"head_fusion", "discard_ratio"}))
             self.fusion_combo.setEnabled("head_fusion" in reads)
             self.discard_spin.setEnabled("discard_ratio" in reads)
+            self.mask_background.setChecked(bool(o.mask_background))
+            self.mask_background.setEnabled("mask_background" in reads)
         finally:
             for w in widgets:
                 w.blockSignals(False)

@@ -67,6 +67,8 @@ class View:
         signed: the quantity has a sign (a diverging colour map centred at 0 is used).
         uses_attention: the map is computed from attention (so "ignore artefact tokens" changes it).
         heads_note: how the view treats heads when it does not read ``head`` (e.g. "mean of heads"), for captions.
+        rgb: the view is drawn as colours of its own (:meth:`compute_rgb`), without colormap or colour bar;
+            :meth:`compute` still gives a scalar map (read out under the cursor, masks).
     """
 
     key: str = ""
@@ -80,6 +82,7 @@ class View:
     signed: bool = False
     uses_attention: bool = True
     heads_note: str | None = None
+    rgb: bool = False
 
     @property
     def slider(self) -> str | None:
@@ -102,6 +105,15 @@ class View:
     def compute(self, result: "InferenceResult", options: "ViewOptions") -> np.ndarray | None:
         """The map, float32 ``[gh, gw]``, or None when the view is unavailable for this result."""
         raise NotImplementedError
+
+    def compute_rgb(self, result: "InferenceResult", options: "ViewOptions") -> np.ndarray | None:
+        """An :attr:`rgb` view's picture: float32 ``[gh, gw, 4]`` RGBA in [0, 1] (alpha 0: not drawn); None for the
+        other views or when unavailable."""
+        return None
+
+    def rgb_text(self, options: "ViewOptions") -> str:
+        """An :attr:`rgb` view's colours in words (the caption's "colour: ..."); "" for the other views."""
+        return ""
 
     def layer_range(self, result: "InferenceResult") -> tuple[int, int]:
         """Valid values of the layer slider (inclusive): blocks ``0 .. L-1``; views over tokens start at -1 (the

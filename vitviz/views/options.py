@@ -175,6 +175,9 @@ BUILTIN_OPTIONS: tuple[Option, ...] = (
            help="the share of the map's mass the mask keeps (0: no mask)"),
     Option("mask_style", "choice", "contour", choices=MASK_STYLES, label="Draw as", labels=("Outline", "Dim the rest"),
            help="the mask drawn as its outline or by dimming the rest"),
+    # feature PCA (vitviz.analysis.pca): DINOv2's demo masks the background by thresholding the first component
+    Option("mask_background", "bool", False, label="Mask the background", analysis=True,
+           help="feature PCA: patches low on the first component (the image's border side) left transparent"),
 )
 _TABLE: dict[str, Option] = {}  # the rows, in order: the built-in ones, then those registered
 

@@ -41,6 +41,8 @@ def composite(panel: Panel, k: int = 1) -> np.ndarray:
         t = panel.scale.normalise(panel.values).astype(np.float32)
         t = _repeat(t, k)
         out = colormaps.overlay(photo, t, cmap=panel.scale.cmap, opacity=panel.opacity, vmin=0.0, vmax=1.0)
+    if panel.rgb is not None:
+        out = _rgb_over(out, panel, (h, w), k)
     if panel.mask is not None and panel.mask_style == "dim":
         outside = _repeat(_mask_outside(panel, (h, w)), k)
         out = out.copy()
@@ -50,6 +52,22 @@ def composite(panel: Panel, k: int = 1) -> np.ndarray:
 
 def _repeat(a: np.ndarray, k: int) -> np.ndarray:
     return a if k == 1 else np.repeat(np.repeat(a, k, axis=0), k, axis=1)
+
+
+def _rgb_over(photo: np.ndarray, panel: Panel, size: tuple[int, int], k: int) -> np.ndarray:
+    """``panel.rgb`` (RGBA over the crop, one cell per patch) blended over ``photo`` at alpha times the opacity."""
+    rgba = np.asarray(panel.rgb, dtype=np.float32)
+    gh, gw = rgba.shape[:2]
+    x0, y0, cw, ch = panel.crop
+    h, w = size
+    rows = np.floor((np.arange(h) + 0.5 - y0) / (ch / gh)).astype(int)
+    cols = np.floor((np.arange(w) + 0.5 - x0) / (cw / gw)).astype(int)
+    vr, vc = (rows >= 0) & (rows < gh), (cols >= 0) & (cols < gw)
+    px = rgba[np.clip(rows, 0, gh - 1)][:, np.clip(cols, 0, gw - 1)]
+    a = px[..., 3] * (vr[:, None] & vc[None, :]) * float(panel.opacity)
+    a, px = _repeat(a, k), _repeat(px, k)
+    out = photo.astype(np.float32) * (1 - a[..., None]) + px[..., :3] * 255.0 * a[..., None]
+    return np.clip(np.round(out), 0, 255).astype(np.uint8)
 
 
 def _mask_outside(panel: Panel, size: tuple[int, int]) -> np.ndarray:

@@ -48,6 +48,8 @@ class Panel:
         caption: the model, the image and the colour scale in words (a view's figure).
         scale_text: the colour scale's rule in words (the canvas's colour-bar tooltip).
         unavailable: why the panel has no map (None: it has one).
+        rgb: float ``[gh, gw, 4]`` RGBA in [0, 1] over ``crop``: a picture in colours of its own (feature PCA),
+            drawn in place of a map (no colormap, no colour bar; alpha times ``opacity`` over the photo).
     """
 
     photo: np.ndarray
@@ -69,6 +71,7 @@ class Panel:
     caption: str | None = None
     scale_text: str = ""
     unavailable: str | None = None
+    rgb: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         p = np.asarray(self.photo)
@@ -80,6 +83,8 @@ class Panel:
             raise ValueError("a panel with a map needs its colour scale")
         if (self.mask is not None or self.grid_values is not None) and self.crop is None:
             raise ValueError("a panel's mask or grid map needs crop (the area its grid covers)")
+        if self.rgb is not None and (np.ndim(self.rgb) != 3 or np.shape(self.rgb)[2] != 4 or self.crop is None):
+            raise ValueError(f"a panel's rgb must be RGBA [gh, gw, 4] with its crop, got shape {np.shape(self.rgb)}")
         if self.outlined and (self.crop is None or self.grid is None):
             raise ValueError("a panel's outlined patches need crop and grid (the patch grid they lie on)")
         if self.mask_style not in MASK_STYLES:
