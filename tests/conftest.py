@@ -30,3 +30,28 @@ def tiny_model():
         for b in m.blocks:
             b.attn.qkv.weight.mul_(25.0)
     return m.eval()
+
+
+@pytest.fixture
+def session_of(tiny_model):
+    """``make(h=40, w=40, source="x.png")``: a Session showing tiny_model's result on a random photo of ``h x w``."""
+    import numpy as np
+    from PIL import Image
+
+    from vitviz.document.session import Session
+    from vitviz.pipeline import run_inference
+
+    def make(h: int = 40, w: int = 40, source: str = "x.png") -> Session:
+        rng = np.random.default_rng(0)
+        s = Session()
+        s.set_result(run_inference(tiny_model, Image.fromarray((rng.random((h, w, 3)) * 255).astype(np.uint8)),
+                                   source=source))
+        return s
+
+    return make
+
+
+@pytest.fixture
+def session(session_of):
+    """The tiny model's result on a random 40 x 40 photo, in a Session."""
+    return session_of()

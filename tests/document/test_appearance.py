@@ -13,12 +13,8 @@ from vitviz.pipeline import run_inference
 
 
 @pytest.fixture
-def session(tiny_model):
-    rng = np.random.default_rng(0)
-    s = Session()
-    s.set_result(run_inference(tiny_model, Image.fromarray((rng.random((64, 64, 3)) * 255).astype(np.uint8)),
-                               source="x.png"))
-    return s
+def session(session_of):
+    return session_of(64, 64)
 
 
 def plant_artefacts(s, cells):

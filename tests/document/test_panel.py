@@ -5,22 +5,15 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from vitviz.document import comparison as cmp
 from vitviz.document import panel as P
-from vitviz.document.session import Session
-from vitviz.pipeline import run_inference
 from vitviz.render import figures as F
 
 
 @pytest.fixture
-def session(tiny_model):
-    rng = np.random.default_rng(0)
-    s = Session()
-    s.set_result(run_inference(tiny_model, Image.fromarray((rng.random((50, 80, 3)) * 255).astype(np.uint8)),
-                               source="/here/cat.png"))
-    return s
+def session(session_of):
+    return session_of(50, 80, "/here/cat.png")
 
 
 def _plant_artefact(s, row, col):

@@ -1,23 +1,10 @@
 """The feature PCA view: listed, computed from a pipeline result, drawn as RGB by the panel and the figures."""
 
 import numpy as np
-import pytest
-from PIL import Image
 
 from vitviz import analysis as A
 from vitviz import views
 from vitviz.document.panel import panel_of, render_view, view_figure
-from vitviz.document.session import Session
-from vitviz.pipeline import run_inference
-
-
-@pytest.fixture
-def session(tiny_model):
-    rng = np.random.default_rng(0)
-    s = Session()
-    s.set_result(run_inference(tiny_model, Image.fromarray((rng.random((40, 40, 3)) * 255).astype(np.uint8)),
-                               source="x.png"))
-    return s
 
 
 def test_listed_and_declared():

@@ -30,13 +30,6 @@ def toy_view():
     views.unregister(v.key)
 
 
-@pytest.fixture
-def session(tiny_model):
-    rng = np.random.default_rng(0)
-    s = Session()
-    s.set_result(run_inference(tiny_model, Image.fromarray((rng.random((40, 40, 3)) * 255).astype(np.uint8)),
-                               source="x.png"))
-    return s
 
 
 def test_builtin_views_in_menu_order_with_shortcuts():
