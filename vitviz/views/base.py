@@ -195,6 +195,19 @@ class View:
         return "_".join(str(p) for p in parts)
 
 
+class TokenView(View):
+    """A view of the tokens after a layer (token similarity, token norm, feature PCA): its layers run from -1, the
+    patch embeddings, to ``L - 1``, the output of the last block (``tokens[layer + 1]``)."""
+
+    uses_attention = False
+
+    def layer_range(self, result):
+        return (-1, result.num_layers - 1)
+
+    def layer_text(self, layer):
+        return "patch embeddings" if layer < 0 else f"output of layer {layer}"
+
+
 class WholeAttentionView(View):
     """A view computed from the attention of every layer (rollout, gradient rollout, relevance): its map is
     :meth:`analysis` at the options, None when the view is unavailable for the result. The session computes it when it

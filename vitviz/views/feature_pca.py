@@ -11,24 +11,17 @@ from __future__ import annotations
 import numpy as np
 
 from vitviz import analysis as A
-from vitviz.views.base import View, as_grid
+from vitviz.views.base import TokenView, as_grid
 
 
-class FeaturePCA(View):
+class FeaturePCA(TokenView):
     key = "feature_pca"
     title = "Feature PCA"
     reads = frozenset({"layer", "mask_background"})
     quantity = "first principal component"
     unit = "projection"
     signed = True
-    uses_attention = False
     rgb = True
-
-    def layer_range(self, result):
-        return (-1, result.num_layers - 1)  # -1 = the embeddings, l = the output of block l
-
-    def layer_text(self, layer):
-        return "patch embeddings" if layer < 0 else f"output of layer {layer}"
 
     def _pca(self, result, options):
         return A.feature_pca(result.tokens[options.layer + 1], grid=result.grid,

@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import View, as_grid
+from vitviz.views.base import TokenView, as_grid
 
 
-class TokenNorm(View):
+class TokenNorm(TokenView):
     key = "token_norm"
     title = "Token norm"
     reads = frozenset({"layer"})
     quantity = "token norm"
     unit = "L2"
-    uses_attention = False
-
-    def layer_range(self, result):
-        return (-1, result.num_layers - 1)  # -1 = the embeddings, l = the output of block l
-
-    def layer_text(self, layer):
-        return "patch embeddings" if layer < 0 else f"output of layer {layer}"
 
     def compute(self, result, options):
         p = result.num_prefix_tokens
