@@ -27,6 +27,7 @@ from vitviz import analysis as A
 from vitviz._util.arrays import to_numpy
 from vitviz.capture import ImageCapture, capture
 from vitviz.capture.foreign import AdaptedModel, adapt, is_vitviz_model
+from vitviz.capture.heads import LEGRAD_POOLINGS, is_feature_model
 from vitviz.devices import (  # noqa: F401 - device_description re-exported
     PRECISION_CHOICES,
     available_devices,
@@ -179,7 +180,38 @@ class InferenceResult:
 
     @property
     def target(self) -> int | None:
+        """The class whose logit the gradients explain, or None (no gradients, or a target that is not a class)."""
         return self.capture.target
+
+    @property
+    def target_spec(self) -> Any:
+        """What the gradients explain (:mod:`vitviz.capture.targets`), or None when the result has no gradients."""
+        return getattr(self.capture, "target_spec", None)
+
+    @property
+    def target_score(self) -> float | None:
+        """The target's value for this image (a logit, a similarity ...), or None."""
+        return getattr(self.capture, "score", None)
+
+    def target_text(self) -> str | None:
+        """The target in words: the class's label, "similar to image cat.jpg", the function's name; None without
+        one."""
+        spec = self.target_spec
+        if spec is None:
+            return None if self.target is None else self.label(self.target)
+        if getattr(spec, "kind", "") == "class":
+            return self.label(self.target) if self.target is not None else spec.describe(self.labels)
+        return spec.describe(self.labels)
+
+    @property
+    def legrad(self) -> dict[str, torch.Tensor]:
+        """LeGrad's per-layer maps ``[L, gh * gw]`` by pooling (empty without gradients)."""
+        return getattr(self.capture, "legrad", None) or {}
+
+    @property
+    def gradcam(self) -> torch.Tensor | None:
+        """GradCAM's per-layer maps ``[L, gh * gw]``, or None."""
+        return getattr(self.capture, "gradcam", None)
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -446,13 +478,14 @@ class Pipeline:
         x, geometry = self.spec.preprocess.apply(rgb_image)
         return PreparedImage(x=x, geometry=geometry, rgb=np.ascontiguousarray(np.asarray(rgb_image, dtype=np.uint8)))
 
-    def run(self, image: Any, *, source: str = "image", target: int | None = None) -> InferenceResult:
+    def run(self, image: Any, *, source: str = "image", target: Any = None) -> InferenceResult:
         """Preprocess one image with the model's spec, capture attention and gradients, return the result.
 
         Args:
             image: a PIL image (any mode; converted to RGB once) or a :class:`vitviz.imaging.LoadedImage`.
             source: a name for captions (the file path).
-            target: class index for the gradient views, or None for the top prediction of the same pass.
+            target: what the gradient views explain (:func:`vitviz.capture.targets.as_target`: a class index, a
+                similarity target, a function of the output), or None for the top prediction of the same pass.
 
         Returns:
             An :class:`InferenceResult` with tensors on the CPU in float32.
@@ -460,7 +493,8 @@ class Pipeline:
         return self.run_batch([image], sources=[source], target=target)[0]
 
     def run_batch(self, images: Sequence[Any], *, sources: Sequence[str] | None = None,
-                  target: int | Sequence[int] | None = None, gradients: bool = True) -> list[InferenceResult]:
+                  target: Any = None, gradients: bool = True, legrad: Sequence[str] = LEGRAD_POOLINGS,
+                  gradcam: bool = True) -> list[InferenceResult]:
         """Several images at once: one forward and (with ``gradients``) one backward for the whole batch. :meth:`run` is
         this with one image, so a map is the same whichever way it was made (up to the float round-off of a larger
         matrix product).
@@ -470,10 +504,12 @@ class Pipeline:
                 :meth:`prepare`, e.g. on a loader thread). Images whose inputs differ in size (a spec without a fixed
                 crop) are captured in one pass per size.
             sources: a name per image (default ``"image"``).
-            target: a class index for every image, one per image, or None for each image's top class of the same
-                pass.
+            target: a class index or any target (:mod:`vitviz.capture.targets`) for every image, one class per image,
+                or None for each image's top class of the same pass.
             gradients: take the attention gradients (the gradient views need them); False runs the forward only
                 (``target`` is then ignored: the results have no target and no gradients).
+            legrad, gradcam: the LeGrad poolings and GradCAM maps taken with the gradients (a vitviz ViT only; a few
+                block-sized backward steps each; :mod:`vitviz.capture.gradient_maps`).
 
         Returns:
             One :class:`InferenceResult` per image, in order; each image's tensors are slices of the batch's
@@ -485,7 +521,10 @@ class Pipeline:
         if len(sources) != n:
             raise ValueError(f"{len(sources)} sources for {n} images")
         num_classes = int(getattr(self.model, "num_classes", 0) or 0)
-        targets: list[Any] = [target] * n if target is None or isinstance(target, (int, np.integer)) else list(target)
+        per_image = (isinstance(target, (Sequence, np.ndarray)) and not isinstance(target, str)) or (
+            isinstance(target, torch.Tensor) and target.ndim > 0)
+        single = not per_image
+        targets: list[Any] = [target] * n if single else list(target)
         if len(targets) != n:
             raise ValueError(f"{len(targets)} targets for {n} images")
         groups: dict[tuple[int, ...], list[int]] = {}
@@ -498,11 +537,19 @@ class Pipeline:
             # capture checks the targets' range; a model without a classifier has no gradients to take
             want: Any = None
             if gradients:
-                want = "top" if all(v is None for v in t) else (t if num_classes > 0 else None)
-                if want is not None and want != "top" and any(v is None for v in t):
+                if all(v is None for v in t):
+                    want = "top"
+                elif any(v is None for v in t):
                     raise ValueError("give a target for every image of the batch, or for none")
+                elif single:
+                    want = t[0]  # one target for all: a class, a similarity, a function
+                else:
+                    want = t if num_classes > 0 else None
+            extra: dict[str, Any] = {}
+            if is_vitviz_model(self.model) and want is not None:
+                extra = {"legrad": tuple(legrad), "gradcam": gradcam}
             with torch.inference_mode(False):
-                cap = capture(self.model, x, target=want, store_dtype=torch.float32)
+                cap = capture(self.model, x, target=want, store_dtype=torch.float32, **extra)
             for b, i in enumerate(idx):
                 caps[i] = cap.image(b)
             del cap
@@ -520,8 +567,8 @@ class Pipeline:
                 precision=self.precision,
                 labels=getattr(self.spec, "labels", None),
                 num_registers=registers,
-                num_classes=int(getattr(self.model, "num_classes", 0) or 0) if hasattr(self.model, "num_classes")
-                else None,
+                num_classes=(0 if is_feature_model(self.model) else int(getattr(self.model, "num_classes", 0) or 0))
+                if hasattr(self.model, "num_classes") else None,
             ))
         return results
 

@@ -51,6 +51,9 @@ def test_every_view_matches_the_analysis_function(session):
         "token_norm": r.tokens[2, p:].norm(dim=-1).reshape(g),
         "pos_sim": A.position_embedding_similarity(r.pos_embed, grid=g)[1, 1],
         "feature_pca": A.feature_pca(r.tokens[2], grid=g, num_prefix_tokens=p).scores[..., 0],
+        # LeGrad and GradCAM count their layers from the end by default: the last two layers, the last block
+        "legrad": r.legrad["mean"][r.num_layers - 2:].sum(0).reshape(g),
+        "gradcam": r.gradcam[r.num_layers - 1].reshape(g),
     }
     assert set(refs) == {v.key for v in views.all_views()}
     for key, ref in refs.items():

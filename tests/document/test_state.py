@@ -45,7 +45,8 @@ def setup(tmp_path, tiny_model):
     s.set_options(view="relevance", layer=2, head=1, query=5, start_layer=1, head_fusion="max", discard_ratio=0.3,
                   cmap="viridis", opacity=0.45, interpolation="bilinear", colorbar=False, caption=True,
                   ignore_artefacts=True, scale_excludes_artefacts=False, scale="per_map", percentile=98.0,
-                  log_scale=False, mask_keep=0.6, mask_style="dim", mask_background=True)
+                  log_scale=False, mask_keep=0.6, mask_style="dim", mask_background=True,
+                  legrad_start=0, legrad_pooling="model", gradcam_layer=1)
     return {"folder": folder, "ckpt": ckpt, "ref": f"file:{ckpt}", "images": (a, b), "session": s, "pipe": pipe,
             "target": target}
 

@@ -33,6 +33,12 @@ def test_default_path_is_one_forward_and_one_backward_for_the_top_class(tiny_mod
     p = Pipeline(tiny_model)
     counts = _count_passes(tiny_model, monkeypatch)
     r = p.run(_image(), source="x.png")
+    # one backward for the attention gradients, then LeGrad's per-layer steps (each stops at its layer's attention)
+    # for its two poolings
+    assert counts == {"forward": 1, "backward": 1 + 2 * r.num_layers}
+    assert set(r.legrad) == {"mean", "model"} and r.gradcam is not None
+    counts.update(forward=0, backward=0)
+    r = p.run_batch([_image()], sources=["x.png"], legrad=(), gradcam=False)[0]
     assert counts == {"forward": 1, "backward": 1}
     top = int(r.logits.argmax())
     assert r.target == top
@@ -43,7 +49,7 @@ def test_default_path_is_one_forward_and_one_backward_for_the_top_class(tiny_mod
     torch.testing.assert_close(r.attentions, ref.attentions[:, 0])
     # an explicit target costs the same one pass
     counts.update(forward=0, backward=0)
-    r2 = p.run(_image(), target=(top + 1) % 5)
+    r2 = p.run_batch([_image()], target=(top + 1) % 5, legrad=())[0]
     assert counts == {"forward": 1, "backward": 1} and r2.target == (top + 1) % 5
 
 

@@ -34,7 +34,8 @@ def toy_view():
 
 def test_builtin_views_in_menu_order_with_shortcuts():
     keys = [v.key for v in views.all_views()]
-    assert keys[:7] == ["cls", "query", "rollout", "grad_rollout", "relevance", "token_sim", "pos_sim"]
+    assert keys[:9] == ["cls", "query", "rollout", "grad_rollout", "relevance", "legrad", "gradcam", "token_sim",
+                        "pos_sim"]
     assert [views.shortcut(v) for v in views.all_views()][:7] == [str(i) for i in range(1, 8)]
     for v in views.all_views():
         assert v.title and v.quantity and set(v.reads) <= set(views.readable_options())

@@ -30,7 +30,7 @@ This module never imports Qt.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import torch
@@ -38,8 +38,11 @@ from torch import nn
 
 from vitviz.capture.foreign.adapted import capture_module
 from vitviz.capture.foreign.layout_finder import is_vitviz_model
-from vitviz.capture.preflight import CAPTURE_LOCK, check_capture_memory, model_device_dtype, resolve_targets
+from vitviz.capture.gradient_maps import gradcam_layers, legrad_layers
+from vitviz.capture.heads import LEGRAD_POOLINGS, embedding_of, is_feature_model
+from vitviz.capture.preflight import CAPTURE_LOCK, check_capture_memory, model_device_dtype, resolve_target
 from vitviz.capture.results import Capture, CaptureError
+from vitviz.capture.targets import Target, TargetError, target_scores
 
 
 def _check_model(model: Any) -> list[nn.Module]:
@@ -70,10 +73,12 @@ def capture(
     model: nn.Module,
     images: torch.Tensor,
     *,
-    target: int | Sequence[int] | torch.Tensor | Literal["top"] | None = None,
+    target: int | Sequence[int] | torch.Tensor | Literal["top"] | Target | Callable | None = None,
     store_dtype: torch.dtype = torch.float32,
     grad_dtype: torch.dtype | None = None,
     store_device: torch.device | str = "cpu",
+    legrad: Sequence[str] = (),
+    gradcam: bool = False,
     **adapter_options: Any,
 ) -> Capture:
     """Run ``model`` once on ``images`` and record every layer's attention and tokens.
@@ -85,10 +90,16 @@ def capture(
             ``num_prefix_tokens``). Its train/eval mode is left as it is (use eval: the stored attention is before
             dropout, but dropout still changes later layers).
         images: preprocessed batch ``[B, C, H, W]`` (any size the model accepts; cast to the model's device/dtype).
-        target: a class index, or one per image (sequence / 1-D tensor of length B), or ``"top"``: each image's
-            most probable class, read from this same forward pass (one forward and one backward in all). When
-            given, the pass runs with autograd and ``attention_grads`` holds d(logit[b, target[b]])/d(attentions[l, b]).
-            ``"top"`` on a model without a classifier captures without gradients (``targets`` is None).
+        target: what the gradients explain (:mod:`vitviz.capture.targets`): a class index, or one per image
+            (sequence / 1-D tensor of length B), or ``"top"``: each image's most probable class, read from this same
+            forward pass (one forward and one backward in all); a :class:`~vitviz.capture.targets.SimilarityTarget`
+            (cosine similarity of the pooled embedding to a reference); a :class:`~vitviz.capture.targets.
+            ClassTarget`; or any function of one image's output ``[K] -> 0-d tensor``. When given, the pass runs
+            with autograd and ``attention_grads`` holds d(score[b])/d(attentions[l, b]). ``"top"`` on a feature model
+            (no classifier) captures without gradients (``targets`` is None).
+        legrad: the poolings (``"mean"``, ``"model"``: :func:`vitviz.capture.heads.head_on_tokens`) of which LeGrad's
+            per-layer maps are taken while the graph is alive (``Capture.legrad``); needs a target.
+        gradcam: take GradCAM's per-layer maps on every block's ``norm1`` (``Capture.gradcam``); needs a target.
         store_dtype: dtype of the stored attentions and tokens (float16 halves their memory).
         grad_dtype: dtype of the stored gradients (default: ``store_dtype``). float16 flushes magnitudes below
             ~6e-8 to zero; prefer float32 or bfloat16 for gradients of large models.
@@ -130,15 +141,15 @@ def capture(
         raise CaptureError(f"blocks have different head counts {heads}; attentions cannot be stacked")
     H = heads[0]
     num_classes = int(getattr(model, "num_classes", 0))
-    top = isinstance(target, str)
-    if top and target != "top":
-        raise ValueError(f"target must be a class index, one index per image or 'top', got {target!r}")
-    if top and num_classes <= 0:
-        top, target = False, None  # no classifier: nothing to differentiate
-    tgt = None if target is None or top else resolve_targets(target, B, num_classes)
+    spec, classes, top = resolve_target(target, B, num_classes, is_feature_model(model))
+    legrad = tuple(legrad)
+    bad = [p for p in legrad if p not in LEGRAD_POOLINGS]
+    if bad:
+        raise ValueError(f"legrad poolings must be among {LEGRAD_POOLINGS}, got {bad}")
+    tgt = classes
     grad_dtype = store_dtype if grad_dtype is None else grad_dtype
     store_device = torch.device(store_device)
-    check_capture_memory(L, B, H, N, grads=tgt is not None or top, device=device,
+    check_capture_memory(L, B, H, N, grads=spec is not None, device=device,
                          itemsize=torch.empty((), dtype=store_dtype).element_size())
 
     attn_buf = torch.empty((L, B, H, N, N), dtype=store_dtype, device=store_device)
@@ -149,8 +160,16 @@ def capture(
     live_pool: list[torch.Tensor] = []
     counts = {"embed": 0, "attn": [0] * L, "block": [0] * L, "pool": 0}
     live_attn: list[torch.Tensor | None] = [None] * L  # graph tensors, for autograd.grad (target only)
+    live_tok: list[torch.Tensor | None] = [None] * L  # block outputs (LeGrad)
+    live_norm1: list[torch.Tensor | None] = [None] * L  # blocks' norm1 outputs (GradCAM)
+    live_head_in: list[torch.Tensor] = []  # the classifier's input: the pooled embedding (similarity targets)
     pool_grad_buf: torch.Tensor | None = None
-    want_grad = tgt is not None or top
+    want_grad = spec is not None
+    want_legrad = want_grad and bool(legrad)
+    want_gradcam = want_grad and gradcam
+    legrad_maps: dict[str, torch.Tensor] = {}
+    gradcam_maps: torch.Tensor | None = None
+    scores_out: torch.Tensor | None = None
 
     def _store(buf: torch.Tensor, t: torch.Tensor, what: str) -> None:
         if tuple(t.shape) != tuple(buf.shape):
@@ -170,7 +189,11 @@ def capture(
 
         return hook
 
+    recording = [True]  # off once the model's own pass is over (LeGrad applies the pool again)
+
     def pool_hook(module: nn.Module, args: tuple, out: torch.Tensor) -> None:
+        if not recording[0]:
+            return
         counts["pool"] += 1
         assert pool_buf is not None
         _store(pool_buf, out[:, :, 0], "the pooling head's attention")
@@ -181,8 +204,19 @@ def capture(
         def hook(module: nn.Module, args: tuple, out: torch.Tensor) -> None:
             counts["block"][i] += 1
             _store(tok_buf[i + 1], out, f"blocks[{i}] output")
+            if want_legrad:
+                live_tok[i] = out
 
         return hook
+
+    def make_norm1_hook(i: int):
+        def hook(module: nn.Module, args: tuple, out: torch.Tensor) -> None:
+            live_norm1[i] = out
+
+        return hook
+
+    def head_hook(module: nn.Module, args: tuple) -> None:
+        live_head_in.append(args[0])
 
     with CAPTURE_LOCK:  # one capture at a time (flags and hooks are shared model state)
         attn_mods = [b.attn for b in blocks] + ([pool] if pool is not None else [])
@@ -197,18 +231,44 @@ def capture(
             for i, b in enumerate(blocks):
                 handles.append(b.attn.attn_map.register_forward_hook(make_attn_hook(i)))
                 handles.append(b.register_forward_hook(make_block_hook(i)))
+                if want_gradcam:
+                    handles.append(b.norm1.register_forward_hook(make_norm1_hook(i)))
+            if want_grad and isinstance(getattr(model, "head", None), nn.Module):
+                handles.append(model.head.register_forward_pre_hook(head_hook))
             if want_grad:
                 with torch.enable_grad():
                     if not any(p.requires_grad for p in model.parameters()):
                         x = x.detach().requires_grad_(True)  # frozen model: make the graph exist anyway
                     logits = model(x)
+                    recording[0] = False
                     _check_counts(counts, L, pool is not None)
                     if not all(t is not None and t.requires_grad for t in live_attn):
                         raise CaptureError("the attention is not part of an autograd graph; cannot take its grads")
                     if top:  # the top class of this very pass: no extra forward
                         tgt = logits.detach().float().argmax(dim=-1).cpu()
-                    sel = logits.gather(1, tgt.to(logits.device)[:, None]).sum()
-                    grads = torch.autograd.grad(sel, live_attn + live_pool, allow_unused=True)
+                    assert spec is not None
+
+                    def score(out: torch.Tensor, emb: torch.Tensor | None) -> torch.Tensor:
+                        return target_scores(spec, out, emb, tgt)
+
+                    # the pooled embedding: the classifier's input (first call of the head: the model's own pass)
+                    embedding = embedding_of(model, logits, live_head_in[0] if live_head_in else None)
+                    scores = score(logits, embedding)
+                    if not scores.requires_grad:
+                        raise TargetError(f"target {spec.describe()}: its value does not depend on the model's output, "
+                                          "so it has no gradient")
+                    scores_out = scores.detach().float().to(store_device)
+                    norm1 = [t for t in live_norm1 if t is not None] if want_gradcam else []
+                    sel = scores.sum()
+                    grads = torch.autograd.grad(sel, live_attn + live_pool + norm1, allow_unused=True,
+                                                retain_graph=want_legrad)
+                    if want_gradcam:
+                        gradcam_maps = gradcam_layers(norm1, grads[len(grads) - len(norm1):],
+                                                      P).to(store_device, grad_dtype)
+                    if want_legrad:
+                        for pooling in legrad:
+                            legrad_maps[pooling] = legrad_layers(model, score, live_tok, live_attn, P,
+                                                                 pooling).to(store_device, grad_dtype)
                 grad_buf = torch.empty((L, B, H, N, N), dtype=grad_dtype, device=store_device)
                 for i, g in enumerate(grads[:L]):
                     if g is None:
@@ -220,8 +280,11 @@ def capture(
                     pool_grad_buf = torch.zeros_like(pool_buf, dtype=grad_dtype)
                     if g is not None:
                         pool_grad_buf.copy_(g[:, :, 0])
-                del grads, sel
+                del grads, sel, scores, embedding
                 live_attn.clear()
+                live_tok.clear()
+                live_norm1.clear()
+                live_head_in.clear()
             else:
                 grad_buf = None
                 with torch.inference_mode():
@@ -234,6 +297,9 @@ def capture(
                 m.fused = f
             live_attn.clear()
             live_pool.clear()
+            live_tok.clear()
+            live_norm1.clear()
+            live_head_in.clear()
 
     logits_out = torch.empty(tuple(logits.shape), dtype=torch.float32, device=store_device)
     logits_out.copy_(logits.detach())
@@ -248,6 +314,10 @@ def capture(
         targets=tgt,
         pool_attention=pool_buf,
         pool_attention_grads=pool_grad_buf if grad_buf is not None and pool_buf is not None else None,
+        target=spec if grad_buf is not None else None,
+        scores=scores_out,
+        legrad=legrad_maps,
+        gradcam=gradcam_maps,
     )
 
 

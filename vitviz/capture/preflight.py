@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from vitviz.capture.results import CaptureError
+from vitviz.capture.targets import ClassTarget, TargetError, as_target
 
 # capture() switches the model's attention path and adds hooks for the duration of a forward pass: two captures of
 # the same model at once (a GUI worker and another thread) would restore each other's flags mid-pass. Serialise them.
@@ -58,6 +59,40 @@ def resolve_targets(target: Any, B: int, K: int) -> torch.Tensor:
     if bad:
         raise ValueError(f"target class(es) {bad} out of range for a model with {K} classes (valid: 0..{K - 1})")
     return t
+
+
+def resolve_target(target: Any, B: int, K: int, features: bool) -> tuple[Any, torch.Tensor | None, bool]:
+    """What :func:`vitviz.capture.capture`'s ``target`` asks for: ``(target, classes, top)``.
+
+    ``target`` is None (no gradients), ``"top"`` / ``ClassTarget(None)`` (each image's top class, ``top`` True:
+    the classes are read from the pass), a class index / one per image / ``ClassTarget(i)`` (``classes [B]``
+    checked against ``K``), a similarity or callable target, or a function of the output. The top class of a feature
+    model (``features``: its output is an embedding) is no target: ``(None, None, False)``.
+
+    Raises:
+        ValueError (TargetError): a bad class or target, naming it.
+    """
+    if target is None:
+        return None, None, False
+    if isinstance(target, str) and target != "top":
+        raise TargetError(f"target must be a class index, one index per image, 'top', a similarity target or a "
+                          f"function of the output, got {target!r}")
+    per_image = isinstance(target, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(target, str)
+    spec = ClassTarget(None) if per_image else as_target(target)
+    if isinstance(spec, ClassTarget) and spec.index is None and not per_image:
+        if features or K <= 0:
+            return None, None, False  # no classifier: nothing to differentiate
+        return spec, None, True
+    if isinstance(spec, ClassTarget):
+        if features and K > 0:
+            raise TargetError(f"target {target!r}: this model's output is an embedding (a projection head), not class "
+                              "scores; explain a similarity target instead")
+        classes = resolve_targets(target if per_image else spec.index, B, K)
+        if not per_image:
+            return spec, classes, False
+        first = int(classes[0])
+        return (ClassTarget(first) if bool((classes == first).all()) else spec), classes, False
+    return spec, None, False
 
 
 # measured (bench/memory.py): a capture's peak is about this many attention stacks [L, B, H, N, N] on top of the

@@ -7,6 +7,7 @@ This module never imports Qt.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -30,6 +31,10 @@ class ImageCapture:
         target: the class whose logit was differentiated, or None.
         pool_attention: ``[H, N]`` the pooling head's attention over the tokens, or None.
         pool_attention_grad: ``[H, N]`` its gradient, or None.
+        target_spec: what the gradients explain (:mod:`vitviz.capture.targets`), or None.
+        score: the target's value for this image, or None.
+        legrad: LeGrad's per-layer maps ``[L, gh * gw]`` by pooling (``"mean"``, ``"model"``).
+        gradcam: GradCAM's per-layer maps ``[L, gh * gw]`` (on each block's ``norm1``), or None.
     """
 
     logits: torch.Tensor
@@ -42,6 +47,10 @@ class ImageCapture:
     target: int | None = None
     pool_attention: torch.Tensor | None = None
     pool_attention_grad: torch.Tensor | None = None
+    target_spec: Any = None
+    score: float | None = None
+    legrad: dict[str, torch.Tensor] = field(default_factory=dict)
+    gradcam: torch.Tensor | None = None
 
 
 @dataclass
@@ -63,6 +72,10 @@ class Capture:
             over all N tokens, after the final norm), or None for models that pool a token or average. Views and
             analyses use it as the "[CLS] row" of a model that has no class token.
         pool_attention_grads: ``[B, H, N]`` d(logit of the target)/d(pool_attention) when a target was given.
+        target: the target the gradients explain (:mod:`vitviz.capture.targets`), or None.
+        scores: ``[B]`` float32 the target's value per image, or None.
+        legrad: ``{pooling: [L, B, gh * gw]}`` LeGrad's per-layer maps (:mod:`vitviz.capture.gradient_maps`).
+        gradcam: ``[L, B, gh * gw]`` GradCAM's per-layer maps, or None.
     """
 
     logits: torch.Tensor
@@ -75,6 +88,10 @@ class Capture:
     targets: torch.Tensor | None = field(default=None)
     pool_attention: torch.Tensor | None = None
     pool_attention_grads: torch.Tensor | None = None
+    target: Any = None
+    scores: torch.Tensor | None = None
+    legrad: dict[str, torch.Tensor] = field(default_factory=dict)
+    gradcam: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -96,7 +113,7 @@ class Capture:
     def nbytes(self) -> int:
         """Bytes held by the stored tensors."""
         ts = [self.logits, self.attentions, self.tokens, self.attention_grads, self.targets, self.pool_attention,
-              self.pool_attention_grads]
+              self.pool_attention_grads, self.scores, self.gradcam, *self.legrad.values()]
         return sum(t.numel() * t.element_size() for t in ts if t is not None)
 
     def image(self, b: int) -> ImageCapture:
@@ -115,4 +132,8 @@ class Capture:
             target=None if self.targets is None else int(self.targets[b]),
             pool_attention=None if self.pool_attention is None else self.pool_attention[b],
             pool_attention_grad=None if self.pool_attention_grads is None else self.pool_attention_grads[b],
+            target_spec=self.target,
+            score=None if self.scores is None else float(self.scores[b]),
+            legrad={k: v[:, b] for k, v in self.legrad.items()},
+            gradcam=None if self.gradcam is None else self.gradcam[:, b],
         )

@@ -127,7 +127,7 @@ def scale_stack(result: InferenceResult | None, view: View, options: ViewOptions
     if r is None:
         return None
     if o.scale == "layers" and v.slider is not None:
-        lo, hi = v.layer_range(r)
+        lo, hi = v.slider_range(r)
         maps = [map_for(v, replace(o, **{v.slider: i})) for i in range(lo, hi + 1)]
     elif o.scale == "heads" and "head" in v.reads:
         maps = [map_for(v, replace(o, head=h)) for h in range(r.num_heads)]

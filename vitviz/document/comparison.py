@@ -145,7 +145,7 @@ def default_layers(view: views.View, result: InferenceResult, n: int = 4) -> tup
     """``n`` evenly spaced values of the view's layer slider, first and last included (all of them when fewer)."""
     if view.slider is None:
         return ()
-    lo, hi = (0, result.num_layers - 1) if view.slider == "start_layer" else view.layer_range(result)
+    lo, hi = view.slider_range(result)
     if hi - lo + 1 <= n:
         return tuple(range(lo, hi + 1))
     return tuple(dict.fromkeys(round(lo + i * (hi - lo) / (n - 1)) for i in range(n)))
@@ -260,16 +260,16 @@ def build_comparison(spec: CompareSpec, base: Session,
         if v.slider is None:
             raise ValueError(f"{v.title} does not change with the layer: choose a view with a layer slider")
         layers = spec.layers or default_layers(v, r)
-        lo, hi = (0, r.num_layers - 1) if v.slider == "start_layer" else v.layer_range(r)
+        lo, hi = v.slider_range(r)
         bad = [x for x in layers if not lo <= x <= hi]
         if bad:
             raise ValueError(f"{v.title}: layer{'s' * (len(bad) > 1)} {', '.join(map(str, bad))} out of range "
                              f"({lo} .. {hi})")
         _check_count(len(layers))
         for x in layers:
-            label = v.layer_text(x) if v.slider == "layer" else f"start layer {x}"
+            label = v.slider_text(x)
             cells.append(Cell(_cell_session(r, replace(o, view=v.key, **{v.slider: x}), pool), 0, 0, label))
-        title = f"{v.title} over {'layers' if v.slider == 'layer' else 'start layers'}"
+        title = f"{v.title} over {v.slider_label.lower()}s"
     else:  # classes
         v = _view_of(spec, base)
         if "target" not in v.reads:

@@ -197,7 +197,7 @@ def layer_figures(session: Session) -> list[FigureSpec]:
     out = []
     for i in range(lo, hi + 1):
         s.options = replace(o, scale=o.scale if o.scale == "fixed" else "layers", **{v.slider: i})
-        badge = v.layer_text(i) if v.slider == "layer" else f"start layer {i}"
+        badge = v.slider_text(i)
         spec = view_figure(s, badge=badge)
         if spec is None:
             raise ValueError(f"{v.title} is not available: {session.unavailable_reason()}")

@@ -143,12 +143,14 @@ class Session:
         v, r = self.view, self.result
         if r is None or v.slider is None:
             return (0, 0)
-        return (0, r.num_layers - 1) if v.slider == "start_layer" else v.layer_range(r)
+        return v.slider_range(r)
 
     def slider_value(self) -> int:
         """The option the layer slider shows in the current view."""
         v = self.view
-        return int(getattr(self.options, v.slider)) if v.slider else int(self.options.layer)
+        if not v.slider:
+            return int(self.options.layer)
+        return v.slider_value(self.options, self.result)
 
     def set_slider(self, value: int) -> ViewOptions:
         """Move the layer slider: sets the option the current view reads as its layer (clamped); no-op in views

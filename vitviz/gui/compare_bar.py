@@ -112,10 +112,10 @@ class CompareBar(QWidget):
         if v.slider is None:
             menu.addAction(f"{v.title} does not change with the layer").setEnabled(False)
             return
-        lo, hi = (0, r.num_layers - 1) if v.slider == "start_layer" else v.layer_range(r)
+        lo, hi = v.slider_range(r)
         chosen = self.spec.layers or cmp.default_layers(v, r)
         for x in range(lo, hi + 1):
-            text = v.layer_text(x) if v.slider == "layer" else f"start layer {x}"
+            text = v.slider_text(x)
             self._check_action(menu, text, x in chosen, lambda on, x=x, c=chosen: self._toggle("layers", x, on, c))
 
     def _fill_classes_menu(self, menu: QMenu) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, Preprocess
 from vitviz.model.vit import ViTConfig
 
+HEAD_KINDS: tuple[str, ...] = ("classifier", "projection")
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -21,6 +23,8 @@ class ModelSpec:
         source_format: "native", "timm", "torchvision", "hf", "npz", "registry" ...
         source_path: file or directory it was loaded from (None for in-memory models).
         name: a human-readable name.
+        head_kind: ``"classifier"`` (class scores) or ``"projection"``: the head maps the pooled token into an
+            embedding space (CLIP's image projection), so the output is an embedding, not class scores.
     """
 
     config: ViTConfig
@@ -29,6 +33,7 @@ class ModelSpec:
     source_format: str = "registry"
     source_path: str | None = None
     name: str = "vit"
+    head_kind: str = "classifier"
 
     @property
     def input_size(self) -> tuple[int, int]:
@@ -41,6 +46,12 @@ class ModelSpec:
     @property
     def num_classes(self) -> int:
         return self.config.num_classes
+
+    @property
+    def is_feature_model(self) -> bool:
+        """The output is an embedding (no head, or a projection head: DINO, DINOv2, CLIP, SigLIP towers), not class
+        scores: its gradient views explain a similarity target, not a class."""
+        return self.config.num_classes == 0 or self.head_kind == "projection"
 
     def label(self, index: int) -> str:
         """The class name of ``index``, or ``"class {index}"`` when the spec has no labels."""
@@ -59,6 +70,7 @@ class ModelSpec:
             "source_format": self.source_format,
             "source_path": self.source_path,
             "name": self.name,
+            "head_kind": self.head_kind,
         }
 
     @classmethod
@@ -71,6 +83,7 @@ class ModelSpec:
             source_format=d.get("source_format", "native"),
             source_path=d.get("source_path"),
             name=d.get("name", "vit"),
+            head_kind=d.get("head_kind", "classifier"),
         )
 
     def to_json(self) -> str:

@@ -30,6 +30,14 @@ def patch_text(result: "InferenceResult", query: int) -> str:
     return f"patch ({row}, {col})"
 
 
+def target_words(result: "InferenceResult") -> str | None:
+    """What the result's gradients explain, in words (a class's label, "similar to image cat.jpg" ...), or None."""
+    words = getattr(result, "target_text", None)
+    if callable(words):
+        return words()
+    return None if result.target is None else result.label(result.target)
+
+
 POOL_NOTE = "pooling head's query as the [CLS] row (no [CLS] token)"
 
 
@@ -98,6 +106,25 @@ class View:
         """The layer slider's label in this view ("Layer", "Start layer")."""
         return {"layer": "Layer", "start_layer": "Start layer"}.get(self.slider or "", "Layer")
 
+    def slider_range(self, result: "InferenceResult") -> tuple[int, int]:
+        """The slider's values (inclusive): the view's layers, or the start layers ``0 .. L-1`` of a cumulative
+        view."""
+        if self.slider is None:
+            return (0, 0)
+        return self.layer_range(result) if self.slider == "layer" else (0, result.num_layers - 1)
+
+    def slider_text(self, value: int) -> str:
+        """A slider value in words, for badges and labels ("layer 3", "start layer 3")."""
+        return self.layer_text(value) if self.slider == "layer" else f"{self.slider_label.lower()} {value}"
+
+    def slider_value(self, options: "ViewOptions", result: "InferenceResult | None") -> int:
+        """The slider option's value, a negative one counted from the end (``-1``: the last layer) once a result
+        says how many layers there are."""
+        value = int(getattr(options, self.slider or "layer"))
+        if value < 0 and result is not None and self.slider != "layer":
+            value = max(0, result.num_layers + value)
+        return value
+
     def layer_text(self, layer: int) -> str:
         """One numbering everywhere: blocks are 0 .. L-1; -1 is the embeddings (views over tokens)."""
         return "embeddings" if layer < 0 else f"layer {layer}"
@@ -129,7 +156,10 @@ class View:
         if self.needs_cls and result.num_prefix_tokens == 0 and pool_row(result) is None:
             return "the model has no [CLS] token"
         if self.needs_grads and result.attention_grads is None:
-            return "the model has no classifier (a feature model: DINO, DINOv2, CLIP, SigLIP), so no gradients"
+            if getattr(result, "num_classes", None) == 0:
+                return ("a feature model (DINO, DINOv2, CLIP, SigLIP) has no classifier: its gradient views explain a "
+                        "similarity target (similar to an image, to a patch of an image, or to a vector)")
+            return "the result has no gradients (it was analysed without a target)"
         return None
 
     def ignores_artefacts(self, options: "ViewOptions") -> bool:
@@ -145,12 +175,12 @@ class View:
         """The caption after the title, e.g. ``["tabby cat", "start layer 0", "mean of heads"]``: the target class,
         the layer (or start layer), the head(s), the options that differ from their defaults, the query patch."""
         parts = []
-        if "target" in self.reads and result is not None and result.target is not None:
-            parts.append(result.label(result.target))
+        if "target" in self.reads and result is not None and target_words(result):
+            parts.append(target_words(result))
         if "layer" in self.reads:
             parts.append(self.layer_text(options.layer))
-        elif "start_layer" in self.reads:
-            parts.append(f"start layer {options.start_layer}")
+        elif self.slider is not None:
+            parts.append(self.slider_text(self.slider_value(options, result)))
         elif self.needs_cls and self.uses_attention:
             parts.append("all layers")
         if self.needs_cls and self.uses_attention and result is not None and pool_row(result) is not None:
@@ -187,9 +217,11 @@ class View:
             parts.append(f"d{options.discard_ratio:.2f}")
         if "start_layer" in self.reads and "layer" not in self.reads:
             parts.append(f"from{options.start_layer}")
-        if "target" in self.reads and result is not None and result.target is not None:
-            label = "".join(c if c.isalnum() else "-" for c in result.label(result.target)).strip("-")
-            parts.append(label[:40] or f"class{result.target}")
+        if "target" in self.reads and result is not None and target_words(result):
+            label = "".join(c if c.isalnum() else "-" for c in target_words(result)).strip("-")
+            while "--" in label:
+                label = label.replace("--", "-")
+            parts.append(label[:40] or (f"class{result.target}" if result.target is not None else "target"))
         if self.ignores_artefacts(options):
             parts.append("noart")
         return "_".join(str(p) for p in parts)

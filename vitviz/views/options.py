@@ -66,6 +66,8 @@ class Option:
         analysis: a view may read it (:attr:`vitviz.views.View.reads`): the map depends on it and is cached by it.
         flag: the help of its ``vitviz export`` flag (:func:`cli_flags`); empty: no flag.
         setting: the key under which the window remembers it between runs (None: not remembered).
+        from_end: a negative value counts from the end of its limits (``-1``: the last layer), resolved to that
+            layer by :func:`checked` once a result says how many there are.
     """
 
     name: str
@@ -80,6 +82,7 @@ class Option:
     analysis: bool = False
     flag: str = ""
     setting: str | None = None
+    from_end: bool = False
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier() or self.name.startswith("_"):
@@ -175,6 +178,16 @@ BUILTIN_OPTIONS: tuple[Option, ...] = (
            help="the share of the map's mass the mask keeps (0: no mask)"),
     Option("mask_style", "choice", "contour", choices=MASK_STYLES, label="Draw as", labels=("Outline", "Dim the rest"),
            help="the mask drawn as its outline or by dimming the rest"),
+    # LeGrad (Bousselham et al. 2025) and GradCAM (Selvaraju et al. 2017): their layers count from the end by default
+    Option("legrad_start", "int", -2, limits=lambda r, _v: (0, r.num_layers - 1), label="Start layer", analysis=True,
+           from_end=True, help="LeGrad: the first layer summed (negative: from the end; -2, the last two layers, is "
+           "the official default)"),
+    Option("legrad_pooling", "choice", "mean", choices=("mean", "model"), label="LeGrad pooling", analysis=True,
+           labels=("Mean of all tokens (LeGrad's)", "The model's own pooling"),
+           help="LeGrad: how each layer's tokens are pooled before the head"),
+    Option("gradcam_layer", "int", -1, limits=lambda r, _v: (0, r.num_layers - 1), label="Block", analysis=True,
+           from_end=True, help="GradCAM: the block whose norm1 output is explained (negative: from the end; -1, the "
+           "last block, as pytorch-grad-cam's ViT tutorial)"),
     # feature PCA (vitviz.analysis.pca): DINOv2's demo masks the background by thresholding the first component
     Option("mask_background", "bool", False, label="Mask the background", analysis=True,
            help="feature PCA: patches low on the first component (the image's border side) left transparent"),
@@ -278,7 +291,10 @@ def checked(options: ViewOptions, result: Any = None, view: Any = None) -> ViewO
         value = getattr(options, row.name)
         new = check_value(row, value)
         if result is not None and row.limits is not None and isinstance(new, int) and not isinstance(new, bool):
-            new = _clamp(new, row.limits(result, view))
+            lo, hi = row.limits(result, view)
+            if row.from_end and new < 0:
+                new = hi + 1 + new
+            new = _clamp(new, (lo, hi))
         if new is not value:
             changes[row.name] = new
     return replace(options, **changes) if changes else options

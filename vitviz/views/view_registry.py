@@ -13,7 +13,8 @@ from vitviz.views.options import readable_options
 
 __all__ = ["all_views", "get", "register", "shortcut", "unregister"]
 
-_BUILTIN = ("cls", "query", "rollout", "grad_rollout", "relevance", "token_sim", "pos_sim", "token_norm", "feature_pca")
+_BUILTIN = ("cls", "query", "rollout", "grad_rollout", "relevance", "legrad", "gradcam", "token_sim", "pos_sim",
+            "token_norm", "feature_pca")
 _REGISTRY: dict[str, View] = {}
 
 

@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,7 +28,7 @@ def capture_module(
     model: nn.Module,
     images: torch.Tensor,
     *,
-    target: int | Sequence[int] | torch.Tensor | Literal["top"] | None = None,
+    target: Any = None,
     store_dtype: torch.dtype = torch.float32,
     grad_dtype: torch.dtype | None = None,
     store_device: torch.device | str = "cpu",
@@ -56,9 +56,9 @@ def capture_module(
         ForwardError: the module's own forward raised (naming its file and class, keeping its exception's text).
         ValueError: bad ``images`` or ``target``.
     """
+    features = False
     if isinstance(model, AdaptedModel):
-        if model.features and isinstance(target, str) and target == "top":
-            target = None  # a feature model: no class to differentiate (as capture() for a ViT without a head)
+        features = model.features
         opts = dict(model.options)
         given = dict(attention=attention, blocks=blocks, patch_size=patch_size, grid=grid,
                      num_prefix_tokens=num_prefix_tokens)
@@ -71,7 +71,8 @@ def capture_module(
         layout = origin = None
     return record_module(model, images, target=target, store_dtype=store_dtype, grad_dtype=grad_dtype,
                          store_device=store_device, attention=attention, blocks=blocks, patch_size=patch_size,
-                         grid=grid, num_prefix_tokens=num_prefix_tokens, layout=layout, origin=origin)
+                         grid=grid, num_prefix_tokens=num_prefix_tokens, layout=layout, origin=origin,
+                         features=features)
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from torch.overrides import TorchFunctionMode
 
 from vitviz.capture.foreign.explicit_attention import SDPA_ARGS, mha_forward, sdpa_explicit
 from vitviz.capture.foreign.layout_finder import Layout, Pattern, find_layout, patch_convs, short_paths
-from vitviz.capture.preflight import CAPTURE_LOCK, check_capture_memory, model_device_dtype, resolve_targets
+from vitviz.capture.preflight import CAPTURE_LOCK, check_capture_memory, model_device_dtype, resolve_target
 from vitviz.capture.results import Capture, CaptureError
+from vitviz.capture.targets import TargetError, target_scores
 
 _OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
@@ -417,10 +418,13 @@ def record_module(
     num_prefix_tokens: int | None = None,
     layout: Layout | None = None,
     origin: str | None = None,
+    features: bool = False,
 ) -> Capture:
     """Capture a bare module (arguments as :func:`vitviz.capture.foreign.capture_module`); ``layout``: one already
     found for ``attention`` / ``blocks`` (default: :func:`find_layout`, after the images are checked); ``origin``:
-    where the module comes from, for the error when its forward raises (default: :func:`module_origin`).
+    where the module comes from, for the error when its forward raises (default: :func:`module_origin`);
+    ``features``: the module's output is features (its top class is no target; a similarity target compares the
+    output).
 
     Raises:
         ForwardError: the module's own forward raised (naming ``origin``, keeping the exception's type and text).
@@ -435,19 +439,21 @@ def record_module(
     for what, dt in (("store_dtype", store_dtype), ("grad_dtype", grad_dtype)):
         if dt is not None and (not isinstance(dt, torch.dtype) or not dt.is_floating_point):
             raise ValueError(f"{what} must be a floating torch.dtype (float32, float16, bfloat16), got {dt!r}")
-    top = isinstance(target, str)
-    if top and target != "top":
-        raise ValueError(f"target must be a class index, one index per image or 'top', got {target!r}")
     B = int(images.shape[0])
     layout = layout or find_layout(model, attention=attention, blocks=blocks)
     device, dtype = model_device_dtype(model)
     x = images.to(device=device, dtype=dtype)
+    if isinstance(target, str) and target != "top":
+        raise TargetError(f"target must be a class index, one index per image, 'top', a similarity target or a "
+                          f"function of the output, got {target!r}")
+    if features and resolve_target(target, B, 0, True)[0] is None:
+        target = None  # the top class of a module whose output is features: nothing to differentiate
     want_grad = target is not None
     run = _Run(model, layout, B, store_dtype, torch.device(store_device), want_grad, device)
     convs = dict(patch_convs(model))
     conv_stride = int(convs[layout.patch_embed].stride[0]) if layout.patch_embed in convs else None
     grad_dtype = store_dtype if grad_dtype is None else grad_dtype
-    tgt = None
+    tgt = spec = scores_out = None
     with CAPTURE_LOCK:
         try:
             run.install()
@@ -472,15 +478,22 @@ def record_module(
                                        f"covers {run.N}")
                 K = int(logits.shape[1])
                 if want_grad:
+                    spec, tgt, top = resolve_target(target, B, K, features)
                     if top:
                         tgt = logits.detach().float().argmax(dim=-1).cpu()
-                    else:
-                        tgt = resolve_targets(target, B, K)
                     live = run.live
                     if not all(t is not None and t.requires_grad for t in live):
                         raise CaptureError(f"{run.name}: the attention is not part of an autograd graph; cannot take "
                                            "its gradients")
-                    sel = logits.gather(1, tgt.to(logits.device)[:, None]).sum()
+                    if spec is None:
+                        raise TargetError("the module's output is features, not class scores: give a similarity "
+                                          "target or a function of the output")
+                    scores = target_scores(spec, logits, logits if features else None, tgt)
+                    if not scores.requires_grad:
+                        raise TargetError(f"target {spec.describe()}: its value does not depend on the module's "
+                                          "output, so it has no gradient")
+                    scores_out = scores.detach().float().to(run.store_device)
+                    sel = scores.sum()
                     grads = torch.autograd.grad(sel, live, allow_unused=True)
                     unused = [run.where(i) for i, g in enumerate(grads) if g is None]
                     if len(unused) == len(grads):
@@ -506,4 +519,5 @@ def record_module(
     logits_out = torch.empty(tuple(logits.shape), dtype=torch.float32, device=run.store_device)
     logits_out.copy_(logits.detach())
     return Capture(logits=logits_out, attentions=run.attn_buf, tokens=run.tok_buf, grid=grid_, patch_size=psize,
-                   num_prefix_tokens=P, attention_grads=grad_buf, targets=tgt)
+                   num_prefix_tokens=P, attention_grads=grad_buf, targets=tgt,
+                   target=spec if grad_buf is not None else None, scores=scores_out)

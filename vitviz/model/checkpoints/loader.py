@@ -145,8 +145,14 @@ def load_checkpoint(
     src_path = None if isinstance(source, Mapping) else str(Path(source).expanduser())
     display = name or (saved_spec.name if saved_spec is not None else None) or (
         Path(src_path).name if src_path else f"{fmt} state dict")
+    if saved_spec is not None and not head_reset:
+        head_kind = saved_spec.head_kind
+    else:  # CLIP's image projection is the head of the converted model: its output is the image embedding
+        projection = fmt in ("hf-clip", "open_clip") or (fmt == "timm" and not cfg.head_bias)
+        head_kind = "projection" if projection and cfg.num_classes > 0 and labs is None and not head_reset \
+            else "classifier"
     model.spec = ModelSpec(config=cfg, preprocess=pre, labels=labs, source_format=fmt, source_path=src_path,
-                           name=display)
+                           name=display, head_kind=head_kind)
     return model
 
 

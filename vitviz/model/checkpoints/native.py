@@ -31,7 +31,7 @@ from vitviz.model.checkpoints.common import (
 from vitviz.model.layers import ACT_LAYERS, MLP_LAYERS
 from vitviz.model.pos_embed import POS_EMBED_INTERPS, REL_POS_INTERPS
 from vitviz.model.preprocess import Interpolation, Preprocess
-from vitviz.model.spec import ModelSpec
+from vitviz.model.spec import HEAD_KINDS, ModelSpec
 from vitviz.model.vit import REL_POS_BIASES, ViTConfig
 
 NAME = "native"
@@ -103,6 +103,9 @@ def parse_spec(text: str, origin: str) -> ModelSpec:
         raise bad_field(origin, "labels", "a list of strings or null", labels)
     name = want_str(origin, "name", d.get("name", "vit"))
     source_format = want_str(origin, "source_format", d.get("source_format", "native"))
+    head_kind = want_str(origin, "head_kind", d.get("head_kind", "classifier"))
+    if head_kind not in HEAD_KINDS:
+        raise bad_field(origin, "head_kind", " or ".join(map(repr, HEAD_KINDS)), head_kind)
     source_path = d.get("source_path")
     if source_path is not None:
         want_str(origin, "source_path", source_path)
@@ -111,7 +114,7 @@ def parse_spec(text: str, origin: str) -> ModelSpec:
     except ValueError as e:
         raise err(origin, f"corrupt vitviz metadata ({e})") from None
     return ModelSpec(config=config, preprocess=pre, labels=tuple(labels) if labels is not None else None,
-                     source_format=source_format, source_path=source_path, name=name)
+                     source_format=source_format, source_path=source_path, name=name, head_kind=head_kind)
 
 
 def _preprocess(origin: str, p: dict[str, Any]) -> Preprocess:

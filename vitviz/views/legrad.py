@@ -1,0 +1,74 @@
+"""LeGrad (Bousselham et al., ICCV 2025): the target's sensitivity to each layer's attention, summed over layers.
+
+Per layer l from the start layer: the target applied to the model's head on layer l's tokens (pooled as the
+official code pools: the mean over all tokens, then the final norm and head or projection; an attention-pool model's
+pool on the layer's tokens, the gradient at the pool's attention), ``ReLU(d s_l / d A_l)`` averaged over heads and
+query rows, prefix columns dropped; the map is the sum (:mod:`vitviz.capture.gradient_maps`). The default start is
+the official one (the last two layers); the slider moves it; the model's own pooling is an option.
+"""
+
+from __future__ import annotations
+
+from vitviz import analysis as A
+from vitviz.views.base import View, as_grid
+
+POOLING_WORDS = {"mean": "mean of all tokens", "model": "the model's own pooling"}
+
+
+class LeGrad(View):
+    key = "legrad"
+    title = "LeGrad"
+    reads = frozenset({"legrad_start", "legrad_pooling", "target"})
+    quantity = "LeGrad"
+    unit = "a.u."
+    needs_grads = True
+    uses_attention = False  # its gradients are taken during the pass: "ignore artefact tokens" does not change it
+    heads_note = "mean of heads"
+
+    @property
+    def slider(self):
+        return "legrad_start"
+
+    @property
+    def slider_label(self):
+        return "Start layer"
+
+    def unavailable(self, result):
+        why = super().unavailable(result)
+        if why is None and not result.legrad:
+            return "LeGrad is taken during vitviz's own ViT's pass; this model is a module vitviz adapted"
+        return why
+
+    def compute(self, result, options):
+        if self.unavailable(result):
+            return None
+        maps = result.legrad.get(options.legrad_pooling)
+        if maps is None:
+            return None
+        start = self.slider_value(options, result)
+        return as_grid(A.legrad_map(maps, start, result.grid), result.grid)
+
+    def pooling_words(self, result, options) -> str:
+        words = POOLING_WORDS[options.legrad_pooling]
+        if result is not None and result.pool_attention is not None:
+            words = ("the pooling head on each layer's tokens" if options.legrad_pooling == "mean"
+                     else "the final norm and the pooling head")
+        return words
+
+    def caption_parts(self, result, options):
+        parts = super().caption_parts(result, options)
+        if result is not None:
+            last = result.num_layers - 1
+            start = self.slider_value(options, result)
+            i = parts.index(self.slider_text(start))
+            parts[i] = f"layers {start}–{last}" if start < last else f"layer {last}"
+        parts.append(f"pooled: {self.pooling_words(result, options)}")
+        return parts
+
+    def file_stem(self, result, options):
+        stem = super().file_stem(result, options)
+        start = self.slider_value(options, result)
+        return stem.replace(self.key, f"{self.key}_from{start}_{options.legrad_pooling}", 1)
+
+
+VIEW = LeGrad()
