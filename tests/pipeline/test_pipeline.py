@@ -164,7 +164,7 @@ def test_open_a_reference_a_path_or_a_name(tiny_model, tmp_path):
 
 
 def test_open_falls_back_to_the_cpu_and_fp32_with_a_note(tiny_model, tmp_path, monkeypatch):
-    import vitviz.pipeline as pipeline_mod
+    import vitviz.pipeline.model_opening as pipeline_mod
     from vitviz.model import save_checkpoint
 
     ckpt = save_checkpoint(tiny_model, tmp_path / "tiny.safetensors")
@@ -182,7 +182,7 @@ def test_open_falls_back_to_the_cpu_and_fp32_with_a_note(tiny_model, tmp_path, m
 
 
 def test_open_refuses_a_bad_precision_before_opening(monkeypatch):
-    import vitviz.pipeline as pipeline_mod
+    import vitviz.pipeline.model_opening as pipeline_mod
 
     monkeypatch.setattr(pipeline_mod, "open_model", lambda *a, **k: pytest.fail("opened"))
     with pytest.raises(ValueError, match="precision must be one of"):

@@ -2,7 +2,7 @@
 views then sum or pick layers without another pass).
 
 * :func:`legrad_layers` (Bousselham et al., ICCV 2025; the official code WalBouss/LeGrad): for each layer ``l`` the
-  target is applied to the model's head on layer ``l``'s tokens (:func:`vitviz.capture.heads.head_on_tokens`),
+  target is applied to the model's head on layer ``l``'s tokens (:func:`vitviz.capture.model_head.head_on_tokens`),
   ``s_l``, and ``map_l = ReLU(d s_l / d A_l)`` averaged over heads and query rows, the prefix columns dropped. For an
   attention-pool model (SigLIP) the pool is applied to layer ``l``'s tokens and the gradient is taken at the pool's
   attention (its one query row). The backward of ``s_l`` stops at ``A_l``: it crosses block ``l``'s attention output
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from vitviz.capture.heads import head_on_tokens
+from vitviz.capture.model_head import head_on_tokens
 
 __all__ = ["gradcam_layers", "legrad_layers"]
 

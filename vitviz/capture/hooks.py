@@ -39,7 +39,7 @@ from torch import nn
 from vitviz.capture.foreign.adapted import capture_module
 from vitviz.capture.foreign.layout_finder import is_vitviz_model
 from vitviz.capture.gradient_maps import gradcam_layers, legrad_layers
-from vitviz.capture.heads import LEGRAD_POOLINGS, embedding_of, is_feature_model
+from vitviz.capture.model_head import LEGRAD_POOLINGS, embedding_of, is_feature_model
 from vitviz.capture.preflight import CAPTURE_LOCK, check_capture_memory, model_device_dtype, resolve_target
 from vitviz.capture.results import Capture, CaptureError
 from vitviz.capture.targets import Target, TargetError, target_scores
@@ -97,8 +97,8 @@ def capture(
             ClassTarget`; or any function of one image's output ``[K] -> 0-d tensor``. When given, the pass runs
             with autograd and ``attention_grads`` holds d(score[b])/d(attentions[l, b]). ``"top"`` on a feature model
             (no classifier) captures without gradients (``targets`` is None).
-        legrad: the poolings (``"mean"``, ``"model"``: :func:`vitviz.capture.heads.head_on_tokens`) of which LeGrad's
-            per-layer maps are taken while the graph is alive (``Capture.legrad``); needs a target.
+        legrad: the poolings (``"mean"``, ``"model"``: :func:`vitviz.capture.model_head.head_on_tokens`) of which
+            LeGrad's per-layer maps are taken while the graph is alive (``Capture.legrad``); needs a target.
         gradcam: take GradCAM's per-layer maps on every block's ``norm1`` (``Capture.gradcam``); needs a target.
         store_dtype: dtype of the stored attentions and tokens (float16 halves their memory).
         grad_dtype: dtype of the stored gradients (default: ``store_dtype``). float16 flushes magnitudes below

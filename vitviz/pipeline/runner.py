@@ -1,0 +1,221 @@
+"""One image through one model: image -> preprocess -> capture -> result. Shared by the window, the CLI and batch work.
+
+No Qt here. A :class:`Pipeline` holds a model on its device and precision and the data that depends only on the
+model (:class:`ModelData`: position embeddings at a grid, their similarity, the patch-embedding filters' principal
+components), computed once per model and grid and reused for every image. :meth:`Pipeline.run` costs one forward
+and, for a model with a classifier, one backward: without a target, the gradients are taken for the top class of
+that same forward (``capture(..., target="top")``).
+
+:meth:`Pipeline.open` is the one way to open a model by reference on a device: the reference parsed and opened
+(:mod:`vitviz.model.sources`), a foreign module adapted (:func:`open_adapted`), then placed by one fallback policy
+(:func:`placement`: a device this machine lacks -> the CPU; a precision the device lacks -> fp32; each with a note).
+"""
+
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from vitviz.capture import capture
+from vitviz.capture.foreign import AdaptedModel, is_vitviz_model
+from vitviz.capture.model_head import LEGRAD_POOLINGS, is_feature_model
+from vitviz.devices import (
+    PRECISION_CHOICES,
+    resolve_precision,
+)
+from vitviz.pipeline.image_result import InferenceResult, ModelData, PreparedImage
+from vitviz.pipeline.model_opening import DTYPES, capturable, cast_model, open_adapted, placement
+
+
+class Pipeline:
+    """A model on a device and precision, ready to turn images into :class:`InferenceResult` s.
+
+    Args:
+        model: a :class:`vitviz.model.ViT` with ``spec`` set, or an :class:`vitviz.capture.foreign.AdaptedModel`
+            (any other ViT module: open it with :meth:`open`, or adapt it with :func:`vitviz.capture.foreign.adapt`);
+            moved to ``device`` / ``precision`` here.
+        device: torch device string.
+        precision: "fp32" | "bf16" | "fp16", or "auto": bf16 where the device multiplies bf16 natively, else fp32
+            (:func:`vitviz.devices.resolve_precision`). ``precision`` is then the one chosen, ``precision_choice``
+            what was asked for.
+
+    Attributes:
+        note: what the user should be told about how the model was opened (:meth:`open`: random weights, the CPU
+            instead of a missing GPU ...), or None.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, device: str = "cpu", precision: str = "fp32"):
+        if precision not in PRECISION_CHOICES:
+            raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {precision!r}")
+        if not isinstance(model, AdaptedModel) and not is_vitviz_model(model):
+            raise TypeError(f"a Pipeline needs a vitviz ViT or an AdaptedModel, got {type(model).__name__}: open it "
+                            "with Pipeline.open(module) (or adapt it with vitviz.capture.foreign.adapt)")
+        self.precision_choice = precision  # what was asked for ("auto" included)
+        precision = resolve_precision(precision, device)
+        self.model = model
+        self.device = device
+        self.precision = precision
+        self.note: str | None = None
+        self._model_data: dict[tuple[int, int], ModelData] = {}
+        self._lock = threading.Lock()
+        model.eval()
+        cast_model(model, device, DTYPES[precision])
+
+    @classmethod
+    def open(cls, source: str | os.PathLike[str] | torch.nn.Module, *, device: str = "cpu", precision: str = "fp32",
+             progress: Any = None, show_bar: bool = True, **options: Any) -> "Pipeline":
+        """The one way to open a model on a device: ``source`` opened and adapted (:func:`open_adapted`: a model
+        reference, a checkpoint path, the user's ``file.py:ClassName`` or an ``nn.Module``), then placed by the one
+        fallback policy (:func:`placement`: a missing device -> the CPU, a precision the device lacks -> fp32).
+
+        Args:
+            source, progress, show_bar, options: as :func:`open_adapted` (``options``: ``weights`` and ``init`` for
+                the user's own module, ``adapt_options``, ``num_heads``, ``num_classes`` ... for checkpoint files).
+            device, precision: where to run it (as :class:`Pipeline`), before the fallback.
+
+        Returns:
+            The pipeline; its :attr:`note` joins what the user should be told (the model's note, the fallback's).
+
+        Raises:
+            as :func:`open_adapted`; ValueError: an unknown precision.
+        """
+        if precision not in PRECISION_CHOICES:
+            raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {precision!r}")
+        model, note = open_adapted(source, progress=progress, show_bar=show_bar, **options)
+        device, precision, moved = placement(device, precision)
+        pipeline = cls(model, device=device, precision=precision)
+        pipeline.note = "; ".join(n for n in (note, moved) if n) or None
+        return pipeline
+
+    @property
+    def spec(self):
+        return self.model.spec
+
+    def model_data(self, grid: tuple[int, int]) -> ModelData:
+        """The model-only data at ``grid``: computed on first use (by :meth:`run`, off the GUI thread), then shared."""
+        grid = (int(grid[0]), int(grid[1]))
+        with self._lock:
+            if grid not in self._model_data:
+                data = ModelData.of(self.model, grid)
+                data.pos_similarity()  # what the plots show, ready before the first result reaches the window
+                data.filters()
+                self._model_data[grid] = data
+            return self._model_data[grid]
+
+    def prepare(self, image: Any) -> PreparedImage:
+        """Preprocess one image with the model's spec (any thread: no model state is touched).
+
+        Args:
+            image: a PIL image (any mode; converted to RGB once) or a :class:`vitviz.imaging.LoadedImage`.
+        """
+        image = getattr(image, "image", image)  # LoadedImage -> PIL
+        rgb_image = image if image.mode == "RGB" else image.convert("RGB")
+        x, geometry = self.spec.preprocess.apply(rgb_image)
+        return PreparedImage(x=x, geometry=geometry, rgb=np.ascontiguousarray(np.asarray(rgb_image, dtype=np.uint8)))
+
+    def run(self, image: Any, *, source: str = "image", target: Any = None) -> InferenceResult:
+        """Preprocess one image with the model's spec, capture attention and gradients, return the result.
+
+        Args:
+            image: a PIL image (any mode; converted to RGB once) or a :class:`vitviz.imaging.LoadedImage`.
+            source: a name for captions (the file path).
+            target: what the gradient views explain (:func:`vitviz.capture.targets.as_target`: a class index, a
+                similarity target, a function of the output), or None for the top prediction of the same pass.
+
+        Returns:
+            An :class:`InferenceResult` with tensors on the CPU in float32.
+        """
+        return self.run_batch([image], sources=[source], target=target)[0]
+
+    def run_batch(self, images: Sequence[Any], *, sources: Sequence[str] | None = None,
+                  target: Any = None, gradients: bool = True, legrad: Sequence[str] = LEGRAD_POOLINGS,
+                  gradcam: bool = True) -> list[InferenceResult]:
+        """Several images at once: one forward and (with ``gradients``) one backward for the whole batch. :meth:`run` is
+        this with one image, so a map is the same whichever way it was made (up to the float round-off of a larger
+        matrix product).
+
+        Args:
+            images: PIL images, :class:`vitviz.imaging.LoadedImage` s or :class:`PreparedImage` s (from
+                :meth:`prepare`, e.g. on a loader thread). Images whose inputs differ in size (a spec without a fixed
+                crop) are captured in one pass per size.
+            sources: a name per image (default ``"image"``).
+            target: a class index or any target (:mod:`vitviz.capture.targets`) for every image, one class per image,
+                or None for each image's top class of the same pass.
+            gradients: take the attention gradients (the gradient views need them); False runs the forward only
+                (``target`` is then ignored: the results have no target and no gradients).
+            legrad, gradcam: the LeGrad poolings and GradCAM maps taken with the gradients (a vitviz ViT only; a few
+                block-sized backward steps each; :mod:`vitviz.capture.gradient_maps`).
+
+        Returns:
+            One :class:`InferenceResult` per image, in order; each image's tensors are slices of the batch's
+            (the batch's buffers live as long as any of its results).
+        """
+        prepared = [im if isinstance(im, PreparedImage) else self.prepare(im) for im in images]
+        n = len(prepared)
+        sources = ["image"] * n if sources is None else [str(s) for s in sources]
+        if len(sources) != n:
+            raise ValueError(f"{len(sources)} sources for {n} images")
+        num_classes = int(getattr(self.model, "num_classes", 0) or 0)
+        per_image = (isinstance(target, (Sequence, np.ndarray)) and not isinstance(target, str)) or (
+            isinstance(target, torch.Tensor) and target.ndim > 0)
+        single = not per_image
+        targets: list[Any] = [target] * n if single else list(target)
+        if len(targets) != n:
+            raise ValueError(f"{len(targets)} targets for {n} images")
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, p in enumerate(prepared):
+            groups.setdefault(tuple(p.x.shape), []).append(i)
+        caps: list[Any] = [None] * n
+        for idx in groups.values():
+            x = torch.stack([prepared[i].x for i in idx]).to(device=self.device, dtype=DTYPES[self.precision])
+            t = [targets[i] for i in idx]
+            # capture checks the targets' range; a model without a classifier has no gradients to take
+            want: Any = None
+            if gradients:
+                if all(v is None for v in t):
+                    want = "top"
+                elif any(v is None for v in t):
+                    raise ValueError("give a target for every image of the batch, or for none")
+                elif single:
+                    want = t[0]  # one target for all: a class, a similarity, a function
+                else:
+                    want = t if num_classes > 0 else None
+            extra: dict[str, Any] = {}
+            if is_vitviz_model(self.model) and want is not None:
+                extra = {"legrad": tuple(legrad), "gradcam": gradcam}
+            with torch.inference_mode(False):
+                cap = capture(self.model, x, target=want, store_dtype=torch.float32, **extra)
+            for b, i in enumerate(idx):
+                caps[i] = cap.image(b)
+            del cap
+        results = []
+        registers = int(getattr(getattr(self.model, "config", None), "num_reg_tokens", 0) or 0)
+        for p, cap, source in zip(prepared, caps, sources):
+            results.append(InferenceResult(
+                source=source,
+                rgb=p.rgb,
+                geometry=p.geometry,
+                capture=cap,
+                model_data=self.model_data(cap.grid),
+                model_name=getattr(self.spec, "name", "model"),
+                device=self.device,
+                precision=self.precision,
+                labels=getattr(self.spec, "labels", None),
+                num_registers=registers,
+                num_classes=(0 if is_feature_model(self.model) else int(getattr(self.model, "num_classes", 0) or 0))
+                if hasattr(self.model, "num_classes") else None,
+            ))
+        return results
+
+
+def run_inference(model: torch.nn.Module, image: Any, *, source: str = "image", target: int | None = None,
+                  device: str = "cpu", precision: str = "fp32") -> InferenceResult:
+    """One-off :meth:`Pipeline.run` (the model, adapted when it is not a vitviz ViT, is moved to ``device`` /
+    ``precision``)."""
+    return Pipeline(capturable(model), device=device, precision=precision).run(image, source=source, target=target)
