@@ -60,7 +60,7 @@ def _legrad_by_hand(model, x, score, start):
         attn, tokens = _layer_pass(model, x.clone(), layer)
         if model.attn_pool is not None:
             pool_probs = []
-            h = model.attn_pool.attn_map.register_forward_hook(lambda m, a, o: pool_probs.append(o))
+            h = model.attn_pool.attn_map.register_forward_hook(lambda m, a, o, seen=pool_probs: seen.append(o))
             model.attn_pool.fused = False
             try:
                 pooled = model.attn_pool(tokens)  # LeGrad's SigLIP rule: the pool on the layer's tokens
@@ -129,7 +129,7 @@ def test_gradcam_equals_a_direct_computation_on_norm1(family):
     P = model.num_prefix_tokens
     for layer in (len(model.blocks) - 1, 0):
         acts = {}
-        h = model.blocks[layer].norm1.register_forward_hook(lambda m, a, o: acts.__setitem__("a", o))
+        h = model.blocks[layer].norm1.register_forward_hook(lambda m, a, o, seen=acts: seen.__setitem__("a", o))
         for blk in model.blocks:
             blk.attn.fused = False
         try:

@@ -34,9 +34,9 @@ def test_default_path_is_one_forward_and_one_backward_for_the_top_class(tiny_mod
     counts = _count_passes(tiny_model, monkeypatch)
     r = p.run(_image(), source="x.png")
     # one backward for the attention gradients, then LeGrad's per-layer steps (each stops at its layer's attention)
-    # for its two poolings
-    assert counts == {"forward": 1, "backward": 1 + 2 * r.num_layers}
-    assert set(r.legrad) == {"mean", "model"} and r.gradcam is not None
+    # for the pooling asked for (by default LeGrad's own, the mean of all tokens)
+    assert counts == {"forward": 1, "backward": 1 + r.num_layers}
+    assert set(r.legrad) == {"mean"} and r.gradcam is not None
     counts.update(forward=0, backward=0)
     r = p.run_batch([_image()], sources=["x.png"], legrad=(), gradcam=False)[0]
     assert counts == {"forward": 1, "backward": 1}

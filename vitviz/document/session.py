@@ -221,7 +221,7 @@ class Session:
             return "no image has been analysed yet"
         if self.current_map() is not None:
             return None
-        return self.view.unavailable(r) or "not available for this model"
+        return self.view.unavailable_at(r, self.options) or "not available for this model"
 
     def head_maps(self, layer: int | None = None) -> np.ndarray | None:
         """Every head of ``layer`` for the per-head views: float32 ``[H, gh, gw]``.

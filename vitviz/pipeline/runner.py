@@ -24,7 +24,7 @@ import torch
 
 from vitviz.capture import capture
 from vitviz.capture.foreign import AdaptedModel, is_vitviz_model
-from vitviz.capture.model_head import LEGRAD_POOLINGS, is_feature_model
+from vitviz.capture.model_head import is_feature_model
 from vitviz.devices import (
     PRECISION_CHOICES,
     resolve_precision,
@@ -134,7 +134,7 @@ class Pipeline:
         return self.run_batch([image], sources=[source], target=target)[0]
 
     def run_batch(self, images: Sequence[Any], *, sources: Sequence[str] | None = None,
-                  target: Any = None, gradients: bool = True, legrad: Sequence[str] = LEGRAD_POOLINGS,
+                  target: Any = None, gradients: bool = True, legrad: Sequence[str] = ("mean",),
                   gradcam: bool = True) -> list[InferenceResult]:
         """Several images at once: one forward and (with ``gradients``) one backward for the whole batch. :meth:`run` is
         this with one image, so a map is the same whichever way it was made (up to the float round-off of a larger
@@ -149,8 +149,9 @@ class Pipeline:
                 or None for each image's top class of the same pass.
             gradients: take the attention gradients (the gradient views need them); False runs the forward only
                 (``target`` is then ignored: the results have no target and no gradients).
-            legrad, gradcam: the LeGrad poolings and GradCAM maps taken with the gradients (a vitviz ViT only; a few
-                block-sized backward steps each; :mod:`vitviz.capture.gradient_maps`).
+            legrad, gradcam: the LeGrad poolings (``"mean"``, ``"model"``) and GradCAM maps taken with the gradients
+                (a vitviz ViT only; LeGrad costs about one more backward per pooling, measured in bench/legrad.py;
+                :mod:`vitviz.capture.gradient_maps`).
 
         Returns:
             One :class:`InferenceResult` per image, in order; each image's tensors are slices of the batch's

@@ -162,6 +162,11 @@ class View:
             return "the result has no gradients (it was analysed without a target)"
         return None
 
+    def unavailable_at(self, result: "InferenceResult", options: "ViewOptions") -> str | None:
+        """Why this view cannot be shown for ``result`` at ``options`` (None when it can); by default
+        :meth:`unavailable`."""
+        return self.unavailable(result)
+
     def ignores_artefacts(self, options: "ViewOptions") -> bool:
         """Whether "ignore artefact tokens" changes this view's map."""
         return self.uses_attention and bool(getattr(options, "ignore_artefacts", False))

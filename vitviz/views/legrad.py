@@ -39,11 +39,19 @@ class LeGrad(View):
             return "LeGrad is taken during vitviz's own ViT's pass; this model is a module vitviz adapted"
         return why
 
+    def unavailable_at(self, result, options):
+        """Why the map cannot be shown at these options (None when it can): the pooling not taken in this pass."""
+        why = self.unavailable(result)
+        if why is None and options.legrad_pooling not in result.legrad:
+            return (f"LeGrad pooled by {POOLING_WORDS[options.legrad_pooling]} was not taken in this image's pass "
+                    "(analyse the image again)")
+        return why
+
     def compute(self, result, options):
         if self.unavailable(result):
             return None
         maps = result.legrad.get(options.legrad_pooling)
-        if maps is None:
+        if maps is None:  # taken for the other pooling only (the window re-runs the image when the pooling changes)
             return None
         start = self.slider_value(options, result)
         return as_grid(A.legrad_map(maps, start, result.grid), result.grid)
