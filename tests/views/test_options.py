@@ -45,8 +45,8 @@ def test_the_table_declares_every_field_of_view_options_in_order():
         assert getattr(defaults, row.name) == row.default
     assert O.option("mask_style").choices == O.MASK_STYLES
     assert set(O.readable_options()) == {"layer", "head", "query", "head_fusion", "discard_ratio", "start_layer",
-                                         "legrad_start", "legrad_pooling", "gradcam_layer",
-                                         "mask_background", "target"}
+                                         "legrad_start", "legrad_pooling", "legrad_correction", "gradcam_layer",
+                                         "mask_background", "pca_joint", "target"}
     with pytest.raises(ValueError, match="unknown option 'colour'"):
         O.option("colour")
 

@@ -23,11 +23,29 @@ def _layer(value: int, num_layers: int, what: str) -> int:
     return int(value) % num_layers
 
 
-def legrad_map(layer_maps: torch.Tensor, start_layer: int, grid: tuple[int, int]) -> torch.Tensor:
+def min_max(m: torch.Tensor) -> torch.Tensor:
+    """``(m - min) / (max - min)`` (zeros for a constant map), as LeGrad's official ``min_max``."""
+    lo, hi = m.min(), m.max()
+    return (m - lo) / (hi - lo) if float(hi - lo) > 0 else torch.zeros_like(m)
+
+
+NEUTRAL_THRESHOLD = 0.8  # LeGrad's official correction_threshold
+
+
+def legrad_map(layer_maps: torch.Tensor, start_layer: int, grid: tuple[int, int],
+               neutral_maps: torch.Tensor | None = None) -> torch.Tensor:
     """``[gh, gw]``: the sum of ``layer_maps [L, gh * gw]`` over layers ``start_layer .. L-1`` (negative: from the
-    end)."""
+    end).
+
+    With ``neutral_maps`` (the same for a neutral prompt, "a photo of a"), SigLIP's correction as LeGrad's official
+    code applies it: the patches where the neutral prompt's min-max normalised map exceeds 0.8 are set to 0.
+    """
     start = _layer(start_layer, int(layer_maps.shape[0]), "start layer")
-    return layer_maps[start:].float().sum(dim=0).reshape(grid)
+    m = layer_maps[start:].float().sum(dim=0)
+    if neutral_maps is not None:
+        empty = min_max(neutral_maps[start:].float().sum(dim=0))
+        m = torch.where(empty > NEUTRAL_THRESHOLD, torch.zeros_like(m), m)
+    return m.reshape(grid)
 
 
 def gradcam_map(layer_maps: torch.Tensor, layer: int, grid: tuple[int, int]) -> torch.Tensor:

@@ -42,7 +42,7 @@ from vitviz.capture.gradient_maps import gradcam_layers, legrad_layers
 from vitviz.capture.model_head import LEGRAD_POOLINGS, embedding_of, is_feature_model
 from vitviz.capture.preflight import CAPTURE_LOCK, check_capture_memory, model_device_dtype, resolve_target
 from vitviz.capture.results import Capture, CaptureError
-from vitviz.capture.targets import Target, TargetError, target_scores
+from vitviz.capture.targets import Target, TargetError, as_target, target_scores
 
 
 def _check_model(model: Any) -> list[nn.Module]:
@@ -79,6 +79,7 @@ def capture(
     store_device: torch.device | str = "cpu",
     legrad: Sequence[str] = (),
     gradcam: bool = False,
+    legrad_neutral: Target | None = None,
     **adapter_options: Any,
 ) -> Capture:
     """Run ``model`` once on ``images`` and record every layer's attention and tokens.
@@ -100,6 +101,8 @@ def capture(
         legrad: the poolings (``"mean"``, ``"model"``: :func:`vitviz.capture.model_head.head_on_tokens`) of which
             LeGrad's per-layer maps are taken while the graph is alive (``Capture.legrad``); needs a target.
         gradcam: take GradCAM's per-layer maps on every block's ``norm1`` (``Capture.gradcam``); needs a target.
+        legrad_neutral: a second target whose LeGrad maps are taken in the same graph, under the keys
+            ``"POOLING|neutral"`` (SigLIP's neutral-prompt correction: :func:`vitviz.analysis.legrad_map`).
         store_dtype: dtype of the stored attentions and tokens (float16 halves their memory).
         grad_dtype: dtype of the stored gradients (default: ``store_dtype``). float16 flushes magnitudes below
             ~6e-8 to zero; prefer float32 or bfloat16 for gradients of large models.
@@ -269,6 +272,15 @@ def capture(
                         for pooling in legrad:
                             legrad_maps[pooling] = legrad_layers(model, score, live_tok, live_attn, P,
                                                                  pooling).to(store_device, grad_dtype)
+                        if legrad_neutral is not None:
+                            neutral = as_target(legrad_neutral)
+
+                            def neutral_score(out: torch.Tensor, emb: torch.Tensor | None) -> torch.Tensor:
+                                return target_scores(neutral, out, emb, tgt)
+
+                            for pooling in legrad:
+                                legrad_maps[f"{pooling}|neutral"] = legrad_layers(
+                                    model, neutral_score, live_tok, live_attn, P, pooling).to(store_device, grad_dtype)
                 grad_buf = torch.empty((L, B, H, N, N), dtype=grad_dtype, device=store_device)
                 for i, g in enumerate(grads[:L]):
                     if g is None:

@@ -43,12 +43,19 @@ def _finish(model: nn.Module, pooled: torch.Tensor, dist_token: torch.Tensor | N
     out = model.head(pre)
     if getattr(model, "head_dist", None) is not None and dist_token is not None:
         out = (out + model.head_dist(dist_token)) / 2
-    return out, (out if is_feature_model(model) else pre)
+    return out, embedding_of(model, out, pre)
 
 
 def embedding_of(model: Any, output: torch.Tensor, head_input: torch.Tensor | None) -> torch.Tensor | None:
-    """The pooled embedding: ``output`` for a feature model, the classifier's input (``head_input``) otherwise."""
-    return output if is_feature_model(model) else head_input
+    """The pooled embedding: ``output`` for a feature model, the classifier's input (``head_input``) otherwise; for
+    prompts on a CLIP / SigLIP tower (:class:`vitviz.model.zero_shot.ZeroShotHead`) the image embedding the prompts
+    are compared with."""
+    if is_feature_model(model):
+        return output
+    head = getattr(model, "head", None)
+    if head_input is not None and hasattr(head, "embedding"):
+        return head.embedding(head_input)
+    return head_input
 
 
 def head_on_tokens(model: nn.Module, tokens: torch.Tensor, pooling: str = "mean") -> tuple[torch.Tensor,

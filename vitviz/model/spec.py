@@ -25,6 +25,8 @@ class ModelSpec:
         name: a human-readable name.
         head_kind: ``"classifier"`` (class scores) or ``"projection"``: the head maps the pooled token into an
             embedding space (CLIP's image projection), so the output is an embedding, not class scores.
+        probability: how class probabilities follow from the logits: ``"softmax"`` over the classes, or
+            ``"sigmoid"`` of each logit (SigLIP's prompts: :func:`vitviz.model.zero_shot.with_prompts`).
     """
 
     config: ViTConfig
@@ -34,6 +36,7 @@ class ModelSpec:
     source_path: str | None = None
     name: str = "vit"
     head_kind: str = "classifier"
+    probability: str = "softmax"
 
     @property
     def input_size(self) -> tuple[int, int]:

@@ -125,6 +125,7 @@ class InferenceResult:
     labels: tuple[str, ...] | None = None
     num_registers: int = 0  # register tokens (the last of the prefix tokens)
     num_classes: int | None = None  # classes of the model's head; 0: a feature model (logits are its features)
+    probability: str = "softmax"  # "sigmoid": each class's probability is its logit's sigmoid (SigLIP's prompts)
 
     # ------------------------------------------------------------------ the capture's fields
     @property
@@ -227,6 +228,10 @@ class InferenceResult:
 
     @property
     def probabilities(self) -> torch.Tensor:
+        """The classes' probabilities: the softmax of the logits, or each logit's sigmoid where the model says so
+        (SigLIP's prompts)."""
+        if self.probability == "sigmoid":
+            return torch.sigmoid(self.logits.float())
         return torch.softmax(self.logits.float(), dim=-1)
 
     def label(self, index: int) -> str:

@@ -209,6 +209,7 @@ class Pipeline:
                 precision=self.precision,
                 labels=getattr(self.spec, "labels", None),
                 num_registers=registers,
+                probability=getattr(self.spec, "probability", "softmax"),
                 num_classes=(0 if is_feature_model(self.model) else int(getattr(self.model, "num_classes", 0) or 0))
                 if hasattr(self.model, "num_classes") else None,
             ))

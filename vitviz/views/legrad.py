@@ -18,7 +18,7 @@ POOLING_WORDS = {"mean": "mean of all tokens", "model": "the model's own pooling
 class LeGrad(View):
     key = "legrad"
     title = "LeGrad"
-    reads = frozenset({"legrad_start", "legrad_pooling", "target"})
+    reads = frozenset({"legrad_start", "legrad_pooling", "legrad_correction", "target"})
     quantity = "LeGrad"
     unit = "a.u."
     needs_grads = True
@@ -54,7 +54,14 @@ class LeGrad(View):
         if maps is None:  # taken for the other pooling only (the window re-runs the image when the pooling changes)
             return None
         start = self.slider_value(options, result)
-        return as_grid(A.legrad_map(maps, start, result.grid), result.grid)
+        return as_grid(A.legrad_map(maps, start, result.grid, self.neutral(result, options)), result.grid)
+
+    @staticmethod
+    def neutral(result, options):
+        """The neutral prompt's maps when the correction applies (SigLIP prompts), else None."""
+        if not options.legrad_correction:
+            return None
+        return result.legrad.get(f"{options.legrad_pooling}|neutral")
 
     def pooling_words(self, result, options) -> str:
         words = POOLING_WORDS[options.legrad_pooling]
@@ -71,6 +78,8 @@ class LeGrad(View):
             i = parts.index(self.slider_text(start))
             parts[i] = f"layers {start}–{last}" if start < last else f"layer {last}"
         parts.append(f"pooled: {self.pooling_words(result, options)}")
+        if result is not None and self.neutral(result, options) is not None:
+            parts.append("neutral-prompt correction")
         return parts
 
     def file_stem(self, result, options):

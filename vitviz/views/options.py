@@ -185,12 +185,18 @@ BUILTIN_OPTIONS: tuple[Option, ...] = (
     Option("legrad_pooling", "choice", "mean", choices=("mean", "model"), label="LeGrad pooling", analysis=True,
            labels=("Mean of all tokens (LeGrad's)", "The model's own pooling"),
            help="LeGrad: how each layer's tokens are pooled before the head"),
+    Option("legrad_correction", "bool", True, label="Neutral-prompt correction", analysis=True,
+           help="LeGrad on SigLIP prompts: zero the patches a neutral prompt ('a photo of a') lights up, as the "
+           "official code does (only where the neutral prompt's maps were taken)"),
     Option("gradcam_layer", "int", -1, limits=lambda r, _v: (0, r.num_layers - 1), label="Block", analysis=True,
            from_end=True, help="GradCAM: the block whose norm1 output is explained (negative: from the end; -1, the "
            "last block, as pytorch-grad-cam's ViT tutorial)"),
     # feature PCA (vitviz.analysis.pca): DINOv2's demo masks the background by thresholding the first component
     Option("mask_background", "bool", False, label="Mask the background", analysis=True,
            help="feature PCA: patches low on the first component (the image's border side) left transparent"),
+    Option("pca_joint", "bool", False, label="Fit over all open images", analysis=True,
+           help="feature PCA: the components fitted on the patch tokens of every open image at that layer, so that "
+           "colours are comparable across the images"),
 )
 _TABLE: dict[str, Option] = {}  # the rows, in order: the built-in ones, then those registered
 
