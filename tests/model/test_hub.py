@@ -113,8 +113,10 @@ def test_curated_list_names_the_common_families_and_its_sizes_match_timm():
     assert groups == {"imagenet", "dino"}  # the offer: ImageNet classifiers and DINO
     known = set(timm.list_pretrained())
     for m in catalog.HUB_MODELS:
-        assert m.repo.startswith("timm/") and m.repo[5:] in known, m.repo
         assert m.group in catalog.HUB_GROUPS
+        if m.text == "hf":  # Transformers CLIPModel / SiglipModel: sizes checked in test_text_catalog.py
+            continue
+        assert m.repo.startswith("timm/") and m.repo[5:] in known, m.repo
         cfg = timm.models.get_pretrained_cfg(m.repo[5:]).to_dict()
         assert cfg["hf_hub_id"] == m.repo
         with torch.device("meta"):

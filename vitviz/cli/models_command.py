@@ -1,5 +1,6 @@
 """``vitviz models``: the named models (the curated Hugging Face Hub models by group, then torchvision's weights),
-their download size and whether they are cached. Imports neither torch nor huggingface_hub."""
+their download size, whether they are cached, and whether they have a text tower (text prompts: CLIP, SigLIP; what
+it adds to the download, fetched only when a prompt asks for it). Imports neither torch nor huggingface_hub."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         for m in (m for m in catalog.HUB_MODELS if m.group == group):
             state = "cached" if catalog.hub_is_cached(m.repo) else "not cached"
             print(f"    {m.key:<{width}s} {m.size_mb:7.1f} MB  {state:<10s}  {m.title}: {m.what}")
-            print(f"    {'':<{width}s} {m.repo}")
+            print(f"    {'':<{width}s} {m.repo}  ·  text tower: {m.text_tower()}")
     print("  Any other timm or Hugging Face id opens too: 'vitviz --model timm/MODEL.TAG', 'vitviz --model "
           "facebook/dinov2-small'.")
     rows = pretrained_listing()

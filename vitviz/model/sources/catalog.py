@@ -80,6 +80,12 @@ class HubModel:
         size_mb: download size in MB (1e6 bytes): the float32 tensors of the weights file, computed from timm's
             architecture and checked by a test; the file adds a few kB of header.
         offer: offered when a photo is opened with the bundled shapes model (first run).
+        text: where its text tower is (:mod:`vitviz.model.text`, fetched only when a prompt asks for it):
+            ``"open_clip"`` (open_clip's files in the same repository, beside timm's image tower),
+            ``"hf"`` (the same Transformers weights file, plus the tokenizer files), ``""``: none.
+        text_mb: what the text tower adds to the download in MB: open_clip's whole-model file, or the tokenizer
+            files of a Transformers repository (their weights file holds both towers).
+        text_note: why there is no text tower, and where one is (``"text"`` empty only).
     """
 
     key: str
@@ -89,6 +95,9 @@ class HubModel:
     group: str
     size_mb: float
     offer: bool = False
+    text: str = ""
+    text_mb: float = 0.0
+    text_note: str = ""
 
     @property
     def ref(self) -> str:
@@ -98,6 +107,15 @@ class HubModel:
     def label(self) -> str:
         """``"DINO ViT-S/8 · 87 MB"``: menu and button text."""
         return f"{self.title} · {self.size_mb:.0f} MB"
+
+    def text_tower(self) -> str:
+        """What ``vitviz models`` says of its text tower: ``"yes, +599 MB when asked"``, ``"yes, +1.4 MB
+        tokenizer"``, or ``"no"``."""
+        if self.text == "open_clip":
+            return f"yes, +{self.text_mb:.0f} MB when asked"
+        if self.text == "hf":
+            return f"yes, +{self.text_mb:.1f} MB tokenizer"
+        return "no"
 
 
 HUB_MODELS: tuple[HubModel, ...] = (
@@ -122,14 +140,22 @@ HUB_MODELS: tuple[HubModel, ...] = (
     HubModel("dinov2-b-reg", "timm/vit_base_patch14_reg4_dinov2.lvd142m", "DINOv2 ViT-B/14 with registers",
              "DINOv2 with 4 register tokens (Darcet et al. 2023), no classifier, 518 px", "dino", 346.3),
     HubModel("clip-b16", "timm/vit_base_patch16_clip_224.openai", "CLIP ViT-B/16 (OpenAI)",
-             "image tower of OpenAI's CLIP (Radford et al. 2021), 224 px", "language", 344.8),
+             "OpenAI's CLIP (Radford et al. 2021), 224 px; its text tower is open_clip's file beside it",
+             "language", 344.8, text="open_clip", text_mb=598.5),
     HubModel("siglip-b16", "timm/vit_base_patch16_siglip_224.webli", "SigLIP ViT-B/16",
-             "image tower of SigLIP (Zhai et al. 2023), attention-pool head, 224 px", "language", 371.5),
+             "image tower of SigLIP (Zhai et al. 2023), attention-pool head, 224 px", "language", 371.5,
+             text_note="timm's upload holds the image tower only; 'siglip-b16-hf' has both towers"),
+    HubModel("clip-b16-hf", "openai/clip-vit-base-patch16", "CLIP ViT-B/16 (OpenAI, Transformers)",
+             "OpenAI's CLIP as a Transformers CLIPModel: both towers in one file, 224 px", "language", 598.5,
+             text="hf", text_mb=1.4),
+    HubModel("siglip-b16-hf", "google/siglip-base-patch16-224", "SigLIP ViT-B/16 (Google, Transformers)",
+             "SigLIP (Zhai et al. 2023) as a Transformers SiglipModel: both towers in one file, 224 px", "language",
+             812.6, text="hf", text_mb=0.8),
 )
 HUB_BY_KEY: dict[str, HubModel] = {m.key: m for m in HUB_MODELS}
 HUB_BY_REPO: dict[str, HubModel] = {m.repo: m for m in HUB_MODELS}
 HUB_GROUPS: dict[str, str] = {"imagenet": "ImageNet classifiers", "dino": "Self-supervised (DINO, DINOv2)",
-                              "language": "Image towers of image-text models"}
+                              "language": "Image-text models (CLIP, SigLIP)"}
 
 def hub_title(repo: str) -> str:
     """The curated title of Hub repository ``repo`` (``"DINO ViT-S/8"``), else the repository id."""

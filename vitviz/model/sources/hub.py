@@ -400,6 +400,21 @@ def fetch(repo: str, *, progress: ProgressFn | None = None, show_bar: bool = Tru
     return HubFiles(repo, config, weights)
 
 
+def download_first(repo: str, names: tuple[str, ...], *, progress: ProgressFn | None = None, show_bar: bool = True,
+                   probe: bool = False) -> Path | None:
+    """The first of ``names`` that ``repo`` has, in the Hub's cache: downloaded when missing, as :func:`fetch`
+    downloads (plain HTTP, no partial file left when it fails or is cancelled); None when it has none of them.
+    ``probe``: one quick request first, so that an unreachable Hub is said at once (:func:`fetch` does the same).
+
+    Raises:
+        DownloadCancelled, PretrainedError: as :func:`fetch`.
+    """
+    if probe:
+        _probe(repo)
+    with _plain_http(), _no_partial_files(repo):
+        return next((p for n in names if (p := _download(repo, n, progress=progress, show_bar=show_bar))), None)
+
+
 def load_hub(repo: str, *, progress: ProgressFn | None = None, show_bar: bool = True):
     """The model of Hub repository ``repo``, downloaded once (:func:`fetch`) and opened with
     :func:`~vitviz.model.load_checkpoint` (its own config says the architecture and preprocessing).

@@ -1,0 +1,155 @@
+"""Tiny image-text models with random weights, written as their libraries write them, for the text-tower tests
+(tests/model/test_text_*.py) and the corpus (tests/corpus/test_text_corpus.py): open_clip folders (its hub layout),
+Hugging Face ``CLIPModel`` / ``SiglipModel`` folders (``save_pretrained``), CLIP's vocabulary files and a
+SentencePiece model trained here. Nothing downloads: CLIP's BPE vocabulary is the one inside open_clip."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import torch
+from family_helpers import randomise_
+from safetensors.torch import save_file
+
+# strings where tokenizers go wrong: unicode, accents, emoji, punctuation, whitespace runs, HTML, mojibake,
+# over-long prompts, empty and blank strings
+TRICKY = [
+    "a photo of a cat.", "A Photo Of A CAT!", "", " ", "   \t\n ", "a  red   car", "tab\tnew\nline\r\nend",
+    "Café NAÏVE über Straße", "e\u0301te\u0301 (combining accents)", "🐱🚗 emoji!! 👩‍👩‍👧", "it's what's they're",
+    "&amp; &lt;b&gt; tags", "cafÃ© mojibake", "ｆｕｌｌｗｉｄｔｈ letters", "ﬁ ligature", "x²³ ½ ⅓", "日本語のテキスト",
+    "Ελληνικά ΣΑΣ", "hot_dog hot-dog", "...,;:!?", "(a) [b] {c} <d>", "a" * 300, " ".join(["word"] * 100),
+    "numbers 1234567890 and 3.14159", "mixed: Ünïcödé & ASCII — dashes – and “quotes”", "\u200bzero\u200bwidth",
+]
+
+
+def clip_vocab_files(folder: Path) -> Path:
+    """OpenAI's CLIP vocabulary as a Hugging Face folder has it: ``vocab.json`` + ``merges.txt`` (from open_clip's
+    ``bpe_simple_vocab_16e6.txt.gz``)."""
+    import open_clip
+    from open_clip.tokenizer import SimpleTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = {"<start_of_text>": "<|startoftext|>", "<end_of_text>": "<|endoftext|>"}
+    vocab = {names.get(k, k): v for k, v in SimpleTokenizer().encoder.items()}
+    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    merges = gzip.open(open_clip.tokenizer.default_bpe()).read().decode("utf-8").split("\n")[1:49152 - 256 - 2 + 1]
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    return folder
+
+
+def sentencepiece_model(folder: Path) -> Path:
+    """A tiny SentencePiece unigram model with T5's / SigLIP's special ids (pad 0, ``</s>`` 1, ``<unk>`` 2) and
+    nmt_nfkc normalisation, trained here on words of the tricky strings."""
+    import sentencepiece as spm
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(0)
+    words = ("a photo of the cat dog red car blue sky house tree person running in on with big small café naïve "
+             "über straße hello world it's numbers emoji 🐱 ümlaut ελληνικά 日本語 hot dog word tags").split()
+    lines = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(3000)]
+    (folder / "corpus.txt").write_text("\n".join(lines), encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(folder / "corpus.txt"), model_prefix=str(folder / "sp"), vocab_size=120, model_type="unigram",
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, character_coverage=1.0, hard_vocab_limit=False,
+        normalization_rule_name="nmt_nfkc", minloglevel=2)
+    return folder / "sp.model"
+
+
+# --------------------------------------------------------------------------------------------------------- open_clip
+def open_clip_cfg(quick_gelu: bool, *, siglip: bool = False, tokenizer: str | None = None) -> dict:
+    """A small open_clip ``model_cfg``: a native ViT image tower and a text tower (CLIP's, or SigLIP-like: no causal
+    mask, last-token pooling, projection with bias, LayerNorm eps 1e-6, ``hf_tokenizer_name``)."""
+    text = dict(context_length=77, vocab_size=49408, width=32, heads=2, layers=2)
+    if siglip:
+        text = dict(context_length=64, vocab_size=120, width=32, heads=2, layers=2, no_causal_mask=True,
+                    pool_type="last", proj_bias=True, norm_kwargs={"eps": 1e-6}, hf_tokenizer_name=tokenizer,
+                    tokenizer_kwargs={"clean": "canonicalize"}, act_kwargs={"approximate": "tanh"})
+    cfg = dict(embed_dim=16, quick_gelu=quick_gelu, text_cfg=text,
+               vision_cfg=dict(layers=2, width=32, head_width=16, patch_size=8, image_size=32))
+    if siglip:
+        cfg.update(custom_text=True, init_logit_bias=-10.0)
+    return cfg
+
+
+def open_clip_model(cfg: dict):
+    """The open_clip model of ``cfg`` with random weights (eval mode)."""
+    import open_clip
+
+    torch.manual_seed(0)
+    kw = {k: v for k, v in cfg.items() if k not in ("custom_text",)}
+    kw["text_cfg"] = {k: v for k, v in kw["text_cfg"].items() if k not in ("hf_tokenizer_name", "tokenizer_kwargs")}
+    model = (open_clip.CustomTextCLIP if cfg.get("custom_text") else open_clip.CLIP)(**kw)
+    return randomise_(model)
+
+
+def write_open_clip_folder(folder: Path, model, cfg: dict, *, fmt: str = "safetensors") -> Path:
+    """open_clip's hub layout: ``open_clip_config.json`` (``model_cfg``, ``preprocess_cfg``) and
+    ``open_clip_model.safetensors`` or ``open_clip_pytorch_model.bin``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if fmt == "safetensors":
+        save_file(sd, str(folder / "open_clip_model.safetensors"))
+    else:
+        torch.save(sd, folder / "open_clip_pytorch_model.bin")
+    (folder / "open_clip_config.json").write_text(json.dumps({
+        "model_cfg": cfg, "preprocess_cfg": {"mean": [0.48145466, 0.4578275, 0.40821073],
+                                             "std": [0.26862954, 0.26130258, 0.27577711]}}), encoding="utf-8")
+    return folder
+
+
+# --------------------------------------------------------------------------------------------------- Transformers
+def hf_clip_model(eos_token_id: int = 49407):
+    """A tiny ``CLIPModel`` (CLIP's real 49,408-token vocabulary, 77 positions) with random weights."""
+    from transformers import CLIPConfig, CLIPModel
+
+    cfg = CLIPConfig(
+        text_config=dict(vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, max_position_embeddings=77, eos_token_id=eos_token_id),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+        projection_dim=16)
+    torch.manual_seed(0)
+    return randomise_(CLIPModel(cfg))
+
+
+def write_hf_clip_folder(folder: Path, model, *, vocab: str = "files") -> Path:
+    """``save_pretrained`` and the tokenizer: ``vocab="files"`` (vocab.json + merges.txt, as openai/clip-* have),
+    ``"fast"`` (tokenizer.json only, as transformers 5 saves it) or ``"none"``."""
+    from transformers import CLIPTokenizer
+
+    model.save_pretrained(folder)
+    if vocab == "files":
+        clip_vocab_files(folder)
+    elif vocab == "fast":
+        CLIPTokenizer.from_pretrained(str(clip_vocab_files(folder.parent / "vocab"))).save_pretrained(folder)
+        for name in ("vocab.json", "merges.txt"):
+            (folder / name).unlink(missing_ok=True)
+    return folder
+
+
+def hf_siglip_model(vocab_size: int):
+    """A tiny ``SiglipModel`` (64 positions, attention-pool image head) with random weights."""
+    from transformers import SiglipConfig, SiglipModel
+
+    cfg = SiglipConfig(
+        text_config=dict(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, max_position_embeddings=64, pad_token_id=1, bos_token_id=None,
+                         eos_token_id=1),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=8))
+    torch.manual_seed(0)
+    return randomise_(SiglipModel(cfg))
+
+
+def write_hf_siglip_folder(folder: Path, model, sp_model: Path | None) -> Path:
+    """``save_pretrained`` and ``SiglipTokenizer(sp_model).save_pretrained`` (``spiece.model`` and its settings);
+    ``sp_model=None``: no tokenizer."""
+    from transformers import SiglipTokenizer
+
+    model.save_pretrained(folder)
+    if sp_model is not None:
+        SiglipTokenizer(str(sp_model)).save_pretrained(folder)
+    return folder

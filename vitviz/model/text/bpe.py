@@ -1,0 +1,205 @@
+"""CLIP's byte-level BPE tokenizer, as OpenAI's ``simple_tokenizer`` and open_clip's ``SimpleTokenizer``: 77 tokens.
+
+Why our own ~150 lines rather than a library: the reference is OpenAI's training-time tokenizer (copied by open_clip),
+and the libraries that ship a CLIP tokenizer do not reproduce it: ``transformers``' ``CLIPTokenizer`` (a
+``tokenizers`` BPE since transformers 5) normalises with NFC only, where OpenAI's cleans with ``ftfy.fix_text`` and
+unescapes HTML twice, so it differs on ``&amp;``, mojibake (``cafÃ©``), full-width letters and ligatures (``ﬁ``);
+open_clip itself would add torch-vision, timm and its model zoo as a dependency for one file. The rules here are the
+reference's, line by line:
+
+1. clean (``clean="lower"``, the default of every CLIP model): ``ftfy.fix_text``, ``html.unescape`` twice, strip;
+   whitespace runs to one space; lower-case. (``"whitespace"``: no lower-casing; ``"canonicalize"``: big_vision's,
+   see :func:`vitviz.model.text.cleaning.canonicalize` — the choices of open_clip's ``tokenizer_kwargs.clean``);
+2. split with the regular expression ``<special>|'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|[^\\s\\p{L}\\p{N}]+``
+   (case-insensitive; ``regex`` for the Unicode classes, as the reference);
+3. each piece's UTF-8 bytes as printable characters (``bytes_to_unicode``), merged pair by pair by the merge ranks, the
+   last symbol of a word carrying ``</w>``;
+4. ``[start] + ids + [end]``; longer than the context: cut to it, the last token replaced by the end token; padded
+   with 0 (the ids after the end token never reach the pooled embedding: the text tower is causal and pools at the end
+   token).
+
+The vocabulary: the folder's ``vocab.json`` + ``merges.txt`` or ``tokenizer.json`` (Hugging Face CLIP folders), else
+the copy shipped with vitviz (``clip_bpe_merges.txt.gz``: the 48,894 merges that OpenAI's
+``bpe_simple_vocab_16e6.txt.gz`` contributes to the 49,408-token vocabulary, Copyright (c) 2021 OpenAI, MIT licence;
+a test checks it against open_clip's copy), used by open_clip folders and OpenAI's weights, which carry none.
+``ftfy`` and ``regex`` are the optional extra ``vitviz[text]``, imported on first use. No Qt, no torch at import.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from vitviz.model.text.cleaning import TokenizerError, clean, need
+
+MERGES_FILE = Path(__file__).with_name("clip_bpe_merges.txt.gz")
+NUM_MERGES = 49152 - 256 - 2  # open_clip / OpenAI: merges[1 : 49152 - 256 - 2 + 1] of the 16e6 file
+CLEAN_MODES = ("lower", "whitespace", "canonicalize")
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """OpenAI's reversible map from the 256 bytes to printable characters (the BPE works on those)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# vocabularies
+# ---------------------------------------------------------------------------------------------------------------------
+def openai_vocab() -> tuple[list[tuple[str, str]], dict[str, int]]:
+    """The merges shipped with vitviz and the vocabulary OpenAI builds from them (bytes, bytes + ``</w>``, one token
+    per merge, then the start and end tokens named as open_clip names them)."""
+    try:
+        lines = gzip.decompress(MERGES_FILE.read_bytes()).decode("utf-8").split("\n")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise TokenizerError(f"{MERGES_FILE}: cannot read CLIP's BPE merges ({e}); reinstall vitviz") from None
+    merges = [tuple(m.split()) for m in lines[:NUM_MERGES]]
+    if len(merges) != NUM_MERGES or any(len(m) != 2 for m in merges):
+        raise TokenizerError(f"{MERGES_FILE}: not {NUM_MERGES} BPE merges; reinstall vitviz")
+    symbols = list(bytes_to_unicode().values())
+    symbols += [s + "</w>" for s in symbols] + ["".join(m) for m in merges] + ["<start_of_text>", "<end_of_text>"]
+    return merges, {s: i for i, s in enumerate(symbols)}  # type: ignore[return-value]
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise TokenizerError(f"{path}: cannot read the tokenizer ({e})") from None
+
+
+def hf_vocab(vocab_json: Path, merges_txt: Path) -> tuple[list[tuple[str, str]], dict[str, int]]:
+    """A Hugging Face CLIP folder's ``vocab.json`` and ``merges.txt`` (``#version`` header skipped)."""
+    vocab = _json(vocab_json)
+    if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
+        raise TokenizerError(f"{vocab_json}: not a vocabulary (a JSON object of token -> id)")
+    try:
+        lines = merges_txt.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TokenizerError(f"{merges_txt}: cannot read the BPE merges ({e})") from None
+    merges = [tuple(x.split()) for x in lines if x and not x.startswith("#version")]
+    if any(len(m) != 2 for m in merges):
+        raise TokenizerError(f"{merges_txt}: a line is not two symbols separated by a space")
+    return merges, vocab  # type: ignore[return-value]
+
+
+def fast_vocab(tokenizer_json: Path) -> tuple[list[tuple[str, str]], dict[str, int]]:
+    """The BPE model of a ``tokenizer.json`` (``model.vocab``, ``model.merges`` as ``"a b"`` or ``["a", "b"]``), its
+    added tokens included."""
+    data = _json(tokenizer_json)
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise TokenizerError(f"{tokenizer_json}: not a BPE tokenizer (CLIP's is one)")
+    vocab = dict(model["vocab"])
+    for t in data.get("added_tokens") or []:
+        if isinstance(t, dict) and isinstance(t.get("content"), str) and isinstance(t.get("id"), int):
+            vocab.setdefault(t["content"], t["id"])
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model.get("merges") or []]
+    if any(len(m) != 2 for m in merges):
+        raise TokenizerError(f"{tokenizer_json}: a BPE merge is not two symbols")
+    return merges, vocab  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the tokenizer
+# ---------------------------------------------------------------------------------------------------------------------
+class BpeTokenizer:
+    """CLIP's tokenizer over one vocabulary (see the module docstring).
+
+    Args:
+        merges, vocab: the BPE merges in rank order and the token ids (:func:`openai_vocab`, :func:`hf_vocab`,
+            :func:`fast_vocab`).
+        specials: the start and end tokens as written in ``vocab`` (``<start_of_text>`` in open_clip's naming,
+            ``<|startoftext|>`` in OpenAI's and Hugging Face's); typed in a prompt, they are these tokens, as in the
+            references.
+        context_length: tokens per prompt (77 for every CLIP model).
+        clean_mode: ``"lower"``, ``"whitespace"`` or ``"canonicalize"``.
+    """
+
+    def __init__(self, merges: list[tuple[str, str]], vocab: dict[str, int], *,
+                 specials: tuple[str, str] = ("<start_of_text>", "<end_of_text>"), context_length: int = 77,
+                 clean_mode: str = "lower", origin: str = "CLIP tokenizer"):
+        regex = need("regex")
+        need("ftfy")
+        if clean_mode not in CLEAN_MODES:
+            raise TokenizerError(f"{origin}: unknown text cleaning {clean_mode!r} (known: {', '.join(CLEAN_MODES)})")
+        missing = [s for s in specials if s not in vocab]
+        if missing:
+            raise TokenizerError(f"{origin}: the vocabulary has no {' or '.join(missing)} token")
+        self.encoder = vocab
+        self.ranks = {m: i for i, m in enumerate(merges)}
+        self.byte_encoder = bytes_to_unicode()
+        self.specials = specials
+        self.sot_id, self.eot_id = vocab[specials[0]], vocab[specials[1]]
+        self.context_length = int(context_length)
+        self.clean_mode = clean_mode
+        self.origin = origin
+        self.cache: dict[str, list[str]] = {s: [s] for s in specials}
+        alternatives = "|".join(regex.escape(s) for s in specials)
+        self.pattern = regex.compile(alternatives + r"""|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+""",
+                                     regex.IGNORECASE)
+
+    def bpe(self, token: str) -> list[str]:
+        """The BPE symbols of one pre-token (already as byte characters), the reference's merge loop."""
+        cached = self.cache.get(token)
+        if cached is not None:
+            return cached
+        word = tuple(token[:-1]) + (token[-1] + "</w>",)
+        while len(word) > 1:
+            pairs = {(a, b) for a, b in zip(word, word[1:])}
+            bigram = min(pairs, key=lambda p: self.ranks.get(p, float("inf")))
+            if bigram not in self.ranks:
+                break
+            first, second = bigram
+            merged: list[str] = []
+            i = 0
+            while i < len(word):
+                if i < len(word) - 1 and word[i] == first and word[i + 1] == second:
+                    merged.append(first + second)
+                    i += 2
+                else:
+                    merged.append(word[i])
+                    i += 1
+            word = tuple(merged)
+        if len(self.cache) > 50_000:
+            self.cache = {s: [s] for s in self.specials}
+        self.cache[token] = list(word)
+        return self.cache[token]
+
+    def encode(self, text: str) -> list[int]:
+        """The ids of ``text`` without start, end or padding."""
+        ids: list[int] = []
+        for piece in self.pattern.findall(clean(text, self.clean_mode)):
+            chars = piece if piece in self.specials else "".join(self.byte_encoder[b] for b in piece.encode("utf-8"))
+            for symbol in self.bpe(chars):
+                try:
+                    ids.append(self.encoder[symbol])
+                except KeyError:
+                    raise TokenizerError(f"{self.origin}: the vocabulary has no token {symbol!r} (an incomplete "
+                                         "vocab.json?)") from None
+        return ids
+
+    def ids(self, text: str) -> list[int]:
+        """``[start] + ids + [end]`` cut to the context (the end token kept), padded with 0."""
+        tokens = [self.sot_id, *self.encode(text), self.eot_id]
+        if len(tokens) > self.context_length:
+            tokens = tokens[:self.context_length]
+            tokens[-1] = self.eot_id
+        return tokens + [0] * (self.context_length - len(tokens))
+
+    def __call__(self, texts: list[str]):
+        """``LongTensor [len(texts), context_length]``."""
+        import torch
+
+        return torch.tensor([self.ids(t) for t in texts], dtype=torch.long).reshape(len(texts), self.context_length)

@@ -1,0 +1,189 @@
+"""Finding and opening a model's text tower where its image tower came from: a folder, a file or a Hub model. No Qt.
+
+================================  ==================================================  ===============================
+source                            weights                                             tokenizer
+================================  ==================================================  ===============================
+HF ``CLIPModel`` folder           ``model.safetensors`` / ``pytorch_model.bin``       ``vocab.json`` + ``merges.txt``,
+(``config.json``, ``clip``)       (``text_model.*``, ``text_projection``)             else ``tokenizer.json``
+HF ``SiglipModel`` folder         likewise (``text_model.*`` with ``head``)            ``spiece.model``, else
+(``config.json``, ``siglip``)                                                         ``tokenizer.json``
+open_clip folder                  ``open_clip_model.safetensors`` /                   ``text_cfg.hf_tokenizer_name``:
+(``open_clip_config.json``)       ``open_clip_pytorch_model.bin``                     the folder's ``tokenizer.json``
+                                                                                      / ``spiece.model``; else CLIP's
+                                                                                      BPE (shipped with vitviz)
+an open_clip / OpenAI state dict  the file (OpenAI's rules: heads = width / 64)       CLIP's BPE (shipped)
+``hub:OWNER/NAME``                downloaded when asked (:mod:`.fetching`)            likewise
+================================  ==================================================  ===============================
+
+A timm folder whose ``config.json`` names an architecture and that has no ``open_clip_config.json`` (timm's
+image-only uploads) has no text tower; nor do ``CLIPVisionModel`` / ``SiglipVisionModel`` folders, torchvision's
+weights, the demo model and random weights. :func:`text_tower_reason` says so without reading any weights;
+:func:`open_text_tower` raises :class:`TextTowerError` with the same one line (the folder or file first, then the
+cause), or names the missing tokenizer file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+CLIP_VOCAB = ("vocab.json", "merges.txt")
+FAST_TOKENIZER = "tokenizer.json"
+SPIECE = "spiece.model"
+TEXT_MODEL_TYPES = {"clip": "hf-clip", "siglip": "hf-siglip"}
+
+
+class TextTowerError(ValueError):
+    """No text tower can be opened from a source; the message is one line: the source, then the cause."""
+
+
+@dataclass
+class TextSource:
+    """Where a text tower's parts are (no weights read yet).
+
+    Attributes:
+        origin: what messages name (the folder, or the file).
+        weights: the checkpoint file holding the text tower.
+        kind: ``"hf"`` (a Transformers folder), ``"open_clip"`` (a folder with ``open_clip_config.json``) or
+            ``"file"`` (a bare state dict).
+        settings: HF ``text_config`` or open_clip ``model_cfg`` (None: none).
+        open_clip_config: the whole ``open_clip_config.json`` (for the activation rule), else None.
+        tokenizer: ``("bpe", None)`` (CLIP's shipped BPE), ``("bpe", folder)`` (vocab.json + merges.txt or
+            tokenizer.json in ``folder``), ``("pieces", file)`` (spiece.model or tokenizer.json).
+        clean: the tokenizer's text cleaning (:mod:`.cleaning`).
+        tokenizer_settings: ``tokenizer_config.json`` / ``special_tokens_map.json``.
+        family_hint: ``"siglip"`` for a Transformers SigLIP folder, else None (the tensors decide).
+    """
+
+    origin: str
+    weights: Path
+    kind: str
+    settings: dict[str, Any] | None = None
+    open_clip_config: dict[str, Any] | None = None
+    tokenizer: tuple[str, Path | None] = ("bpe", None)
+    clean: str = "lower"
+    tokenizer_settings: dict[str, Any] = field(default_factory=dict)
+    family_hint: str | None = None
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise TextTowerError(f"{path}: cannot read it ({e})") from None
+    if not isinstance(obj, dict):
+        raise TextTowerError(f"{path}: not a JSON object of settings")
+    return obj
+
+
+def _first_file(folder: Path, names: tuple[str, ...]) -> Path | None:
+    return next((folder / n for n in names if (folder / n).is_file()), None)
+
+
+def _weights(folder: Path, names: tuple[str, ...], what: str) -> Path:
+    w = _first_file(folder, names)
+    if w is None:
+        raise TextTowerError(f"{folder}: {what} has no weights file ({' or '.join(names)})")
+    return w
+
+
+def _where(folder: Path | None, origin: str) -> str:
+    """`` in FOLDER`` when the tokenizer is looked for elsewhere than the source itself, else nothing."""
+    return "" if folder is None or str(folder) == origin else f" in {folder}"
+
+
+def _hf_tokenizer(folder: Path, siglip: bool, origin: str) -> tuple[str, Path | None]:
+    if siglip:
+        path = _first_file(folder, (SPIECE, FAST_TOKENIZER))
+        if path is None:
+            raise TextTowerError(f"{origin}: the SigLIP tokenizer is missing ({SPIECE} or "
+                                 f"{FAST_TOKENIZER}{_where(folder, origin)})")
+        return "pieces", path
+    if all((folder / n).is_file() for n in CLIP_VOCAB) or (folder / FAST_TOKENIZER).is_file():
+        return "bpe", folder
+    raise TextTowerError(f"{origin}: the CLIP tokenizer is missing (vocab.json and merges.txt, or "
+                         f"{FAST_TOKENIZER}{_where(folder, origin)})")
+
+
+def open_clip_tokenizer(config: dict[str, Any], folder: Path | None,
+                        origin: str) -> tuple[tuple[str, Path | None], str]:
+    """The tokenizer ``open_clip_config.json`` names and its cleaning: ``text_cfg.hf_tokenizer_name`` -> the files in
+    ``folder`` (open_clip's ``local-dir`` rule; the fetched tokenizer folder for Hub models), cleaning
+    ``tokenizer_kwargs.clean`` (default ``"whitespace"``, as open_clip's ``HFTokenizer``); else CLIP's BPE, cleaning
+    default ``"lower"``."""
+    text_cfg = (config.get("model_cfg") or {}).get("text_cfg") or {}
+    kwargs = text_cfg.get("tokenizer_kwargs") or {}
+    name = text_cfg.get("hf_tokenizer_name")
+    if text_cfg.get("tokenizer_mode"):
+        raise TextTowerError(f"{origin}: open_clip tokenizer mode {text_cfg['tokenizer_mode']!r} is not supported")
+    if not name:
+        return ("bpe", None), str(kwargs.get("clean", "lower"))
+    path = _first_file(folder, (FAST_TOKENIZER, SPIECE)) if folder is not None else None
+    if path is None:
+        raise TextTowerError(f"{origin}: the tokenizer that open_clip_config.json names ({name}) is missing "
+                             f"({FAST_TOKENIZER} or {SPIECE}{_where(folder, origin)})")
+    return ("pieces", path), str(kwargs.get("clean", "whitespace"))
+
+
+def _settings(folder: Path) -> dict[str, Any]:
+    """The tokenizer settings of ``folder`` (:func:`vitviz.model.text.pieces.read_settings`), as a
+    :class:`TextTowerError`."""
+    from vitviz.model.text.cleaning import TokenizerError
+    from vitviz.model.text.pieces import read_settings
+
+    try:
+        return read_settings(folder)
+    except TokenizerError as e:
+        raise TextTowerError(str(e)) from None
+
+
+def locate(path: str | os.PathLike[str], *, tokenizer_folder: Path | None = None) -> TextSource:
+    """The text tower's parts in a folder or beside a file (see the module docstring); reads JSON and file names
+    only. ``tokenizer_folder``: where open_clip's named tokenizer is, when not in the folder (Hub downloads).
+
+    Raises:
+        TextTowerError: no text tower there (the reason), or a missing tokenizer / weights file.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise TextTowerError(f"{p}: no such file or directory")
+    folder, chosen = (p, None) if p.is_dir() else (p.parent, p)
+    origin = str(p)
+    config = _json_object(folder / "config.json") if (folder / "config.json").is_file() else None
+    oc_file = folder / "open_clip_config.json"
+    model_type = config.get("model_type") if config else None
+    if config is not None and model_type in TEXT_MODEL_TYPES and (chosen is None or chosen.name in HF_WEIGHTS):
+        siglip = model_type == "siglip"
+        weights = chosen or _weights(folder, HF_WEIGHTS, f"a Hugging Face {model_type!r} model")
+        return TextSource(origin, weights, "hf", settings=config.get("text_config") or {},
+                          tokenizer=_hf_tokenizer(folder, siglip, origin), clean="siglip" if siglip else "lower",
+                          tokenizer_settings=_settings(folder), family_hint="siglip" if siglip else None)
+    if oc_file.is_file() and (chosen is None or chosen.name in OPEN_CLIP_WEIGHTS):
+        oc = _json_object(oc_file)
+        weights = chosen or _weights(folder, OPEN_CLIP_WEIGHTS, "an open_clip model")
+        tok_folder = tokenizer_folder or folder
+        tokenizer, clean = open_clip_tokenizer(oc, tok_folder, origin)
+        return TextSource(origin, weights, "open_clip", settings=oc.get("model_cfg") or None, open_clip_config=oc,
+                          tokenizer=tokenizer, clean=clean,
+                          tokenizer_settings=_settings(tok_folder) if tokenizer[0] == "pieces" else {})
+    if chosen is None:  # a folder without a text-tower config
+        reason = folder_reason(folder, config, model_type)
+        raise TextTowerError(f"{folder}: {reason}")
+    return TextSource(origin, chosen, "file")
+
+
+def folder_reason(folder: Path, config: dict[str, Any] | None, model_type: Any) -> str:
+    """Why a folder without a CLIP / SigLIP / open_clip config has no text tower."""
+    if config is not None and isinstance(config.get("architecture"), str):
+        return (f"a timm image-only checkpoint ({config['architecture']}): it has no text tower (timm keeps the image "
+                "tower only; open the open_clip or Hugging Face release of the model for its text tower)")
+    if isinstance(model_type, str):
+        return f"a Hugging Face {model_type!r} model (an image tower only): it has no text tower"
+    files = sorted(q.name for q in folder.iterdir())[:8] if folder.is_dir() else []
+    return (f"no text tower: neither a Hugging Face CLIPModel / SiglipModel folder (config.json) nor an open_clip "
+            f"folder (open_clip_config.json) (found: {', '.join(files) or 'nothing'})")
