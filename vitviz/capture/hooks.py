@@ -42,7 +42,7 @@ from vitviz.capture.gradient_maps import gradcam_layers, legrad_layers
 from vitviz.capture.model_head import LEGRAD_POOLINGS, embedding_of, is_feature_model
 from vitviz.capture.preflight import CAPTURE_LOCK, check_capture_memory, model_device_dtype, resolve_target
 from vitviz.capture.results import Capture, CaptureError
-from vitviz.capture.targets import Target, TargetError, as_target, target_scores
+from vitviz.capture.targets import Target, TargetError, Text, as_target, target_scores
 
 
 def _check_model(model: Any) -> list[nn.Module]:
@@ -144,6 +144,8 @@ def capture(
         raise CaptureError(f"blocks have different head counts {heads}; attentions cannot be stacked")
     H = heads[0]
     num_classes = int(getattr(model, "num_classes", 0))
+    if isinstance(target, Text):
+        target = target.resolve(model)
     spec, classes, top = resolve_target(target, B, num_classes, is_feature_model(model))
     legrad = tuple(legrad)
     bad = [p for p in legrad if p not in LEGRAD_POOLINGS]

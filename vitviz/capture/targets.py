@@ -29,7 +29,7 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-__all__ = ["CallableTarget", "ClassTarget", "SimilarityTarget", "Target", "TargetError", "as_target",
+__all__ = ["CallableTarget", "ClassTarget", "SimilarityTarget", "Target", "TargetError", "Text", "as_target",
            "target_scores"]
 
 
@@ -147,6 +147,49 @@ class CallableTarget:
 
     def describe(self, labels: Any = None) -> str:
         return f"{self.name}(output)"
+
+
+@dataclass(frozen=True, eq=False)
+class Text:
+    """A text prompt as the target (CLIP, SigLIP): the family's image-text score of ``prompt``, resolved by
+    :meth:`resolve` into a :class:`SimilarityTarget` (the prompt's text embedding, ``logit_scale``, SigLIP's
+    ``logit_bias``) with the text tower of the model's source, or ``tower`` when given.
+
+    Attributes:
+        prompt: the phrase ("a red car").
+        templates: as :meth:`vitviz.model.text.TextTower.encode` (None: as typed; ``"photo"``; ``"imagenet"``).
+        tower: a :class:`vitviz.model.text.TextTower` (default: opened from ``model.spec.source_path``).
+    """
+
+    prompt: str
+    templates: Any = None
+    tower: Any = None
+
+    kind = "text"
+
+    def resolve(self, model: Any) -> SimilarityTarget:
+        """The similarity target of the prompt for ``model``'s image tower.
+
+        Raises:
+            TargetError: an empty prompt, no text tower for the model (why).
+        """
+        from vitviz.model.text import open_text_tower  # the text tower's code: only when a prompt is asked for
+
+        if not str(self.prompt).strip():
+            raise TargetError("the prompt is empty: type a phrase")
+        tower = self.tower
+        if tower is None:
+            source = getattr(getattr(model, "spec", None), "source_path", None)
+            if source is None:
+                raise TargetError("Text target: the model was not opened from a folder or file, so its text tower "
+                                  "is unknown; pass Text(prompt, tower=vitviz.model.text.open_text_tower(SOURCE))")
+            try:
+                tower = open_text_tower(source)
+            except ValueError as e:
+                raise TargetError(f"Text target: {e}") from None
+        vector = tower.encode([str(self.prompt).strip()], self.templates)[0]
+        return SimilarityTarget(vector, str(self.prompt).strip(), scale=tower.logit_scale, bias=tower.logit_bias,
+                                origin=(("text", str(self.prompt).strip()),))
 
 
 Target = Union[ClassTarget, SimilarityTarget, CallableTarget]

@@ -9,7 +9,7 @@ from typing import Any
 from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, Preprocess
 from vitviz.model.vit import ViTConfig
 
-HEAD_KINDS: tuple[str, ...] = ("classifier", "projection")
+HEAD_KINDS: tuple[str, ...] = ("classifier", "projection", "prompts")
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,9 @@ class ModelSpec:
         source_format: "native", "timm", "torchvision", "hf", "npz", "registry" ...
         source_path: file or directory it was loaded from (None for in-memory models).
         name: a human-readable name.
-        head_kind: ``"classifier"`` (class scores) or ``"projection"``: the head maps the pooled token into an
-            embedding space (CLIP's image projection), so the output is an embedding, not class scores.
+        head_kind: ``"classifier"`` (class scores), ``"projection"`` (the head maps the pooled token into an
+            embedding space, CLIP's image projection, so the output is an embedding, not class scores) or
+            ``"prompts"`` (text prompts' scores on a CLIP / SigLIP tower: :mod:`vitviz.model.zero_shot`).
         probability: how class probabilities follow from the logits: ``"softmax"`` over the classes, or
             ``"sigmoid"`` of each logit (SigLIP's prompts: :func:`vitviz.model.zero_shot.with_prompts`).
     """

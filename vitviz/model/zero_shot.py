@@ -94,7 +94,7 @@ def with_prompts(model: nn.Module, text: torch.Tensor, prompts: Sequence[str], *
     clone.head = ZeroShotHead(base, text.to(param.device), scale, bias)
     clone.num_classes = len(prompts)
     clone.config = dataclasses.replace(model.config, num_classes=len(prompts))
-    clone.spec = spec.replace(config=clone.config, labels=tuple(prompts), head_kind="classifier",
+    clone.spec = spec.replace(config=clone.config, labels=tuple(prompts), head_kind="prompts",
                               probability=probability,
                               name=spec.name if isinstance(head, ZeroShotHead) else f"{spec.name} + prompts")
     return clone

@@ -18,9 +18,10 @@ from vitviz.pipeline.model_opening import (
     open_adapted,
     placement,
 )
+from vitviz.pipeline.prompts import prompt_pipeline, split_prompts
 from vitviz.pipeline.references import parse_target, reference_target, vector_target
 from vitviz.pipeline.runner import Pipeline, run_inference
 
 __all__ = ["DTYPES", "InferenceResult", "ModelData", "Pipeline", "PreparedImage", "capturable", "cast_model",
-           "has_full_precision_copy", "open_adapted", "parse_target", "placement", "reference_target",
-           "run_inference", "vector_target"]
+           "has_full_precision_copy", "open_adapted", "parse_target", "placement", "prompt_pipeline",
+           "reference_target", "run_inference", "split_prompts", "vector_target"]

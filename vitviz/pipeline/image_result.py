@@ -126,6 +126,7 @@ class InferenceResult:
     num_registers: int = 0  # register tokens (the last of the prefix tokens)
     num_classes: int | None = None  # classes of the model's head; 0: a feature model (logits are its features)
     probability: str = "softmax"  # "sigmoid": each class's probability is its logit's sigmoid (SigLIP's prompts)
+    head_kind: str = "classifier"  # "prompts": the classes are text prompts on a CLIP / SigLIP tower
 
     # ------------------------------------------------------------------ the capture's fields
     @property

@@ -62,6 +62,9 @@ class Pipeline:
         self.device = device
         self.precision = precision
         self.note: str | None = None
+        self.source: str | None = None  # the reference the model was opened from (:meth:`open`), for its text tower
+        self.legrad_neutral: Any = None  # SigLIP prompts: the neutral prompt's target (LeGrad's correction)
+        self._text_tower: Any = None
         self._model_data: dict[tuple[int, int], ModelData] = {}
         self._lock = threading.Lock()
         model.eval()
@@ -91,7 +94,31 @@ class Pipeline:
         device, precision, moved = placement(device, precision)
         pipeline = cls(model, device=device, precision=precision)
         pipeline.note = "; ".join(n for n in (note, moved) if n) or None
+        if not isinstance(source, torch.nn.Module):
+            pipeline.source = os.fspath(source)
         return pipeline
+
+    def text_tower(self, progress: Any = None) -> Any:
+        """The text tower of the model's source (CLIP, SigLIP), opened on first use and kept
+        (:func:`vitviz.model.text.open_text_tower`).
+
+        Raises:
+            TextTowerError: the source has none (why), or the model was not opened from a source.
+        """
+        with self._lock:
+            if self._text_tower is None:
+                from vitviz.model.text import TextTowerError, open_text_tower
+
+                if self.source is None:
+                    raise TextTowerError("this model was given in memory, not opened from a folder, file or name: "
+                                         "pass its text tower (vitviz.model.text.open_text_tower)")
+                self._text_tower = open_text_tower(self.source, device=self.device, progress=progress)
+            return self._text_tower
+
+    def attach_text_tower(self, tower: Any) -> None:
+        """Use ``tower`` as this model's text tower (an in-memory model's, or one already opened)."""
+        with self._lock:
+            self._text_tower = tower
 
     @property
     def spec(self):
@@ -190,6 +217,8 @@ class Pipeline:
             extra: dict[str, Any] = {}
             if is_vitviz_model(self.model) and want is not None:
                 extra = {"legrad": tuple(legrad), "gradcam": gradcam}
+                if self.legrad_neutral is not None and legrad:
+                    extra["legrad_neutral"] = self.legrad_neutral
             with torch.inference_mode(False):
                 cap = capture(self.model, x, target=want, store_dtype=torch.float32, **extra)
             for b, i in enumerate(idx):
@@ -210,6 +239,7 @@ class Pipeline:
                 labels=getattr(self.spec, "labels", None),
                 num_registers=registers,
                 probability=getattr(self.spec, "probability", "softmax"),
+                head_kind=getattr(self.spec, "head_kind", "classifier"),
                 num_classes=(0 if is_feature_model(self.model) else int(getattr(self.model, "num_classes", 0) or 0))
                 if hasattr(self.model, "num_classes") else None,
             ))

@@ -21,4 +21,21 @@ class Relevance(WholeAttentionView):
                            **pool_kwargs(result, grads=True))
 
 
+    def caption_parts(self, result, options):
+        parts = super().caption_parts(result, options)
+        clip_prompts = result is not None and getattr(result, "head_kind", "") == "prompts" \
+            and getattr(result, "probability", "") == "softmax"
+        if clip_prompts and options.start_layer == result.num_layers - 1:
+            parts.append("last layer only, as Chefer's CLIP notebook (all layers light up artefact tokens)")
+        return parts
+
+
+def clip_prompt_changes(result) -> dict:
+    """The option changes that show relevance on CLIP prompts as Chefer's CLIP notebook does (the last layer only:
+    summed over all layers, CLIP ViT-B/16's relevance lights up artefact tokens); empty for other results."""
+    if getattr(result, "head_kind", "") == "prompts" and getattr(result, "probability", "") == "softmax":
+        return {"start_layer": result.num_layers - 1}
+    return {}
+
+
 VIEW = Relevance()
