@@ -7,12 +7,16 @@
     our own plain forward of those batches, which splits the ratio into "our ViT vs torchvision's" and "the
     evaluation's own overhead" (masking, batching, softmax). Target: pair / torchvision <= 1.2.
 (b) The bundled demo model on N held-out shape images (the ``"test"`` stream, which training never draws from; default
-    100): the table of ``evaluate_views`` (last-layer [CLS] attention, rollout, gradient rollout, relevance; deletion
-    and insertion AUC; random baseline with 10 rankings) averaged over the images; issue 13's criteria (relevance's
-    deletion AUC below the random mean - 2 std, its insertion AUC above the random mean + 2 std; the std over the
-    rankings of the image-averaged AUC, and per image); and the cascading randomisation check of relevance.
+    100): the table of ``evaluate_views`` (last-layer [CLS] attention, rollout, gradient rollout, relevance, LeGrad,
+    GradCAM; deletion and insertion AUC; random baseline with 10 rankings) averaged over the images; issue 13's
+    criteria (relevance's deletion AUC below the random mean - 2 std, its insertion AUC above the random mean + 2 std;
+    the std over the rankings of the image-averaged AUC, and per image); and the cascading randomisation check of
+    relevance.
 (c) ViT-Ti/16 (augreg, ``../shared/weights``; skipped when absent) on scikit-image's chelsea, coffee, astronaut and
-    rocket: the table of each photo and the mean.
+    rocket: the table of each photo (the default views: last-layer [CLS] attention, rollout, gradient rollout,
+    relevance, LeGrad, GradCAM) and the mean; then LeGrad's and GradCAM's other settings on the same photos and target
+    (LeGrad pooled by the model's own [CLS] instead of the official mean of all tokens, LeGrad summed from layer 0
+    instead of the last two layers, GradCAM on the second-to-last block), against the same random rankings.
 
 Usage: ``python bench/evaluate.py [--only a|b|c] [--reps 5] [--images 100] [--baseline mean|blur|noise]
 [--threads N]``. Absolute times on shared machines are noise; read the ratios.
@@ -174,7 +178,7 @@ def bench_demo(n: int, baseline: str) -> None:
     pipe, tables = _demo_tables(n, baseline)
     dt = time.perf_counter() - t
     print(f"(b) demo model, {n} held-out images, 20 steps, {baseline} baseline, 10 random rankings: "
-          f"{dt:.0f} s ({dt / n:.2f} s per image, 4 views)")
+          f"{dt:.0f} s ({dt / n:.2f} s per image, {len(tables[0].views)} views)")
     print_mean_table(tables, f"mean over {n} images")
     c = criteria(tables)
     print(f"    relevance deletion {c['deletion']:.3f} vs random {c['random_deletion']:.3f} - 2 x "
@@ -185,7 +189,7 @@ def bench_demo(n: int, baseline: str) -> None:
           f"{c['std_insertion']:.3f} = {c['random_insertion'] + 2 * c['std_insertion']:.3f}: "
           f"{'PASS' if c['insertion'] > c['random_insertion'] + 2 * c['std_insertion'] else 'FAIL'}; "
           f"image by image {100 * c['per_image_insertion']:.0f}% of images")
-    for k in ("cls_last", "rollout", "grad_rollout"):
+    for k in ("cls_last", "rollout", "grad_rollout", "legrad", "gradcam"):
         ck = criteria(tables, k)
         print(f"    {k}: deletion {ck['deletion']:.3f} (images below random - 2 std: "
               f"{100 * ck['per_image_deletion']:.0f}%), insertion {ck['insertion']:.3f} (above random + 2 std: "
@@ -202,6 +206,32 @@ def bench_demo(n: int, baseline: str) -> None:
           f"max {np.round(rhos.max(0), 3).tolist()}")
 
 
+VARIANTS = (  # (row name, view, option changes): LeGrad's and GradCAM's settings other than the defaults
+    ("legrad [CLS] pooling", "legrad", {"legrad_pooling": "model"}),
+    ("legrad from layer 0", "legrad", {"legrad_start": 0}),
+    ("gradcam block L-2", "gradcam", {"gradcam_layer": -2}),
+)
+
+
+def variant_aucs(pipe, img, target: int, baseline: str, steps: int = 20) -> dict[str, tuple[float, float]]:
+    """Deletion and insertion AUCs of :data:`VARIANTS` for one photo and class (one capture with both LeGrad
+    poolings)."""
+    from dataclasses import replace
+
+    from vitviz import views
+    from vitviz.views.options import ViewOptions
+
+    r = pipe.run_batch([img], target=target, legrad=("mean", "model"))[0]
+    x, _ = pipe.spec.preprocess.apply(img)
+    out = {}
+    for name, key, changes in VARIANTS:
+        m = views.get(key).compute(r, replace(ViewOptions(view=key), **changes))
+        d, i = (E.perturbation_curve(pipe.model, x, m, target=target, mode=mode, steps=steps, baseline=baseline)
+                for mode in ("deletion", "insertion"))
+        out[name] = (d.auc, i.auc)
+    return out
+
+
 def bench_real(baseline: str) -> None:
     if not TINY.is_file():
         print(f"(c) skipped: {TINY} is absent")
@@ -216,9 +246,10 @@ def bench_real(baseline: str) -> None:
     m = load_checkpoint(TINY)
     m.spec = m.spec.replace(preprocess=inception_preprocess(224), name="ViT-Ti/16 augreg")
     pipe = Pipeline(m)
-    tables = []
+    tables, variants = [], []
     t = time.perf_counter()
-    for name in ("chelsea", "coffee", "astronaut", "rocket"):
+    photos = ("chelsea", "coffee", "astronaut", "rocket")
+    for name in photos:
         img = Image.fromarray(getattr(data, name)()).convert("RGB")
         tab = E.evaluate_views(pipe, img, baseline=baseline)
         tab.source = name
@@ -226,6 +257,16 @@ def bench_real(baseline: str) -> None:
         print("    " + tab.format().replace("\n", "\n    "))
     print(f"(c) ViT-Ti/16 augreg, 4 photos, {baseline} baseline: {time.perf_counter() - t:.0f} s")
     print_mean_table(tables, "mean over the 4 photos")
+    t = time.perf_counter()
+    for name, tab in zip(photos, tables):
+        img = Image.fromarray(getattr(data, name)()).convert("RGB")
+        variants.append(variant_aucs(pipe, img, int(tab.target), baseline))
+    print(f"    LeGrad's and GradCAM's other settings ({time.perf_counter() - t:.0f} s): deletion / insertion AUC per "
+          f"photo ({', '.join(photos)}), then the mean")
+    for row, _key, _changes in VARIANTS:
+        cells = [f"{v[row][0]:.3f} / {v[row][1]:.3f}" for v in variants]
+        mean = np.mean([v[row] for v in variants], axis=0)
+        print(f"    | {row} | {' | '.join(cells)} | {mean[0]:.3f} / {mean[1]:.3f} |")
 
 
 def main() -> None:

@@ -1,24 +1,25 @@
-"""Benchmark of ``vitviz export`` end to end, against torchvision's ViT-B/16 in the same process.
+"""Throughput of ``vitviz export`` end to end, against timm's ViT-B/16 in the same process on the same device.
 
-ViT-B/16 with random weights (torchvision's ``vit_b_16``, converted by ``load_checkpoint`` so that both models hold the
-same weights), 224 px, batch 16, CPU. The export runs exactly as ``vitviz export`` does
-(:class:`vitviz.batch.export.Exporter`): PNG files read and preprocessed on the loader thread, one capture per batch,
-the analyses, the maps through a Session, npy files and the manifest written on the writer thread. Peers, on the same
-images already preprocessed into tensors (so the peer pays nothing for reading, preprocessing or writing):
+ViT-B/16 with random weights (timm's ``vit_base_patch16_224``, its state dict loaded by ``load_checkpoint`` so that
+both models hold the same weights), 224 px, batch 16. The export runs exactly as ``vitviz export`` does
+(:class:`vitviz.batch.export.Exporter`): PNG files read and preprocessed by the loader threads, one pass per batch
+(streamed: each layer's attention reduced as the pass goes; or stored: every layer kept, ``--stored``), the maps
+through a Session, npy files and the manifest written on the writer thread. Peers, on the same images already
+preprocessed into tensors on the device (so they pay nothing for reading, preprocessing or writing):
 
-(a) forward-only views (attention from [CLS] at the last layer, rollout) writing npy, against torchvision's batched
-    ``vit_b_16`` forward under ``inference_mode``; target >= 0.85x its images/s;
-(b) gradient views (gradient rollout, relevance: one forward + one backward per batch) writing npy, against
-    torchvision's forward + the backward of the top class's logit to the input (``torch.autograd.grad``);
-    target >= 0.85x;
-(c) the bf16 speed-up of each export (``--precision bf16`` against fp32), and torchvision's own in bf16.
+(a) forward-only views ([CLS] attention of the last layer, rollout) against timm's batched forward under
+    ``inference_mode``;
+(b) gradient views (gradient rollout, relevance: one forward and one backward per batch) against timm's forward and
+    the backward of the top class's logit to the input (``torch.autograd.grad``);
+(c) the loaders alone: images/s of reading and preprocessing (:func:`vitviz.batch.inputs.stream_batches`) 128 JPEG
+    photos of 500x375 px (ImageNet's typical size) with 1, 2 and 4 worker threads, to set against the model's
+    images/s: decoding bounds a run only when it is slower than the model.
 
 Rounds are interleaved (the order alternates) and the ratio of each round is taken against the peer of that round;
-the median is printed, with each run's process CPU time per image (all threads: the export's loader and writer
-threads included). Absolute times on a shared machine are noise; read the ratios, and the load average printed with
-each round (on a machine busy with other work, every multi-threaded run slows down, and unevenly).
+the median is printed, with each run's process CPU time per image. On a shared machine read the ratios, not the
+absolute times. ``--device cuda`` runs the same on a GPU (:mod:`bench.gpu` measures more there).
 
-Usage: ``python bench/export.py [--images 32] [--reps 3] [--threads N] [--only a|b|c]``.
+Usage: ``python bench/export.py [--images 32] [--reps 3] [--threads N] [--device cpu] [--stored] [--only a|b|c]``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -39,10 +41,12 @@ sys.path.insert(0, str(REPO))
 
 from vitviz.batch.export import Exporter  # noqa: E402
 from vitviz.batch.export_options import ExportOptions  # noqa: E402
-from vitviz.batch.inputs import expand_inputs  # noqa: E402
-from vitviz.pipeline import DTYPES, Pipeline  # noqa: E402
+from vitviz.batch.inputs import default_workers, expand_inputs, stream_batches  # noqa: E402
+from vitviz.pipeline import Pipeline  # noqa: E402
 
 BATCH = 16
+FORWARD_VIEWS = ("cls", "rollout")
+GRADIENT_VIEWS = ("grad_rollout", "relevance")
 
 
 def make_images(folder: Path, n: int) -> None:
@@ -54,74 +58,116 @@ def make_images(folder: Path, n: int) -> None:
         Image.fromarray(generate(i, stream="test", size=(256, 320)).image).save(folder / f"im{i:03d}.png")
 
 
+def make_photos(folder: Path, n: int) -> None:
+    """``n`` JPEG photos of 500x375 px, quality 90 (what an ImageNet-like folder costs to decode)."""
+    from vitviz.demo import generate
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        Image.fromarray(generate(i, stream="test", size=(375, 500)).image).save(folder / f"ph{i:03d}.jpg", quality=90)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def peers(timm_model: torch.nn.Module, batches: list[torch.Tensor], device: str) -> dict[str, Callable[[], None]]:
+    """timm's batched forward, and forward + backward of the top logit to the input."""
+
+    def forward():
+        with torch.inference_mode():
+            for b in batches:
+                timm_model(b)
+        sync(device)
+
+    def backward():
+        for b in batches:
+            x = b.detach().requires_grad_(True)
+            logits = timm_model(x)
+            sel = logits.gather(1, logits.detach().argmax(1, keepdim=True)).sum()
+            torch.autograd.grad(sel, x)
+        sync(device)
+
+    return {"timm forward": forward, "timm fwd+bwd": backward}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=int, default=32, help="images per run (default 32 = two batches)")
     ap.add_argument("--reps", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
+    ap.add_argument("--stored", action="store_true", help="also the stored route (every layer kept)")
     ap.add_argument("--only", choices=("a", "b", "c"), default=None)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    import torchvision
+    import timm
 
     from vitviz.model import load_checkpoint
+    from vitviz.pipeline import DTYPES
 
+    dev, dtype = args.device, DTYPES[args.precision]
     torch.manual_seed(0)
-    tv = torchvision.models.vit_b_16(weights=None).eval()
-    with torch.no_grad():  # torchvision zero-initialises the head: randomise it so the top class means something
-        torch.nn.init.normal_(tv.heads.head.weight, std=0.02)
-        torch.nn.init.normal_(tv.heads.head.bias, std=0.02)
+    tm = timm.create_model("vit_base_patch16_224", pretrained=False).eval()
+    with torch.no_grad():  # timm zero-initialises the head: randomise it so the top class means something
+        torch.nn.init.normal_(tm.head.weight, std=0.02)
+    pipe = Pipeline(load_checkpoint(tm.state_dict(), num_heads=12), device=dev, precision=args.precision)
+    tm = tm.to(dev, dtype)
     tmp = Path(tempfile.mkdtemp(prefix="vitviz-bench-export-"))
     folder = tmp / "images"
     make_images(folder, args.images)
     items = expand_inputs([str(folder)])[0]
-    pipes = {p: Pipeline(load_checkpoint(tv.state_dict(), num_heads=12), precision=p) for p in ("fp32", "bf16")}
-    spec = pipes["fp32"].spec
-    xs = torch.stack([spec.preprocess(Image.open(it.path).convert("RGB")) for it in items])
+    xs = torch.stack([pipe.prepare(Image.open(it.path)).x for it in items]).to(dev, dtype)
     batches = list(xs.split(BATCH))
-    tv_bf16 = None
-
-    def tv_forward(model=tv, dtype=torch.float32):
-        with torch.inference_mode():
-            for b in batches:
-                model(b.to(dtype))
-
-    def tv_backward(model=tv, dtype=torch.float32):
-        for b in batches:
-            x = b.to(dtype).requires_grad_(True)
-            logits = model(x)
-            sel = logits.gather(1, logits.detach().argmax(1, keepdim=True)).sum()
-            torch.autograd.grad(sel, x)
-
     run_no = [0]
 
-    def export(views: tuple[str, ...], precision: str):
-        run_no[0] += 1
-        opts = ExportOptions(views=views, format="npy", batch_size=BATCH, precision=precision, quiet=True)
-        s = Exporter(pipes[precision], opts, tmp / f"out{run_no[0]}", model_ref="bench", log=lambda _: None).run(items)
-        assert s.written == len(items) and s.failed == 0, s.failures
+    def export(views: tuple[str, ...], streaming: bool | None):
+        def run():
+            run_no[0] += 1
+            opts = ExportOptions(views=views, format="npy", batch_size=BATCH, precision=args.precision, quiet=True,
+                                 device=dev)
+            s = Exporter(pipe, opts, tmp / f"out{run_no[0]}", model_ref="bench", log=lambda _: None,
+                         streaming=streaming).run(items)
+            assert s.written == len(items) and s.failed == 0, s.failures
+            sync(dev)
+        return run
 
-    fwd_views, grad_views = ("cls", "rollout"), ("grad_rollout", "relevance")
-    runs: dict[str, callable] = {}
+    photos: list = []
+
+    def loaders(workers: int):
+        def run():
+            if not photos:
+                make_photos(tmp / "photos", 128)
+                photos.extend(expand_inputs([str(tmp / "photos")])[0])
+            n = sum(len(b) for b in stream_batches(pipe, photos, BATCH, workers=workers))
+            assert n == len(photos)
+        return run
+
+    peer = peers(tm, batches, dev)
+    runs: dict[str, Callable[[], None]] = {}
+    pairs: list[tuple[str, str, str]] = []  # (label, run, peer)
     if args.only in (None, "a"):
-        runs["torchvision forward"] = tv_forward
-        runs["export cls+rollout fp32"] = lambda: export(fwd_views, "fp32")
+        runs["timm forward"] = peer["timm forward"]
+        runs["export cls+rollout (streamed)"] = export(FORWARD_VIEWS, None)
+        pairs.append(("(a) forward-only views, streamed", "export cls+rollout (streamed)", "timm forward"))
+        if args.stored:
+            runs["export cls+rollout (stored)"] = export(FORWARD_VIEWS, False)
+            pairs.append(("(a) forward-only views, stored", "export cls+rollout (stored)", "timm forward"))
     if args.only in (None, "b"):
-        runs["torchvision fwd+input grad"] = tv_backward
-        runs["export grad views fp32"] = lambda: export(grad_views, "fp32")
+        runs["timm fwd+bwd"] = peer["timm fwd+bwd"]
+        runs["export grad views (streamed)"] = export(GRADIENT_VIEWS, None)
+        pairs.append(("(b) gradient views, streamed", "export grad views (streamed)", "timm fwd+bwd"))
+        if args.stored:
+            runs["export grad views (stored)"] = export(GRADIENT_VIEWS, False)
+            pairs.append(("(b) gradient views, stored", "export grad views (stored)", "timm fwd+bwd"))
     if args.only in (None, "c"):
-        tv_bf16 = torchvision.models.vit_b_16(weights=None).eval()
-        tv_bf16.load_state_dict(tv.state_dict())
-        tv_bf16.to(DTYPES["bf16"])
-        runs.setdefault("torchvision forward", tv_forward)
-        runs.setdefault("export cls+rollout fp32", lambda: export(fwd_views, "fp32"))
-        runs.setdefault("export grad views fp32", lambda: export(grad_views, "fp32"))
-        runs["torchvision forward bf16"] = lambda: tv_forward(tv_bf16, torch.bfloat16)
-        runs["export cls+rollout bf16"] = lambda: export(fwd_views, "bf16")
-        runs["export grad views bf16"] = lambda: export(grad_views, "bf16")
-    print(f"ViT-B/16 (random weights) 224 px, batch {BATCH}, {len(items)} images of 256x320 px, CPU, "
-          f"{torch.get_num_threads()} thread(s); {args.reps} interleaved rounds after a warm-up", flush=True)
+        for w in sorted({1, 2, 4, default_workers(dev)}):
+            runs[f"loaders, {w} worker(s){' (default)' if w == default_workers(dev) else ''}"] = loaders(w)
+    print(f"ViT-B/16 (random weights) 224 px, {args.precision}, batch {BATCH}, {len(items)} images of 256x320 px, "
+          f"{dev}, {torch.get_num_threads()} thread(s); {args.reps} interleaved rounds after a warm-up", flush=True)
     for f in runs.values():  # warm-up (and the first-call costs of both)
         f()
     times: dict[str, list[float]] = {k: [] for k in runs}
@@ -144,21 +190,11 @@ def main() -> None:
     print("\n| run | images/s (median) | process CPU s per image (median) |")
     print("|---|---|---|")
     for k, v in times.items():
-        print(f"| {k} | {n / statistics.median(v):.2f} | {statistics.median(cpu[k]) / n:.3f} |")
+        count = 128 if k.startswith("loaders") else n
+        print(f"| {k} | {count / statistics.median(v):.2f} | {statistics.median(cpu[k]) / count:.3f} |")
     print()
-    if "export cls+rollout fp32" in times and "torchvision forward" in times:
-        q = ratio("export cls+rollout fp32", "torchvision forward")
-        print(f"(a) forward-only views, npy: {q:.2f}x torchvision's batched forward (target >= 0.85)")
-    if "export grad views fp32" in times and "torchvision fwd+input grad" in times:
-        q = ratio("export grad views fp32", "torchvision fwd+input grad")
-        print(f"(b) gradient views, npy: {q:.2f}x torchvision's forward + input-gradient backward (target >= 0.85)")
-    if "export cls+rollout bf16" in times:
-        fwd = ratio('export cls+rollout bf16', 'export cls+rollout fp32')
-        print(f"(c) bf16 speed-up: forward-only export {fwd:.2f}x, "
-              f"gradient export {ratio('export grad views bf16', 'export grad views fp32'):.2f}x, torchvision's "
-              f"forward {ratio('torchvision forward bf16', 'torchvision forward'):.2f}x; in bf16 the forward-only "
-              f"export runs at {ratio('export cls+rollout bf16', 'torchvision forward'):.2f}x torchvision's fp32 "
-              f"forward")
+    for label, run, against in pairs:
+        print(f"{label}, npy: {ratio(run, against):.2f}x {against}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Peak memory of huge-but-valid inputs, each measured in a new process (issue 11).
+"""Peak memory, each figure measured in a new process: huge-but-valid inputs (issue 11), and the stored against the
+streamed capture (issue 25: memory that does not grow with depth).
 
 Scenarios (each a fresh ``python bench/memory.py --scenario NAME`` process; the figure is the process's peak resident
-set size, ``VmHWM`` from ``/proc/self/status``, next to the resident size right after the imports):
+set size, ``VmHWM`` from ``/proc/self/status``, next to the resident size right after the imports and the model):
 
 * ``imports``        ``import torch, vitviz`` and the submodules the others use: the floor of every row
 * ``create_h14``     ``create_model("vit_huge_patch14_518")``: ViT-H/14 at 518 px, random weights (632 M parameters)
@@ -9,16 +10,34 @@ set size, ``VmHWM`` from ``/proc/self/status``, next to the resident size right 
 * ``capture_h14``    ``Pipeline(model).run(image)`` on ViT-H/14 at 518 px: one forward with every attention map and
                      token stored, one backward for the attention gradients of the top class
 * ``capture_h14_nograd``  the same capture without gradients (``capture(model, x)``), for comparison
+* ``export_h14``     ``vitviz export`` of one image with ViT-H/14 at 518 px (:class:`vitviz.batch.export.Exporter`,
+                     the command's defaults: the four standard views, gradient rollout and relevance included, PNG):
+                     the streamed route (every layer's attention seen once, one block's graph at a time)
+* ``export_h14_stored``  the same export storing every layer (``streaming=False``; not in the default list: it
+                     needs about 20 GiB)
 * ``image_20k``      ``load_image`` of a 20000 x 20000 JPEG (the largest image vitviz opens) and the preprocessing of
                      ViT-B/16 (resize 256, crop 224)
 * ``pipeline_20k``   the window's path for that image: ``load_image`` + ``Pipeline(demo model).run`` (the result
                      keeps the image's pixels for display)
 
+``--depth``: the stored against the streamed route by depth: ViT-B width (768, 12 heads) at 384 px (577 tokens),
+batch 2, the four standard views (forward and backward), depth 1 .. 12; each cell a new process, the figure the peak
+minus the resident size once the model is built (the weights are not counted). Three routes: stored (every layer's
+attention, tokens and gradients, and the whole graph), streamed keeping every block's graph for the backward (what
+a streamed pass does when that fits in half the memory available: as fast as one forward and one backward, and as
+much memory as an ordinary training step's activations) and streamed recomputing each block at its backward step
+(what it does when memory is short: the increment grows by one block input ``[N, D]`` a layer, 3.4 MiB for two
+images, i.e. it holds one layer's attention whatever the depth). The table is printed twice: as the processes run by
+default, and with ``MALLOC_MMAP_THRESHOLD_=65536`` (glibc returns every large freed block to the system at once, so
+the peak is what was alive; by default glibc raises that threshold as blocks are freed and keeps some freed memory,
+tens of MiB here, which makes the default figures wobble by about that much).
+
 Usage:
     .venv/bin/python bench/memory.py [--only imports,create_h14,...] [--keep DIR]
+    .venv/bin/python bench/memory.py --depth [--depths 1,2,4,8,12]
 
 The 2.5 GB checkpoint and the 20000 x 20000 JPEG are written to a temporary folder (or ``--keep DIR``, reused when
-present). Numbers are MiB; on a 2-core machine the whole run takes a few minutes (the ViT-H capture dominates).
+present). Numbers are MiB; on a 2-core machine the whole run takes a few minutes (the ViT-H passes dominate).
 """
 
 from __future__ import annotations
@@ -37,7 +56,10 @@ sys.path.insert(0, str(REPO))
 
 H14 = "vit_huge_patch14_518"
 BIG_SIDE = 20000
-SCENARIOS = ("imports", "create_h14", "load_h14", "capture_h14", "capture_h14_nograd", "image_20k", "pipeline_20k")
+SCENARIOS = ("imports", "create_h14", "load_h14", "capture_h14", "capture_h14_nograd", "export_h14", "image_20k",
+             "pipeline_20k")
+EXTRA = ("export_h14_stored",)
+DEPTH_VIEWS = ("cls", "rollout", "grad_rollout", "relevance")
 
 
 def _status_mib(field: str) -> float:
@@ -47,8 +69,71 @@ def _status_mib(field: str) -> float:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
+def _export_one(model, folder: Path, streaming: bool | None) -> dict:
+    """``vitviz export`` of one 640x480 photo with the command's defaults; what it says about the run."""
+    from PIL import Image
+
+    from vitviz.batch.export import Exporter
+    from vitviz.batch.export_options import ExportOptions
+    from vitviz.batch.inputs import expand_inputs
+    from vitviz.pipeline import Pipeline
+
+    src = folder / "export_in"
+    src.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (640, 480), (120, 90, 60)).save(src / "photo.png")
+    lines: list[str] = []
+    out = folder / f"export_out_{os.getpid()}"
+    ex = Exporter(Pipeline(model, precision="fp32"), ExportOptions(batch_size=1, quiet=True), out,
+                  log=lines.append, streaming=streaming)
+    base = _status_mib("VmRSS")
+    s = ex.run(expand_inputs([str(src)])[0])
+    if s.written != 1:
+        raise SystemExit(f"the export failed: {s.failures}")
+    return {"route": ex.passes.route, "files": s.files, "after_model_mib": round(base)}
+
+
+def _depth_child(name: str) -> dict:
+    """``depth_stored_D`` / ``depth_streamed_D``: the four standard views' maps of two 384 px images."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from vitviz import views
+    from vitviz.document.session import Session
+    from vitviz.document.streamed import StreamedSession, stream_images
+    from vitviz.model import create_model
+    from vitviz.pipeline import Pipeline
+    from vitviz.views.options import ViewOptions
+
+    route, depth = name.split("_")[1], int(name.split("_")[2])  # stored | streamed (graph kept) | recomputed
+    torch.manual_seed(0)
+    pipe = Pipeline(create_model("vit_base_patch16_384", depth=depth).eval())
+    rng = np.random.default_rng(0)
+    photos = [Image.fromarray((rng.random((400, 400, 3)) * 255).astype(np.uint8)) for _ in range(2)]
+    prepared = [pipe.prepare(p) for p in photos]
+    wanted = [(views.get(k), ViewOptions(view=k, layer=depth - 1)) for k in DEPTH_VIEWS]
+    base = _status_mib("VmRSS")
+    t0 = time.perf_counter()
+    if route == "stored":
+        sessions = []
+        for r in pipe.run_batch(prepared):
+            s = Session()
+            s.set_result(r)
+            sessions.append(s)
+    else:
+        sessions = [StreamedSession(i) for i in stream_images(pipe, prepared, demands=lambda r: wanted,
+                                                              keep_graph=route == "streamed")]
+    for s in sessions:
+        for v, o in wanted:
+            s.map_for(v, o)
+    return {"scenario": name, "base_mib": round(base), "peak_mib": round(_status_mib("VmHWM")),
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
 def _child(name: str, folder: Path) -> dict:
     """Run one scenario in this (fresh) process; return its numbers."""
+    if name.startswith("depth_"):
+        return _depth_child(name)
     import torch
 
     import vitviz.analysis  # imported by the pipeline: part of the floor, not of the scenario
@@ -82,6 +167,9 @@ def _child(name: str, folder: Path) -> dict:
             x = m.spec.preprocess(img)[None]
             cap = capture(m, x)
             info["stored_mib"] = round(cap.nbytes / 2**20)
+    elif name in ("export_h14", "export_h14_stored"):
+        m = create_model(H14).eval()
+        info.update(_export_one(m, folder, None if name == "export_h14" else False))
     elif name == "image_20k":
         from vitviz.model.spec import imagenet_preprocess
 
@@ -118,12 +206,39 @@ def _prepare(folder: Path, names: list[str]) -> None:
                        check=True, cwd=REPO)
 
 
+def _run_child(name: str, folder: Path, env: dict | None = None) -> dict | str:
+    r = subprocess.run([sys.executable, __file__, "--scenario", name, "--folder", str(folder)], cwd=REPO,
+                       capture_output=True, text=True, check=False, env=None if env is None else {**os.environ, **env})
+    if r.returncode != 0:
+        tail = (r.stderr.strip().splitlines() or ["?"])[-1]
+        return f"failed (exit {r.returncode}): {tail}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _depth_table(depths: list[int], folder: Path, env: dict | None = None) -> None:
+    print("\nViT-B width (768, 12 heads) at 384 px (577 tokens), 2 images, cls + rollout + grad_rollout + relevance "
+          "(forward and backward); MiB of peak resident memory above the resident size with the model built, each "
+          "cell a new process" + (f"; {' '.join(f'{k}={v}' for k, v in env.items())}" if env else
+                                  "; the default allocator"))
+    print("| depth | stored | streamed, graph kept | streamed, blocks recomputed | stored / recomputed |")
+    print("|---|---|---|---|---|")
+    for d in depths:
+        cells = []
+        for route in ("stored", "streamed", "recomputed"):
+            r = _run_child(f"depth_{route}_{d}", folder, env)
+            cells.append(r if isinstance(r, str) else r["peak_mib"] - r["base_mib"])
+        ratio = f"{cells[0] / cells[2]:.1f}x" if all(isinstance(c, int) and c > 0 for c in cells) else "-"
+        print(f"| {d} | {cells[0]} | {cells[1]} | {cells[2]} | {ratio} |", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
-    ap.add_argument("--only", help="comma-separated scenarios (default: all)")
+    ap.add_argument("--only", help=f"comma-separated scenarios (default: all but {', '.join(EXTRA)})")
     ap.add_argument("--keep", help="folder for the big files (kept and reused)")
+    ap.add_argument("--depth", action="store_true", help="the stored against the streamed route by depth")
+    ap.add_argument("--depths", default="1,2,4,8,12", help="depths of --depth (default 1,2,4,8,12)")
     args = ap.parse_args()
     if args.scenario:
         print(json.dumps(_child(args.scenario, Path(args.folder))))
@@ -137,19 +252,21 @@ def main() -> int:
         tmp = tempfile.TemporaryDirectory(prefix="vitviz-memory-")
         folder = Path(tmp.name)
     try:
-        _prepare(folder, names)
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
-        print(f"machine: {total:.1f} GiB, {os.cpu_count()} CPUs; MiB of peak resident memory (VmHWM), each in a new "
-              "process")
+        print(f"machine: {total:.1f} GiB, {os.cpu_count()} CPUs")
+        if args.depth:
+            depths = [int(d) for d in args.depths.split(",")]
+            _depth_table(depths, folder)
+            _depth_table(depths, folder, {"MALLOC_MMAP_THRESHOLD_": "65536"})
+            return 0
+        _prepare(folder, names)
+        print("MiB of peak resident memory (VmHWM), each in a new process")
         print(f"{'scenario':<20s} {'after imports':>13s} {'peak':>8s} {'peak - imports':>14s} {'time':>7s}  notes")
         for name in names:
-            r = subprocess.run([sys.executable, __file__, "--scenario", name, "--folder", str(folder)], cwd=REPO,
-                               capture_output=True, text=True, check=False)
-            if r.returncode != 0:
-                tail = (r.stderr.strip().splitlines() or ["?"])[-1]
-                print(f"{name:<20s} failed (exit {r.returncode}): {tail}")
+            d = _run_child(name, folder)
+            if isinstance(d, str):
+                print(f"{name:<20s} {d}")
                 continue
-            d = json.loads(r.stdout.strip().splitlines()[-1])
             notes = ", ".join(f"{k}={v}" for k, v in d.items()
                               if k not in ("scenario", "base_mib", "peak_mib", "seconds"))
             print(f"{name:<20s} {d['base_mib']:>13d} {d['peak_mib']:>8d} {d['peak_mib'] - d['base_mib']:>14d} "

@@ -41,6 +41,32 @@ def _default_image(folder: Path) -> str:
         return str(sample_images()[0])
 
 
+def _zoomed(image: str, folder: Path) -> str:
+    """A second photo of the same subject: the centre of ``image``, enlarged and mirrored (feature PCA fitted over
+    both colours the same parts alike)."""
+    from PIL import Image, ImageOps
+
+    im = Image.open(image).convert("RGB")
+    w, h = im.size
+    crop = im.crop((w // 5, h // 10, w * 4 // 5, h * 9 // 10)).resize((w, h))
+    p = folder / f"{Path(image).stem}_zoomed.png"
+    ImageOps.mirror(crop).save(p)
+    return str(p)
+
+
+def _feature_model(model):
+    """The window's model without its classifier: a feature model (its output is the pooled embedding), as DINO's."""
+    from dataclasses import replace
+
+    from vitviz.model import ViT
+
+    cfg = replace(model.config, num_classes=0)
+    f = ViT(**{**cfg.to_dict(), "img_size": tuple(cfg.img_size)})
+    f.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("head.")}, strict=False)
+    f.spec = model.spec.replace(config=f.config, labels=None, name=f"{model.spec.name} features (no classifier)")
+    return f.eval()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="/tmp/shots")
@@ -156,6 +182,44 @@ def main(argv: list[str] | None = None) -> int:
     win.heads.grid_toggle.setChecked(True)
     shot("16_all_layers_grid")
     win.heads.grid_toggle.setChecked(False)
+    # issue 23: feature PCA fitted over two open images (one fit: comparable colours), in the window and in Compare
+    from vitviz.document.comparison import CompareSpec
+
+    zoom = _zoomed(image, tmp)
+    win.session.add_images([zoom])
+    win.set_view("feature_pca")
+    win.set_layer(r.num_layers - 1)
+    win.controls.pca_joint.setChecked(True)
+    wait(lambda: not win.session.joint_missing() and "reading" not in win.session.describe_view())
+    shot("17_feature_pca_joint_over_two_images")
+    cw = win.show_compare(CompareSpec(layout="views", views=("feature_pca",), images=(image, zoom)))
+    cw.resize(1100, 640)
+    wait(lambda: cw.comparison is not None and len(cw.comparison.cells) == 2)
+    wait(lambda: False, timeout=0.5)
+    cw.grab().save(str(out / "18_compare_feature_pca_joint.png"))
+    print(out / "18_compare_feature_pca_joint.png")
+    cw.close()
+    win.controls.pca_joint.setChecked(False)
+    # issue 23: a feature model (the same network without its classifier): no gradient view without a similarity
+    # target, then "similar to this patch" (the cat's face) explained by LeGrad and by relevance
+    feature = _feature_model(win.model)
+    win.controller.adopt(feature, "memory")
+    wait(lambda: win.session.result is not None and win.session.result.num_classes == 0)
+    win.set_view("legrad")
+    shot("19_feature_model_without_a_target")
+    fr = win.session.result
+    gh, gw = fr.grid
+    win.set_query((gh * 2 // 5) * gw + gw // 2)
+    win.targets.similar_to_patch(fr.source)
+    wait(lambda: win.session.result is not fr and win.session.result.target_spec is not None)
+    shot("20_legrad_similar_to_a_patch")
+    win.set_view("relevance")
+    shot("21_relevance_similar_to_a_patch")
+    prev = win.session.result
+    win.targets.similar_to_image(zoom)
+    wait(lambda: win.session.result is not prev and "image" in (win.session.result.target_text() or ""))
+    win.set_view("legrad")
+    shot("22_legrad_similar_to_another_image")
     exp = render_view(win.session)
     if exp is not None:
         from vitviz.imaging import write_png

@@ -4,6 +4,8 @@ import pytest
 import torch
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+for _name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID"):  # run under torchrun or
+    os.environ.pop(_name, None)  # SLURM, the commands under test would take a shard (vitviz.batch.launcher)
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 # shared fixtures that live in their own module: the fake Hugging Face Hub on 127.0.0.1 (fake_hub)

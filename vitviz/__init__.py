@@ -8,6 +8,7 @@ The public API here is Qt-free and imported lazily (``import vitviz`` stays chea
     cap = capture(model, batch, target=285)                 # attentions [L,B,H,N,N], tokens, grads
     r = vitviz.analysis.attention_rollout(cap.attentions[:, 0], grid=cap.grid, num_prefix_tokens=cap.num_prefix_tokens)
     vitviz.show(my_own_vit, ["cat.png"])                   # the window on any ViT module (timm, HF, hand-written)
+    vitviz.show(dino, ["a.png", "b.png"], target=lambda out: out[7])      # explain any scalar of the output
 
 The GUI lives in ``vitviz.gui`` (the only package that imports Qt).
 """
@@ -29,6 +30,10 @@ _LAZY = {
     "load_image": "vitviz.imaging", "ImageError": "vitviz.imaging", "Preprocess": "vitviz.model.preprocess",
     "Pipeline": "vitviz.pipeline", "InferenceResult": "vitviz.pipeline",
     "show": "vitviz.gui.in_memory", "AdaptedModel": "vitviz.capture.foreign",
+    "ClassTarget": "vitviz.capture.targets", "SimilarityTarget": "vitviz.capture.targets",
+    "CallableTarget": "vitviz.capture.targets", "TargetError": "vitviz.capture.targets",
+    "reference_target": "vitviz.pipeline", "vector_target": "vitviz.pipeline",
+    "Text": "vitviz.capture.targets", "prompt_pipeline": "vitviz.pipeline",
 }
 _SUBMODULES = ("analysis", "capture", "model", "imaging", "demo", "document", "pipeline", "views", "render", "batch",
                "evaluate")

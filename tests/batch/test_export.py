@@ -193,7 +193,7 @@ def test_manifest_lines(pipe, images, tmp_path):
     top = s.result.top_k(5)
     assert [(p["class"], p["label"]) for p in r["predictions"]] == [(c, lab) for c, lab, _ in top]
     assert r["predictions"][0]["p"] == pytest.approx(top[0][2], abs=1e-6)
-    assert r["target"] == {"class": top[0][0], "label": top[0][1]}
+    assert r["target"] == {"kind": "class", "name": top[0][1], "class": top[0][0], "label": top[0][1]}
     assert r["files"] == ["sub/img01_rollout_mean_from0.png", f"sub/img01_relevance_from0_{top[0][1]}.png"]
     assert set(r["timings"]) == {"load_s", "compute_s", "write_s"} and "error" not in r
     assert r["output"] == "sub/img01"
@@ -450,7 +450,7 @@ def test_target_by_name_and_index(tmp_path, capsys):
         assert main(["export", "--model", "demo", str(folder), "--out", str(out), "--views", "relevance,cls",
                      "--target", target, "--precision", "fp32", "--quiet"]) == 0
         for r in read_manifest(out / "manifest.jsonl"):
-            assert r["target"] == {"class": cls, "label": label}
+            assert r["target"] == {"kind": "class", "name": label, "class": cls, "label": label}
             assert f"img00_relevance_from0_{label}.png" in r["files"] or not r["source"].endswith("img00.png")
         assert len(list(out.glob(f"*_relevance_from0_{label}.png"))) == len(paths)
     labels = ("circle", "square", "triangle", "star", "cross", "ring", "hexagon", "heart")

@@ -46,7 +46,8 @@ def setup(tmp_path, tiny_model):
                   cmap="viridis", opacity=0.45, interpolation="bilinear", colorbar=False, caption=True,
                   ignore_artefacts=True, scale_excludes_artefacts=False, scale="per_map", percentile=98.0,
                   log_scale=False, mask_keep=0.6, mask_style="dim", mask_background=True,
-                  legrad_start=0, legrad_pooling="model", gradcam_layer=1)
+                  legrad_start=0, legrad_pooling="model", gradcam_layer=1,
+                  legrad_correction=False, pca_joint=True)
     return {"folder": folder, "ckpt": ckpt, "ref": f"file:{ckpt}", "images": (a, b), "session": s, "pipe": pipe,
             "target": target}
 
@@ -83,7 +84,7 @@ def test_session_file_round_trip_restores_identical_maps(setup, tmp_path):
     path = st.save_state(state, setup["folder"] / "view.vitviz.json")
     text = path.read_text(encoding="utf-8")
     doc = json.loads(text)
-    assert doc["format"] == "vitviz-session" and doc["version"] == st.VERSION
+    assert doc["format"] == "vitviz-session" and doc["version"] == 1  # a class target: what older vitviz read
     assert doc["target"] == setup["target"] and doc["current"] == 0
     assert doc["images"][0]["relative"] == "a.png" and len(doc["images"][0]["sha256"]) == 64
     back = st.read_state(path)
@@ -246,7 +247,7 @@ BAD_FIELDS = [
     (("model", "ref"), "vit_b_16", "a model reference is demo or KIND:NAME"),
     (("model",), _DELETE, "the session lacks 'model'"),
     (("format",), "something-else", "'format' must be 'vitviz-session'"),
-    (("version",), 2, "written by a newer vitviz (session version 2"),
+    (("version",), 3, "written by a newer vitviz (session version 3"),
     (("version",), "1", "version must be an integer"),
     (("surprise",), 1, "unknown key 'surprise'"),
     (("compare",), {"layout": "diagonal"}, "compare.layout is 'diagonal'"),

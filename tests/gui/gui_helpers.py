@@ -40,6 +40,15 @@ class Recorder:
     def open_images(self, folder):
         return []
 
+    def open_reference_image(self, folder):
+        return None
+
+    def open_vector(self, folder):
+        return None
+
+    def ask_patch(self, name, grid):
+        return None
+
 
 def open_and_wait(qtbot, w, path, timeout=30000):
     with qtbot.waitSignal(w.resultShown, timeout=timeout):

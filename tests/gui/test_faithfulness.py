@@ -8,7 +8,8 @@ import pytest
 from gui_helpers import Recorder, make_image, open_and_wait
 
 STEPS, SEEDS = 4, 2
-VIEW_ROWS = ["cls_last", "rollout", "grad_rollout", "relevance"]
+VIEW_ROWS = ["cls_last", "rollout", "grad_rollout", "relevance", "legrad", "gradcam"]
+N = len(VIEW_ROWS)  # the map rows; the random rankings' row is the last (index N)
 
 
 @pytest.fixture
@@ -101,30 +102,31 @@ def test_run_fills_the_table_with_the_numbers_of_evaluate_views(qtbot, demo_wind
     t = _run(qtbot, w)
     assert tab.shown_key == tab.current_key and tab.table.isEnabled()
     assert not tab.progress.isVisible() and not tab.cancel_button.isVisible()
-    # five rows (four maps and the random rankings), each with both columns
-    assert tab.table.rowCount() == 5
+    # a row per map and the random rankings' row, each with both columns
+    assert tab.table.rowCount() == N + 1
     assert [v.key for v in t.views] == VIEW_ROWS
-    assert tab.cell_text(4, 0).startswith("Random")
+    assert tab.cell_text(N, 0).startswith("Random")
     # the numbers are those of the library run on the same result (an independent call)
     ref = evaluate_views(w.controller.pipeline, w.session.result, steps=STEPS, baseline="mean", seeds=SEEDS)
     for row, v in enumerate(ref.views):
         assert _num(tab.cell_text(row, 1)) == pytest.approx(v.deletion_auc, abs=6e-4)
         assert _num(tab.cell_text(row, 2)) == pytest.approx(v.insertion_auc, abs=6e-4)
     rd, ri = ref.random_deletion, ref.random_insertion
-    assert tab.cell_text(4, 1) == f"{rd.auc_mean:.3f}\n± {rd.auc_std:.3f}"
-    assert tab.cell_text(4, 2) == f"{ri.auc_mean:.3f}\n± {ri.auc_std:.3f}"
+    assert tab.cell_text(N, 1) == f"{rd.auc_mean:.3f}\n± {rd.auc_std:.3f}"
+    assert tab.cell_text(N, 2) == f"{ri.auc_mean:.3f}\n± {ri.auc_std:.3f}"
     # best per column marked where the numbers say so: the lowest deletion AUC, the highest insertion AUC
-    dels = [t.views[i].deletion_auc for i in range(4)]
-    inss = [t.views[i].insertion_auc for i in range(4)]
+    dels = [t.views[i].deletion_auc for i in range(N)]
+    inss = [t.views[i].insertion_auc for i in range(N)]
     for col, best_row in ((1, int(np.argmin(dels))), (2, int(np.argmax(inss)))):
-        for row in range(5):
+        for row in range(N + 1):
             item = tab.table.item(row, col)
             marked = "★" in item.text()
             assert marked == (row == best_row), (col, row, item.text())
             assert item.font().bold() == (row == best_row)
     # the curves: one line per map in each plot, and the random mean, with a legend entry each
     names = [label.text for _sample, label in tab.legend.items]
-    assert len(names) == 5 and any("random" in n for n in names)
+    assert len(names) == N + 1 and any("random" in n for n in names)
+    assert {"LeGrad", "GradCAM"} <= set(names)
     for plot, attr in ((tab.del_plot, "deletion"), (tab.ins_plot, "insertion")):
         ys = [item.getData()[1] for item in plot.listDataItems()]
         for v in t.views:
@@ -157,14 +159,14 @@ def test_cancel_stops_the_job_and_leaves_a_clean_tab(qtbot, demo_window, samples
         qtbot.waitUntil(lambda: not w.controller.runner.is_busy(), timeout=30000)
     finally:
         hook.remove()
-    total = forwards_estimate(12, 4, SEEDS)
+    total = forwards_estimate(12, N, SEEDS)
     assert 0 < sum(images) < total / 2  # stopped early, not run to the end in the background
     assert tab.shown is None and not w.controller.evaluations and w.controller.evaluating is None
     qtbot.wait(50)  # nothing arrives later
     assert tab.shown is None and tab.table.rowCount() == 0
     # and the next Run works
     w.controller.evaluation_batch = None
-    assert _run(qtbot, w) is not None and tab.table.rowCount() == 5 and "Cancelled" not in tab.status.text()
+    assert _run(qtbot, w) is not None and tab.table.rowCount() == N + 1 and "Cancelled" not in tab.status.text()
 
 
 def test_a_kept_table_is_shown_again_without_a_new_job(qtbot, demo_window, samples, monkeypatch):
@@ -233,12 +235,12 @@ def test_row_click_shows_the_map_of_that_row(qtbot, demo_window, samples):
     o = w.session.options
     assert (o.view, o.layer, o.head) == ("cls", L - 1, "mean")
     np.testing.assert_allclose(w.session.current_map(), t.views[rows["cls_last"]].saliency, rtol=1e-5, atol=1e-7)
-    for key in ("grad_rollout", "relevance"):
+    for key in ("grad_rollout", "legrad", "gradcam", "relevance"):
         _click_row(qtbot, tab, rows[key])
         assert w.session.options.view == key
         np.testing.assert_allclose(w.session.current_map(), t.views[rows[key]].saliency, rtol=1e-5, atol=1e-7)
     # the random row has no map: nothing changes
-    _click_row(qtbot, tab, 4)
+    _click_row(qtbot, tab, N)
     assert w.session.options.view == "relevance"
     assert w.recorder.errors == []
 
@@ -306,6 +308,41 @@ def test_a_model_without_a_classifier_says_why(qtbot, settings, tmp_path):
     w.close()
 
 
+def test_a_feature_model_with_a_similarity_target_is_measured(qtbot, settings, tmp_path):
+    """A feature model's curves follow the similarity to the reference: the tab measures them, says so on its axis
+    and in its status line, and the table's numbers are evaluate_views' on the same result."""
+    from vitviz.document.target_choice import TargetChoice
+    from vitviz.evaluate import evaluate_views
+    from vitviz.gui.main_window import MainWindow
+    from vitviz.model import create_model
+
+    m = create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
+                     num_classes=0).eval()
+    w = MainWindow(settings=settings, model=m, dialogs=Recorder())
+    qtbot.addWidget(w)
+    w.show()
+    path, ref = tmp_path / "p.png", tmp_path / "ref.png"
+    make_image(path)
+    make_image(ref, seed=5)
+    open_and_wait(qtbot, w, path)
+    tab = w.plots.faithfulness
+    w.plots.setCurrentWidget(tab)
+    tab.steps_spin.setValue(STEPS)
+    tab.seeds = SEEDS
+    with qtbot.waitSignal(w.resultShown, timeout=30000):
+        w.set_target(TargetChoice("image", path=str(ref)))
+    assert w.session.result.target_text() == "similar to image ref.png"
+    t = _run(qtbot, w)
+    assert t.target is None and t.measure == "similarity" and [v.key for v in t.views] == VIEW_ROWS
+    assert all(v.deletion is not None for v in t.views)  # every gradient view explains the similarity
+    assert tab.del_plot.getAxis("left").labelText == "similarity"
+    assert "similar to image ref.png (similarity" in tab.status.text()
+    ref_table = evaluate_views(w.controller.pipeline, w.session.result, steps=STEPS, baseline="mean", seeds=SEEDS)
+    for row, v in enumerate(ref_table.views):
+        assert _num(tab.cell_text(row, 1)) == pytest.approx(v.deletion_auc, abs=6e-4)
+    w.close()
+
+
 def test_the_tab_measures_the_default_views():
     from vitviz.evaluate import DEFAULT_VIEWS
     from vitviz.gui.faithfulness import VIEWS
@@ -325,7 +362,7 @@ def test_forwards_estimate_counts_the_distinct_images(tiny_model):
     for steps, seeds in ((3, 2), (5, 1)):
         seen: list[int] = []
         evaluate_views(tiny_model, img, steps=steps, seeds=seeds, progress=lambda _d, t, seen=seen: seen.append(t))
-        assert seen and forwards_estimate(steps, 4, seeds) / 2 < seen[-1] <= forwards_estimate(steps, 4, seeds)
+        assert seen and forwards_estimate(steps, N, seeds) / 2 < seen[-1] <= forwards_estimate(steps, N, seeds)
 
 
 def test_no_measurement_while_a_model_loads(qtbot, demo_window, samples, monkeypatch):

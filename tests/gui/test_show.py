@@ -113,3 +113,104 @@ def test_show_does_not_block_in_ipython_with_the_qt_loop(qtbot, style_c, setting
     qtbot.waitUntil(lambda: errors or w.session.result is not None, timeout=30000)
     assert not errors
     w.close()
+
+
+# ----------------------------------------------------------------------------------------------- targets (issue 23)
+def margin(out):
+    return out[3] - out[1]
+
+
+def test_show_with_a_function_as_the_target_explains_it_for_every_image(qtbot, tiny_model, settings, errors):
+    from vitviz import analysis as A
+    from vitviz.capture import capture
+    from vitviz.imaging import load_image
+
+    pil = Image.fromarray((np.random.default_rng(1).random((40, 60, 3)) * 255).astype(np.uint8))
+    w = vitviz.show(tiny_model, [_sample(), pil], target=margin, block=False, settings=settings)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: errors or w.session.result is not None, timeout=30000)
+    assert not errors
+    r = w.session.result
+    assert r.target_spec.fn is margin and r.target is None and r.target_text() == "margin(output)"
+    x = w.controller.pipeline.prepare(load_image(_sample())).x[None]
+    cap = capture(tiny_model, x, target=margin, store_dtype=torch.float32)
+    want = A.relevance(cap.attentions[:, 0], cap.attention_grads[:, 0], grid=cap.grid, num_prefix_tokens=1)
+    w.set_view("relevance")
+    np.testing.assert_allclose(np.asarray(w.canvas.overlay_values), want.numpy(), rtol=1e-5, atol=1e-7)
+    assert "margin(output)" in w.canvas.title.text() and "value" in w.predictions.box.label.text()
+    w.step_image(1)  # the in-memory image: the same target
+    qtbot.waitUntil(lambda: errors or w.session.result.source == "image 2", timeout=30000)
+    assert not errors and w.session.result.target_spec.fn is margin
+    w.close()
+
+
+def test_show_makes_every_gradient_view_of_a_feature_model_explain_the_target(qtbot, settings, errors):
+    from vitviz import views
+    from vitviz.model import create_model
+    from vitviz.pipeline import Pipeline, reference_target
+
+    torch.manual_seed(0)
+    dino = create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4,
+                        num_classes=0).eval()
+    ref = reference_target(Pipeline(dino), _sample(), patch=(1, 1))
+    w = vitviz.show(dino, _sample(), target=ref, block=False, settings=settings)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: errors or w.session.result is not None, timeout=30000)
+    assert not errors and w.session.result.target_spec is ref
+    for v in views.all_views():
+        if v.needs_grads:
+            w.set_view(v.key)
+            assert w.session.current_map() is not None and ref.describe() in w.canvas.title.text(), v.key
+    w.close()
+
+
+def raises(out):
+    raise RuntimeError("no score here")
+
+
+def vector(out):
+    return out[:2]
+
+
+def detached(out):
+    return torch.tensor(1.0)
+
+
+@pytest.mark.parametrize("target, words", [
+    (raises, "target function raises raised RuntimeError: no score here"),
+    (vector, r"target function vector returned shape \(2,\), not a scalar"),
+    (detached, "its value does not depend on the model's output"),
+    (lambda out: 3, "returned a int, not a tensor"),
+    (9, "target class 9 out of range for a model with 5 classes"),
+    ("dog", "got 'dog'"),
+])
+def test_show_refuses_a_bad_target_before_any_window(tiny_model, settings, errors, target, words):
+    from PySide6.QtWidgets import QApplication
+
+    from vitviz.capture.targets import TargetError
+    from vitviz.gui.main_window import MainWindow
+
+    before = [x for x in QApplication.topLevelWidgets() if isinstance(x, MainWindow)]
+    with pytest.raises(TargetError, match=words) as e:
+        vitviz.show(tiny_model, _sample(), target=target, block=False, settings=settings)
+    assert "\n" not in str(e.value) and not errors
+    assert [x for x in QApplication.topLevelWidgets() if isinstance(x, MainWindow)] == before
+
+
+def test_show_explains_a_function_of_a_foreign_modules_output(qtbot, style_c, settings, errors):
+    w = vitviz.show(style_c, _sample(), target=margin, block=False, settings=settings)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: errors or w.session.result is not None, timeout=30000)
+    assert not errors and w.session.result.target_spec.fn is margin
+    w.set_view("relevance")
+    m = np.asarray(w.canvas.overlay_values)
+    assert m.shape == (4, 4) and np.isfinite(m).all() and m.std() > 0
+    w.close()
+
+
+def test_show_refuses_a_prompt_without_a_text_tower_before_any_window(tiny_model, settings, errors):
+    from vitviz.capture.targets import TargetError, Text
+
+    with pytest.raises(TargetError, match="its text tower is unknown"):
+        vitviz.show(tiny_model, _sample(), target=Text("a cat"), block=False, settings=settings)
+    assert not errors

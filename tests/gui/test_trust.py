@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 
 def test_any_class_can_be_the_target_by_search(qtbot, window, image_path):
     r = open_and_wait(qtbot, window, image_path)
-    p = window.predictions
+    p = window.predictions.box
     assert len(p._entries) == r.logits.shape[-1]  # every class is listed, not only the top 5
     least = int(r.probabilities.argmin())
     name = r.label(least)
@@ -21,7 +21,7 @@ def test_any_class_can_be_the_target_by_search(qtbot, window, image_path):
     window.set_view("relevance")
     assert name in window.canvas.title.text() and name.split()[0] in window.session.export_name()
     p._on_pick("no such class at all")
-    assert "No single class" in p.target_label.text()
+    assert "No single class" in p.label.text()
 
 
 def test_prediction_highlight_follows_the_new_image(qtbot, window, tmp_path):

@@ -49,13 +49,14 @@ def test_controls_follow_what_each_view_reads(qtbot, window, image_path):
     for v in views.all_views():
         window.set_view(v.key)
         c = window.controls
-        # the slider is live only where the view reads a layer, named as the view reads it
-        assert c.layer_slider.isEnabled() == bool(v.reads & {"layer", "start_layer"}), v.key
-        assert c.layer_row_label.text() == ("Start layer" if v.reads & {"layer", "start_layer"} == {"start_layer"}
-                                             else "Layer"), v.key
+        # the slider is live only where the view reads a layer (its slider option), named as the view reads it
+        assert c.layer_slider.isEnabled() == (v.slider is not None), v.key
+        assert (v.slider is not None) == bool(v.reads & {"layer", "start_layer", "legrad_start", "gradcam_layer"})
+        assert c.layer_row_label.text() == v.slider_label, v.key
         assert c.head_combo.isEnabled() == ("head" in v.reads), v.key
         assert c.discard_spin.isEnabled() == ("discard_ratio" in v.reads), v.key
         assert c.mask_background.isEnabled() == ("mask_background" in v.reads), v.key
+        assert c.pca_joint.isEnabled() == ("pca_joint" in v.reads), v.key
         assert c.view_buttons[v.key].isChecked() and window.acts.views[v.key].isChecked()
         # the canvas says what it shows, and the query box is drawn only where the view uses the patch
         assert window.canvas.title.text() == window.session.title() and window.canvas.title.isVisible()

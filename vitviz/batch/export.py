@@ -6,10 +6,14 @@ files are ``Session.current_map()`` (npy: float32 ``[gh, gw]`` at patch resoluti
 File > Export writes (:func:`vitviz.document.panel.view_figure` encoded by :func:`vitviz.render.figures.encode`:
 PNG, colour bar and caption optional). Nothing here computes a map.
 
-Streaming: :func:`vitviz.batch.inputs.stream_batches` reads and preprocesses images on a loader thread; each batch goes
-through the model in one forward and one backward (:meth:`vitviz.pipeline.Pipeline.run_batch`: the gradients only
-when a requested view needs them); a writer thread renders and writes the files of one batch while the next is
-computed. The queues between them hold at most a batch or two, so 10,000 images use the memory of a few batches.
+Streaming: :func:`vitviz.batch.inputs.stream_batches` reads and preprocesses images in worker threads, in order, a
+bounded queue ahead of the model; each batch goes through the model in one forward and one backward (the gradients
+only when a requested view needs them), streamed (:class:`vitviz.batch.batch_passes.BatchPasses`: each layer's
+attention is reduced to what the requested maps need as the pass goes, so the memory holds about one layer's
+attention, not every layer's; the maps equal the stored path's) where the model and views allow, else stored
+(:meth:`vitviz.pipeline.Pipeline.run_batch`), in a batch size that adapts to the memory available; a writer thread
+renders and writes the files of one batch while the next is computed. The queues between them hold at most a batch or
+two, so 10,000 images use the memory of a few batches.
 
 Files (under ``--out``): ``<name>_<view>_<options>.png|.npy`` where ``<name>`` mirrors the input's folders
 (:class:`vitviz.batch.inputs.InputImage`) and the rest is the window's export name
@@ -52,8 +56,15 @@ import numpy as np
 
 from vitviz import __version__
 from vitviz._util.files import describe_os_error, output_folder_problem
+from vitviz.batch.batch_passes import BatchPasses, result_of
 from vitviz.batch.export_options import ExportOptions, setting_names
-from vitviz.batch.export_plan import check_against_model, grid_of, map_requests, needs_gradients, resolve_target
+from vitviz.batch.export_plan import (
+    check_against_model,
+    grid_of,
+    map_demands,
+    map_requests,
+    needs_gradients,
+)
 from vitviz.batch.failures import FAILED_BASE, MAX_FAILED_STATUS, error_text
 from vitviz.batch.fingerprint import model_sha256
 from vitviz.batch.inputs import InputImage, Loaded, expand_inputs, progress_bar, stream_batches, take_shard
@@ -64,15 +75,17 @@ from vitviz.batch.manifest import (
     journal_files,
     journal_path,
     manifest_name,
+    plan_name,
     read_folder,
     repair_tail,
     request_id,
     source_key,
 )
+from vitviz.batch.parts import plan_shard, write_json
 from vitviz.batch.rerun import check_folder
+from vitviz.batch.target_flags import describe_target, read_target
 from vitviz.devices import precision_reason
 from vitviz.document import panel
-from vitviz.document.session import Session
 from vitviz.imaging import ExportError, write_atomic
 from vitviz.render import figures
 
@@ -116,25 +129,38 @@ class _Job:
 
 
 class Exporter:
-    """One export run (see the module's docstring). ``log(line)`` gets the log lines (default: stderr)."""
+    """One export run (see the module's docstring). ``log(line)`` gets the log lines (default: stderr).
+    ``streaming``: None streams the passes where the model and views allow; False stores every layer (the window's
+    path); True insists on streaming. ``workers``: image-reading threads (default
+    :func:`vitviz.batch.inputs.default_workers`)."""
 
     def __init__(self, pipeline: Any, options: ExportOptions, out: str | os.PathLike, *, model_ref: str = "model",
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, origin: str = "--shard", streaming: bool | None = None,
+                 workers: int | None = None):
         self.pipeline = pipeline
         self.options = options
         self.out = Path(out)
         self.model_ref = model_ref
+        self.origin = origin  # where the shard came from (vitviz.batch.launcher), for the shard's plan
         self._log = log
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers (image-reading threads) must be a whole number of at least 1, got {workers!r}")
+        self.workers = workers
         spec = pipeline.spec
         self.num_classes = int(getattr(pipeline.model, "num_classes", 0) or 0)
         self.labels = getattr(spec, "labels", None)
-        self.target = resolve_target(options.target, self.labels, self.num_classes)
+        self.target = read_target(pipeline, options.target)  # a class, a similarity target, None: the top class
         cfg = getattr(pipeline.model, "config", None)
         check_against_model(options, getattr(cfg, "depth", None), getattr(cfg, "num_heads", None),
                             grid_of(spec, cfg))
-        self.gradients = needs_gradients(options.views) and self.num_classes > 0
+        self.gradients = needs_gradients(options.views) and (self.num_classes > 0 or self.target is not None)
+        self.passes = BatchPasses(pipeline, batch_size=options.batch_size, target=self.target,
+                                  gradients=self.gradients, demands=lambda r: map_demands(r, options),
+                                  streaming=streaming, note=lambda m: self.log(f"vitviz export: note: {m}"))
         self.model_sha256 = model_sha256(pipeline.model)  # the model by content: once per run
         self.request = options.request(self.model_sha256, pipeline.precision)
+        if getattr(self.target, "kind", None) == "similarity":  # the reference by content, as the model
+            self.request["target_reference"] = self.target.key[2]
         self.request_id = request_id(self.request)
         self.summary = ExportSummary(precision=pipeline.precision)
         self._live = 0  # results alive now (a finalizer counts each one down)
@@ -168,6 +194,9 @@ class Exporter:
         self._prepare_folder()
         lock = ExportLock(self.out, self.options.shard).acquire(note=lambda m: self.log(f"vitviz export: note: {m}"))
         try:
+            if self.options.shard[1] > 1:  # the shard's plan, for vitviz merge (vitviz.batch.parts)
+                write_json(self.out / plan_name(self.options.shard),
+                           plan_shard("export", images, self.options.shard, self.origin).to_json())
             return self._run(take_shard(images, *self.options.shard), len(images), t0)
         finally:
             lock.release()
@@ -196,7 +225,7 @@ class Exporter:
         self.log(f"vitviz export: {len(todo)} image(s) to do, {s.skipped} already done{shard}; "
                  f"{getattr(self.pipeline.spec, 'name', 'model')} on {self.pipeline.device}, "
                  f"{precision_reason(self.pipeline.precision_choice, self.pipeline.device)}; batch "
-                 f"{o.batch_size}; {len(o.views)} view(s) -> {self.out}")
+                 f"{o.batch_size} ({self.passes.route} passes); {len(o.views)} view(s) -> {self.out}")
         self._manifest = Appender(s.manifest)
         if todo:  # what the files of this run are made with: a later run compares its own settings with these
             self._manifest.write({"run": {"request": self.request_id, "settings": self.request,
@@ -210,7 +239,7 @@ class Exporter:
         writer.start()
         restore = _sigterm_as_interrupt()
         try:
-            for batch in stream_batches(self.pipeline, todo, o.batch_size):
+            for batch in stream_batches(self.pipeline, todo, o.batch_size, workers=self.workers):
                 if self._writer_error is not None or self._stop.is_set():
                     break
                 self._put(jobs, self._compute(batch))
@@ -300,16 +329,14 @@ class Exporter:
             return jobs
         t = time.perf_counter()
         try:
-            results = self.pipeline.run_batch(prepared, sources=[j.item.path for j in ok], target=self.target,
-                                              gradients=self.gradients)
+            results = self.passes.run(prepared, [j.item.path for j in ok])
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception:  # noqa: BLE001 - find the image at fault: each alone
             results = []
             for j, p in zip(ok, prepared):
                 try:
-                    results += self.pipeline.run_batch([p], sources=[j.item.path], target=self.target,
-                                                       gradients=self.gradients)
+                    results += self.passes.run([p], [j.item.path])
                 except Exception as e:  # noqa: BLE001 - reported in the manifest, the others go on
                     j.error = e
                     results.append(None)
@@ -361,7 +388,7 @@ class Exporter:
         write_failed = False
         if job.error is None and job.result is not None:
             try:
-                record.update(self._describe(job.result))
+                record.update(self._describe(result_of(job.result)))
                 record["maps"] = self._write_maps(job.result, item, written)
                 record["status"] = "ok"
             except Exception as e:  # noqa: BLE001 - this image failed; the run goes on
@@ -389,18 +416,18 @@ class Exporter:
 
     def _describe(self, r: Any) -> dict[str, Any]:
         top = r.top_k(5) if r.logits.ndim == 1 and self.num_classes > 0 else []
-        target = None if r.target is None else {"class": int(r.target), "label": r.label(int(r.target))}
+        target = describe_target(r)
         return {"size": [int(r.image_size[1]), int(r.image_size[0])], "model": r.model_name,
                 "precision": r.precision, "grid": list(r.grid),
                 "predictions": [{"class": c, "label": lab, "p": round(p, 6)} for c, lab, p in top],
                 "target": target}
 
-    def _write_maps(self, r: Any, item: InputImage, written: list[str]) -> list[dict[str, Any]]:
-        """Every requested map of one result through a :class:`~vitviz.document.session.Session`, as the window
-        makes it."""
+    def _write_maps(self, done: Any, item: InputImage, written: list[str]) -> list[dict[str, Any]]:
+        """Every requested map of one image's result (stored or streamed, :meth:`BatchPasses.run`) through a
+        :class:`~vitviz.document.session.Session`, as the window makes it."""
         o = self.options
-        session = Session()
-        session.set_result(r)
+        session = self.passes.session(done)
+        r = session.result
         session.set_options(**dict(o.display))
         base = session.options
         maps = []

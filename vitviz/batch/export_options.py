@@ -43,6 +43,11 @@ class ExportOptions:
             :func:`vitviz.document.panel.layer_figures`: one colour scale across layers, the layer drawn on each frame),
             at ``scale``; None: no animation.
         fps: frames per second of the animations.
+        text: prompts (CLIP, SigLIP: ``vitviz export --text``): the model becomes the zero-shot classifier over them
+            (:func:`vitviz.pipeline.prompt_pipeline`) and every gradient view gets one map per prompt (``target``
+            stays ``"top"``); empty: no prompts.
+        templates: the prompts' templates: None (as typed), ``"photo"`` or ``"imagenet"``
+            (:meth:`vitviz.model.text.TextTower.encode`).
     """
 
     views: tuple[str, ...] = DEFAULT_VIEWS
@@ -61,10 +66,14 @@ class ExportOptions:
     quiet: bool = False
     animate: str | None = None
     fps: float = 2.0
+    text: tuple[str, ...] = ()
+    templates: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.display, Mapping):
             object.__setattr__(self, "display", tuple(self.display.items()))
+        if isinstance(self.text, list):
+            object.__setattr__(self, "text", tuple(self.text))
 
     def request(self, model_sha256: str, precision: str) -> dict[str, Any]:
         """What the files depend on (a rerun with the same request skips the images done; one with another stops:
@@ -75,6 +84,9 @@ class ExportOptions:
             d.pop(k)
         d.update(dict(d.pop("display")))
         d.update(model_sha256=model_sha256, precision=precision)
+        if not self.text:  # (the request of an export without prompts is what it was before they existed)
+            d.pop("text")
+            d.pop("templates")
         return d
 
 
@@ -82,7 +94,7 @@ def setting_names() -> dict[str, str]:
     """How the user names each setting of :meth:`ExportOptions.request` (its flag; a switch by its option's name),
     for the messages that say what changed."""
     names = {k: f"--{k}" for k in ("views", "layers", "heads", "query", "target", "format", "scale", "animate", "fps",
-                                   "precision")}
+                                   "precision", "text", "templates")}
     names.update({f.option: f.flag if f.action == "store" else f.option for f in cli_flags()})
     return names
 

@@ -1,13 +1,16 @@
 """What one image of ``vitviz export`` becomes: the target class a ``--target`` names, whether gradients are needed,
-the options checked against the model, and every map to make (view, layer, head, query) of a result. No Qt."""
+the options checked against the model, every map to make (view, layer, head, query) of a result, and the view
+options of each map drawn (what a streamed pass must gather). No Qt."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from vitviz import views as registry
 from vitviz.batch.export_options import HEAD_WORDS, ExportOptions, is_int
+from vitviz.document.session import Session
 
 
 def resolve_target(text: str | int | None, labels: Sequence[str] | None, num_classes: int) -> int | None:
@@ -118,3 +121,30 @@ def map_requests(result: Any, options: ExportOptions) -> list[tuple[str, dict[st
                 out.append((key, changes))
     return out
 
+
+
+def map_demands(result: Any, options: ExportOptions) -> list[tuple[Any, Any]]:
+    """Every ``(view, ViewOptions)`` whose map the export of ``result`` draws: each of :func:`map_requests` as the
+    writer sets it on its session (the display options, then the request's changes, clamped by the session), and with
+    ``animate`` every value of the layer slider of each animated view (:func:`vitviz.document.panel.layer_figures`).
+    A streamed pass gathers what these need (:func:`vitviz.document.streamed.plan_streaming`)."""
+    s = Session()
+    s.set_result(result)
+    s.set_options(**dict(options.display))
+    base = s.options
+    out: list[tuple[Any, Any]] = []
+    requests = map_requests(result, options)
+    for _key, changes in requests:
+        s.options = base
+        s.set_options(**changes)
+        out.append((s.view, s.options))
+    if options.animate:
+        for _key, changes in requests:
+            s.options = base
+            s.set_options(**{k: v for k, v in changes.items() if k != "layer"})
+            v = s.view
+            if v.slider is None:
+                continue
+            lo, hi = s.slider_range()
+            out += [(v, replace(s.options, **{v.slider: i})) for i in range(lo, hi + 1)]
+    return out

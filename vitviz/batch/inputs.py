@@ -7,21 +7,22 @@ stream of preprocessed batches read ahead on a loader thread. No Qt.
   a name under the output folder that mirrors the input's own folders (``photos/`` -> ``cats/tabby``);
 * :func:`take_shard` keeps a deterministic 1/N of them for a job array (each image's shard depends on its output
   name only, not on the order or the machine);
-* :func:`stream_batches` reads and preprocesses the images on one loader thread, a bounded queue ahead of the model,
-  and yields batches of :class:`Loaded` (an image that cannot be read is yielded with its error, never raised), so
-  the memory in flight is a few batches whatever the number of images.
+* :func:`stream_batches` reads and preprocesses the images in worker threads (decoding and resampling release the
+  GIL), at most two batches ahead of the model, and yields batches of :class:`Loaded` in the input order (an image
+  that cannot be read is yielded with its error, never raised), so the memory in flight is a few batches whatever the
+  number of images, and decoding keeps up with a GPU.
 """
 
 from __future__ import annotations
 
 import glob
 import os
-import queue
 import sys
-import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -247,53 +248,51 @@ def _load_one(pipeline: Any, item: InputImage) -> Loaded:
     return Loaded(item, prepared=prepared, load_s=time.perf_counter() - t)
 
 
-def stream_batches(pipeline: Any, items: Sequence[InputImage], batch_size: int) -> Iterator[list[Loaded]]:
-    """Batches of up to ``batch_size`` :class:`Loaded` images, read and preprocessed (``pipeline.prepare``) on a
-    loader thread that stays at most two batches ahead. Closing the generator (a ``break``, an exception, Ctrl+C in
-    the consumer) stops the thread."""
+def default_workers(device: str = "cpu") -> int:
+    """Loader threads by default: on a GPU enough to keep it fed (up to 8, one per core), on the CPU two (the model
+    takes the cores; a second thread hides a slow image behind the one being computed)."""
+    cores = os.cpu_count() or 1
+    return max(1, min(8 if str(device).startswith("cuda") else 2, cores))
+
+
+def stream_batches(pipeline: Any, items: Sequence[InputImage], batch_size: int, *,
+                   workers: int | None = None) -> Iterator[list[Loaded]]:
+    """Batches of up to ``batch_size`` :class:`Loaded` images, in the order of ``items``, read and preprocessed
+    (``pipeline.prepare``) by ``workers`` threads (default :func:`default_workers` of the pipeline's device) that stay
+    at most two batches ahead. Closing the generator (a ``break``, an exception, Ctrl+C in the consumer) cancels what
+    was not started; the images being read finish in the background."""
     if batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {batch_size}")
-    q: queue.Queue = queue.Queue(maxsize=2 * batch_size)
-    stop = threading.Event()
-    done = object()
+    workers = default_workers(getattr(pipeline, "device", "cpu")) if workers is None else int(workers)
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    ahead = 2 * batch_size  # images read or being read, not yet handed out
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vitviz-loader")
+    pending: deque[Future] = deque()
+    todo = iter(items)
 
-    def load() -> None:
-        try:
-            for item in items:
-                if stop.is_set():
-                    return
-                loaded = _load_one(pipeline, item)
-                while not stop.is_set():
-                    try:
-                        q.put(loaded, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-        finally:
-            while not stop.is_set():
-                try:
-                    q.put(done, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
+    def fill() -> None:
+        while len(pending) < ahead:
+            item = next(todo, None)
+            if item is None:
+                return
+            pending.append(pool.submit(_load_one, pipeline, item))
 
-    thread = threading.Thread(target=load, name="vitviz-loader", daemon=True)
-    thread.start()
     try:
+        fill()
         batch: list[Loaded] = []
-        while True:
-            got = q.get()
-            if got is done:
-                break
-            batch.append(got)
+        while pending:
+            batch.append(pending.popleft().result())
+            fill()
             if len(batch) == batch_size:
                 yield batch
                 batch = []
         if batch:
             yield batch
     finally:
-        stop.set()
-        thread.join(timeout=30)
+        for f in pending:
+            f.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def progress_bar(total: int, desc: str, *, quiet: bool = False, unit: str = "image"):

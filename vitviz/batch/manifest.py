@@ -1,6 +1,8 @@
 """The manifest of ``vitviz export``: one JSON line per image (``manifest.jsonl``, ``manifest-K-of-N.jsonl`` for a
-shard), a ``run`` line at the start of each run (what the files were made with: the settings, the model's content
-hash), the hidden journal of the files being written, and what a rerun reads back from them. Standard library only.
+shard, with the shard's plan beside it in ``manifest-K-of-N.plan.json``: :mod:`vitviz.batch.parts`, which
+``vitviz merge`` reads), a ``run`` line at the start of each run (what the files were made with: the settings, the
+model's content hash), the hidden journal of the files being written, and what a rerun reads back from them.
+Standard library only.
 
 Lines are checked as they are read: an image record is an object with ``source``, ``status``, ``request`` and
 ``files``; a run line an object ``{"run": {"request", "settings", ...}}``. A last line without its line break was cut
@@ -32,6 +34,13 @@ def manifest_name(shard: tuple[int, int]) -> str:
     """The manifest's file name for shard ``(K, N)`` (``manifest.jsonl`` when there is one shard)."""
     k, n = shard
     return MANIFEST if n == 1 else f"manifest-{k}-of-{n}.jsonl"
+
+
+def plan_name(shard: tuple[int, int]) -> str:
+    """The file name of shard ``(K, N)``'s plan (:class:`vitviz.batch.parts.ShardPlan`): ``manifest-K-of-N.plan.json``
+    (written by a shard only)."""
+    k, n = shard
+    return f"manifest-{k}-of-{n}.plan.json"
 
 
 def journal_path(out: Path, name: str) -> Path:

@@ -1,18 +1,25 @@
 """The files of ``vitviz stats``: the two CSVs (written, and ``attention_stats.csv`` read back for the window's
-dataset curve) and all the outputs written together, atomically, refusing to replace files unless asked."""
+dataset curve) and all the outputs written together, atomically, refusing to replace files unless asked; and a
+shard's part, ``attention_stats-K-of-N.npz``: its exact sums (:class:`~vitviz.batch.stats.StatsAccumulator`), its
+plan and its failures, which ``vitviz merge`` adds up (:mod:`vitviz.batch.merge`)."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import os
+import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vitviz._util.files import describe_os_error, output_folder_problem
+from vitviz.batch.fixed_point import FixedSum
+from vitviz.batch.parts import PartError, ShardPlan, part_name
 from vitviz.batch.stats import (
     ARTEFACT_COLUMNS,
     ARTEFACT_CSV,
@@ -20,6 +27,8 @@ from vitviz.batch.stats import (
     STATS_COLUMNS,
     STATS_CSV,
     DatasetStats,
+    GridFlags,
+    StatsAccumulator,
 )
 from vitviz.batch.stats_plot import figure_bytes
 from vitviz.imaging import ExportError, write_atomic
@@ -87,7 +96,6 @@ def read_stats_csv(path: str | os.PathLike) -> DatasetStats:
                         entropy_sd=arrays["sd_entropy_nats"])
 
 
-
 def write_outputs(stats: DatasetStats, out: str | os.PathLike, *, overwrite: bool = False) -> list[Path]:
     """The two CSVs and the figure (PNG, SVG) in ``out`` (created if missing), each written atomically; nothing is
     written when any of them exists and ``overwrite`` is False."""
@@ -128,3 +136,109 @@ def check_outputs(out: str | os.PathLike, *, overwrite: bool) -> None:
             raise ExportError(p, "a folder of that name exists")
         if not overwrite and (p.exists() or p.is_symlink()):
             raise FileExistsError(f"{p} already exists (pass --overwrite to replace it)")
+
+
+PART_STEM = "attention_stats"  # a shard's part: attention_stats-K-of-N.npz
+PART_SUFFIX = ".npz"
+_PART_KIND = "vitviz stats part"
+
+
+def part_path(out: str | os.PathLike, shard: tuple[int, int]) -> Path:
+    """Where shard ``(K, N)`` of ``vitviz stats`` saves its sums: ``OUT/attention_stats-K-of-N.npz``."""
+    return Path(out) / part_name(PART_STEM, shard, PART_SUFFIX)
+
+
+def check_part(out: str | os.PathLike, shard: tuple[int, int], *, overwrite: bool) -> None:
+    """Refuse, before any work, a shard's part that cannot be written (the output folder's problem) or exists
+    (without ``overwrite``)."""
+    problem = output_folder_problem(out)
+    if problem:
+        raise ExportError(out, problem)
+    p = part_path(out, shard)
+    if p.is_dir():
+        raise ExportError(p, "a folder of that name exists")
+    if not overwrite and (p.exists() or p.is_symlink()):
+        raise FileExistsError(f"{p} already exists (pass --overwrite to replace it)")
+
+
+@dataclass
+class StatsPart:
+    """What a shard of ``vitviz stats`` saved: its plan, its exact sums, its failures ``(source, why)`` and the
+    settings its numbers depend on (the model by content, the precision)."""
+
+    plan: ShardPlan
+    accumulator: StatsAccumulator
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def write_part(path: str | os.PathLike, part: StatsPart, *, overwrite: bool = False) -> Path:
+    """Save a shard's :class:`StatsPart` (npz: the sums as int64 arrays, the rest as JSON), atomically."""
+    acc = part.accumulator
+    arrays: dict[str, np.ndarray] = {}
+    for k in acc.sums:
+        arrays.update(acc.sums[k].arrays(f"{k}_sum"))
+        arrays.update(acc.squares[k].arrays(f"{k}_sq"))
+    grids = []
+    for i, (shape, g) in enumerate(sorted(acc.grids.items())):
+        arrays[f"grid{i}_flags"] = g.flags
+        grids.append({"shape": list(shape), "images": g.images, "first": g.first})
+    meta = {"kind": _PART_KIND, "plan": part.plan.to_json(), "n": acc.n, "last": list(acc.last), "grids": grids,
+            "stats": sorted(acc.sums), "failures": [list(f) for f in part.failures], "settings": part.settings}
+    arrays["meta"] = np.array(json.dumps(meta, ensure_ascii=False))
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    data = buf.getvalue()
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ExportError(target.parent, f"cannot create the output folder ({describe_os_error(e)})") from None
+    return write_atomic(target, lambda fh: fh.write(data), overwrite=overwrite, suffix=".npz.tmp",
+                        exists_message=f"{target} already exists (pass --overwrite to replace it)")
+
+
+def read_part(path: str | os.PathLike) -> StatsPart:
+    """The :class:`StatsPart` a shard saved.
+
+    Raises:
+        PartError: naming the file when it cannot be read or is not such a part.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise PartError(f"{p}: cannot read ({e.strerror or e})") from None
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise PartError(f"{p}: not a part of vitviz stats (not an npz file: {e})") from None
+    try:
+        meta = json.loads(str(arrays["meta"][()]))
+        if not isinstance(meta, dict) or meta.get("kind") != _PART_KIND:
+            raise ValueError("no description of a vitviz stats shard")
+        plan = ShardPlan.from_json(meta["plan"], p)
+        acc = StatsAccumulator()
+        acc.n = int(meta["n"])
+        index, model, tokens = meta["last"]
+        acc.last = (int(index), str(model), int(tokens))
+        for k in meta["stats"] if acc.n else ():
+            acc.sums[str(k)] = FixedSum.from_arrays(arrays, f"{k}_sum")
+            acc.squares[str(k)] = FixedSum.from_arrays(arrays, f"{k}_sq")
+        if acc.n and sorted(acc.sums) != ["distance", "entropy"]:
+            raise ValueError(f"statistics {sorted(acc.sums)}")
+        for i, g in enumerate(meta["grids"]):
+            flags = np.asarray(arrays[f"grid{i}_flags"])
+            if flags.dtype != np.int64 or list(flags.shape) != [int(x) for x in g["shape"]]:
+                raise ValueError(f"grid{i}_flags")
+            acc.grids[tuple(flags.shape)] = GridFlags(flags.copy(), int(g["images"]), int(g["first"]))
+        failures = [(str(a), str(b)) for a, b in meta["failures"]]
+        settings = meta.get("settings") or {}
+        if not isinstance(settings, dict):
+            raise ValueError("settings")
+    except PartError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise PartError(f"{p}: not a complete part of vitviz stats ({type(e).__name__}: {e})") from None
+    return StatsPart(plan, acc, failures, settings)

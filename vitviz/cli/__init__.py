@@ -18,6 +18,9 @@ Usage::
                   [--shard K/N] [--overwrite] [--quiet]     the maps of many images, resumable (vitviz.batch.export)
     vitviz stats --model M INPUT ... --out DIR       attention distance / entropy per layer and head and artefact
                                                     frequency over the images: CSV + figure (vitviz.batch.stats)
+    vitviz merge OUT [--overwrite]                  the parts of a sharded export, stats or evaluate (--shard K/N,
+                                                    torchrun, SLURM: vitviz.batch.launcher) joined into the files
+                                                    of one run (vitviz.batch.merge)
     vitviz --version
     any of these with --debug                                       tracebacks of errors, for bug reports
 
@@ -27,8 +30,9 @@ line, the others are still handled, and the status is 2 when any failed (``evalu
 package never imports Qt; the GUI is imported lazily.
 
 One module per sub-command (``info_command``, ``predict_command``, ``models_command``, ``evaluate_command``,
-``export_command``, ``stats_command``; the window: ``gui_command``), what they share in ``shared`` (parser, error
-reporter, model loading) and ``batch_flags`` (the flags of export and stats), the dispatcher in ``dispatch``, and the
+``export_command``, ``stats_command``, ``merge_command``; the window: ``gui_command``), what they share in
+``shared`` (parser, error reporter, model loading) and ``batch_flags`` (the flags of export and stats, the shard of
+the batch commands), the dispatcher in ``dispatch``, and the
 table of sub-commands (names, arguments, one-line help: ``vitviz --help`` lists them all) in ``commands``.
 Building the parser imports neither torch nor numpy: each command imports what it needs when it runs.
 """

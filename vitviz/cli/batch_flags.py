@@ -1,11 +1,22 @@
 """The flags ``vitviz export`` and ``vitviz stats`` share (inputs, model, output folder, batch size, device,
-precision, overwrite, quiet) and the check of the device, precision and batch size they name."""
+precision, overwrite, quiet) and the check of the device, precision and batch size they name; the shard of the three
+batch commands (``--shard K/N``, else the launcher's: :mod:`vitviz.batch.launcher`)."""
 
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+from collections.abc import Sequence
 
+from vitviz.batch.inputs import parse_shard
+from vitviz.batch.launcher import launch_from_env
 from vitviz.devices import available_devices, available_precisions, normalise_device
+
+SHARD_HELP = ("do shard K of N (a deterministic 1/N of the images; each shard writes its own part, 'vitviz merge' "
+              "joins them). Default: from torchrun (RANK, WORLD_SIZE; device cuda -> cuda:LOCAL_RANK) or a SLURM "
+              "job array (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or srun (SLURM_PROCID, SLURM_NTASKS), else "
+              "all images")
 
 
 def add_batch_arguments(p: argparse.ArgumentParser, out_help: str,
@@ -38,3 +49,54 @@ def check_device(device: str, precision: str, batch_size: int) -> str:
         raise ValueError(f"--precision {precision}: not available on {d} (available: "
                          f"{', '.join(available_precisions(d))})")
     return d
+
+
+def add_shard_argument(p: argparse.ArgumentParser) -> None:
+    """``--shard K/N``."""
+    p.add_argument("--shard", metavar="K/N", help=SHARD_HELP)
+
+
+def join_signed(argv: Sequence[str], flags: Sequence[str]) -> list[str]:
+    """``argv`` with a value of one of ``flags`` that starts with a minus sign and a digit joined to its flag
+    (``--shard -1/2`` -> ``--shard=-1/2``): argparse would take it for a flag and say "expected one argument" instead
+    of what is wrong with the value."""
+    out: list[str] = []
+    i = 0
+    argv = list(argv)
+    while i < len(argv):
+        a = argv[i]
+        if "--" in out:  # after "--" everything is an input
+            out.append(a)
+        elif a in flags and i + 1 < len(argv) and re.match(r"-[0-9.]", argv[i + 1]):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 1
+        else:
+            out.append(a)
+        i += 1
+    return out
+
+
+def shard_and_device(shard: str | None, device: str, command: str
+                     ) -> tuple[tuple[int, int], str, str, str | None]:
+    """``(shard, device, origin, line)`` of a batch command: ``--shard K/N`` when given; else the launcher's
+    (torchrun, a SLURM array, srun: :func:`vitviz.batch.launcher.launch_from_env`); else ``(1, 1)``, all images.
+    ``line`` says where a launcher's shard came from (None otherwise, and for a launcher's single process): the
+    command prints it (:func:`announce`) as its first line once its arguments are checked, so that a refusal stays
+    one line.
+
+    Raises:
+        ValueError: ``--shard`` is not K/N, or a launcher's variable is not what it sets (naming the variable).
+    """
+    if shard:
+        return parse_shard(shard), device, "--shard", None
+    launch = launch_from_env(device)
+    if launch is None:
+        return (1, 1), device, "", None
+    line = f"vitviz {command}: {launch.line()}" if launch.shard[1] > 1 else None
+    return launch.shard, launch.device, launch.origin, line
+
+
+def announce(line: str | None) -> None:
+    """Print the launcher's line of :func:`shard_and_device` (stderr), if any."""
+    if line:
+        print(line, file=sys.stderr, flush=True)

@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                                 "manifest; resumable, sharded"),
     "stats": ("--model M INPUT ... --out DIR", "attention statistics over images: distance and entropy per layer "
                                                "and head, artefact tokens"),
+    "merge": ("OUT", "join the parts of a sharded export, stats or evaluate (--shard K/N, torchrun, SLURM arrays) "
+                     "into the files of one run; names what is missing or doubled"),
 }
 
 

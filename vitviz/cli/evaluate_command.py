@@ -1,22 +1,36 @@
 """``vitviz evaluate CHECKPOINT IMAGE|FOLDER|GLOB ...``: faithfulness of the maps (deletion and insertion AUC per view
 against random rankings, :func:`vitviz.evaluate.evaluate_views`) for each image, then the mean over the images;
-bad images are one line each on stderr and skipped."""
+bad images are one line each on stderr and skipped. A shard (``--shard K/N`` or a launcher's variables) writes its
+images' tables beside the ``--csv`` file (``NAME-K-of-N.evaluate.json``: :mod:`vitviz.evaluate.table_parts`);
+``vitviz merge`` joins them into the CSV of one run."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 from tqdm import tqdm
 
 from vitviz import views as view_registry
-from vitviz.batch.inputs import inputs_for_cli
+from vitviz.batch.failures import error_text
+from vitviz.batch.inputs import inputs_for_cli, take_shard
+from vitviz.batch.parts import plan_shard
+from vitviz.batch.target_flags import read_target
+from vitviz.cli.batch_flags import add_shard_argument, announce, join_signed, shard_and_device
 from vitviz.cli.commands import summary
 from vitviz.cli.shared import Reporter, add_debug, add_load_options, load
 from vitviz.evaluate.protocol import BASELINES, DEFAULT_VIEWS
 from vitviz.evaluate.report import check_writable, format_mean_table, write_csv
+from vitviz.evaluate.table_parts import TablePart, part_path, write_part
 from vitviz.imaging import load_image
 from vitviz.views.presets import PRESETS
+
+
+def prepare_argv(argv: Sequence[str]) -> list[str]:
+    """``--shard -1/2`` reaches its check (see :func:`vitviz.cli.batch_flags.join_signed`)."""
+    return join_signed(argv, ("--shard", "--steps", "--seeds", "--target", "--batch-size"))
 
 
 def add_parser(sub) -> None:
@@ -24,8 +38,11 @@ def add_parser(sub) -> None:
         "evaluate", help=summary("evaluate"),
         description="For each image: the deletion and insertion perturbation curves of each view's map (patches "
                     "ranked by the map, replaced by the baseline a whole patch at a time; the probability of the "
-                    "target class after each step) and of random rankings; prints the areas under the curves "
-                    "(deletion: lower is better; insertion: higher is better), then their mean over the images.")
+                    "target class after each step, or the similarity of a similar: target) and of random rankings; "
+                    "prints the areas under the curves (deletion: lower is better; insertion: higher is better), "
+                    "then their mean over the images. A "
+                    "shard (--shard K/N, or torchrun's or SLURM's variables) writes its tables beside the --csv file "
+                    "(NAME-K-of-N.evaluate.json); 'vitviz merge DIR' joins them into the CSV of one run.")
     ev.add_argument("checkpoint", help="checkpoint file or directory, or a pretrained name")
     ev.add_argument("images", nargs="+", metavar="IMAGE",
                     help="image files, folders (searched recursively for images) or glob patterns ('**' recurses)")
@@ -37,12 +54,17 @@ def add_parser(sub) -> None:
                     help="what replaces a patch: the normalisation mean (default), the image blurred with a "
                          "Gaussian of sigma = one patch, or seeded noise")
     ev.add_argument("--seeds", type=int, default=10, help="random rankings of the random baseline (default 10)")
-    ev.add_argument("--target", type=int, help="class to explain and score (default: each image's top class)")
+    ev.add_argument("--target", default="top",
+                    help="what to explain and score: 'top' (each image's top class, default), a class index or name "
+                         "(its probability is read), similar:IMAGE, similar:IMAGE@ROW,COL or similar:VECTOR.npy (the "
+                         "cosine similarity of the pooled embedding to the reference is read: a feature model's "
+                         "curves follow it)")
     ev.add_argument("--csv", metavar="FILE", help="also write the AUCs as CSV (never replaces a file unless "
                                                   "--overwrite)")
     ev.add_argument("--overwrite", action="store_true", help="replace an existing --csv file")
     ev.add_argument("--batch-size", type=int, help="perturbed images per forward (default: by the model's size)")
     ev.add_argument("--device", default="cpu")
+    add_shard_argument(ev)
     add_load_options(ev)
     add_debug(ev)
 
@@ -50,9 +72,16 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace, report: Reporter) -> int:
     """The faithfulness table of each image (progress bar on stderr), then the mean over the images; bad images are
     one line each on stderr and skipped."""
-    from vitviz.evaluate.run import evaluate_views  # torch: when the command runs, not for its --help
+    from vitviz.batch.fingerprint import model_sha256  # torch: when the command runs, not for its --help
+    from vitviz.capture.model_head import is_feature_model
+    from vitviz.evaluate.run import evaluate_views
     from vitviz.pipeline import Pipeline
 
+    shard, device, origin, line = shard_and_device(args.shard, args.device, "evaluate")
+    sharded = shard[1] > 1
+    if sharded and not args.csv:
+        raise ValueError(f"--csv: shard {shard[0]}/{shard[1]} (from {origin}) writes its tables beside the CSV file "
+                         "of the whole evaluation; give --csv FILE ('vitviz merge' then joins the shards into it)")
     names = [n for v in (args.views or DEFAULT_VIEWS) for n in v.split(",") if n.strip()]
     names = [n.strip() for n in names]
     valid = list(PRESETS) + [v.key for v in view_registry.all_views()]
@@ -62,22 +91,24 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     for opt, v in (("--steps", args.steps), ("--seeds", args.seeds), ("--batch-size", args.batch_size)):
         if v is not None and v < 1:
             raise ValueError(f"{opt} {v}: must be at least 1")
+    part = part_path(args.csv, shard) if sharded else None
     if args.csv:
-        check_writable(args.csv, overwrite=args.overwrite)  # before minutes of work, not after
+        check_writable(part or args.csv, overwrite=args.overwrite)  # before minutes of work, not after
     images, status = inputs_for_cli(args.images, report)
-    paths = [im.path for im in images]
-    if not paths:
+    if not images:
         return 2
+    announce(line)  # the first line, once the arguments are checked: which shard, from which launcher
+    plan = plan_shard("evaluate", images, shard, origin) if sharded else None
+    paths = [im.path for im in take_shard(images, *shard)]
     model = load(args, args.checkpoint)
-    spec = model.spec
-    k = int(spec.config.num_classes or 0)
-    if not k:
-        raise ValueError(f"{spec.name}: the model has no classification head (num_classes=0): there is no class "
-                         "probability to perturb")
-    if args.target is not None and not 0 <= args.target < k:
-        raise ValueError(f"--target {args.target}: out of range for a model with {k} classes (valid: 0..{k - 1})")
-    pipe = Pipeline(model, device=args.device)
+    pipe = Pipeline(model, device=device)
+    target = read_target(pipe, args.target)  # ValueError naming --target, before any image
+    if target is None and is_feature_model(model):
+        raise ValueError(f"{model.spec.name}: the model has no classifier, so there is no class probability to "
+                         "perturb: give --target similar:IMAGE, similar:IMAGE@ROW,COL or similar:VECTOR.npy (the "
+                         "curves then read the similarity)")
     tables = []
+    failures: list[tuple[str, str]] = []
     bar = tqdm(total=len(paths), desc="evaluate", unit="image", file=sys.stderr, disable=None, leave=False,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total} images [{elapsed}<{remaining}]")
     try:
@@ -89,11 +120,12 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
             try:
                 loaded = load_image(path)
                 table = evaluate_views(pipe, loaded, names, steps=args.steps, baseline=args.baseline,
-                                       target=args.target, seeds=args.seeds, batch_size=args.batch_size,
+                                       target=target, seeds=args.seeds, batch_size=args.batch_size,
                                        progress=progress)
             except Exception as e:  # noqa: BLE001 - reported on one line, the next image still evaluated
                 bar.clear()
                 status = report(e, path)
+                failures.append((path, error_text(e, path)))
                 continue
             finally:
                 bar.n = i + 1
@@ -106,7 +138,14 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         bar.close()
     if len(tables) > 1:
         print("\n" + format_mean_table(tables), flush=True)
-    if args.csv and tables:
+    if part is not None and plan is not None:  # a shard: its tables, for vitviz merge
+        settings = {"model_sha256": model_sha256(model), "model": args.checkpoint, "views": names,
+                    "steps": args.steps, "baseline": args.baseline, "seeds": args.seeds, "target": args.target}
+        written = write_part(part, TablePart(plan.to_json(), Path(args.csv).name, tables, failures, settings),
+                             overwrite=args.overwrite)
+        print(f"wrote {written} (shard {shard[0]}/{shard[1]}: 'vitviz merge {written.parent}' joins the shards)",
+              file=sys.stderr, flush=True)
+    elif args.csv and tables:
         written = write_csv(args.csv, tables, overwrite=args.overwrite)
         print(f"wrote {written}", file=sys.stderr, flush=True)
     return status

@@ -5,17 +5,25 @@ manifest; resumable, sharded (:mod:`vitviz.batch.export`). Its flags map one to 
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 
 from vitviz import views as registry
+from vitviz._util.files import output_folder_problem
 from vitviz.batch.export import Exporter
 from vitviz.batch.export_options import DEFAULT_VIEWS, FORMATS, HEAD_WORDS, ExportOptions, is_int
 from vitviz.batch.inputs import inputs_for_cli, parse_shard
-from vitviz.cli.batch_flags import add_batch_arguments, check_device
+from vitviz.cli.batch_flags import (
+    add_batch_arguments,
+    add_shard_argument,
+    announce,
+    check_device,
+    join_signed,
+    shard_and_device,
+)
 from vitviz.cli.commands import summary
 from vitviz.cli.shared import Reporter, add_debug, add_load_options, load
+from vitviz.imaging import ExportError
 from vitviz.model.sources.refs import parse_model_ref
 from vitviz.render.figures import mp4_problem, parse_scale
 from vitviz.views.options import cli_flags
@@ -28,20 +36,7 @@ SIGNED_VALUES = ("--shard", "--query", "--layers", "--heads", "--target", "--sca
 def prepare_argv(argv: Sequence[str]) -> list[str]:
     """``argv`` with a value that starts with a minus sign and a digit joined to its flag (``--shard -1/2`` ->
     ``--shard=-1/2``), so that the value reaches its check and the message names the flag and the cause."""
-    out: list[str] = []
-    i = 0
-    argv = list(argv)
-    while i < len(argv):
-        a = argv[i]
-        if "--" in out:  # after "--" everything is an input
-            out.append(a)
-        elif a in SIGNED_VALUES and i + 1 < len(argv) and re.match(r"-[0-9.]", argv[i + 1]):
-            out.append(f"{a}={argv[i + 1]}")
-            i += 1
-        else:
-            out.append(a)
-        i += 1
-    return out
+    return join_signed(argv, SIGNED_VALUES)
 
 
 def add_parser(sub) -> None:
@@ -49,7 +44,8 @@ def add_parser(sub) -> None:
         "export", help=summary("export"),
         description="For every image: the requested views' maps, as the window exports them (PNG) and/or raw at "
                     "patch resolution (npy), and one line of manifest.jsonl (predictions, target, files, timings, "
-                    "errors). A rerun skips the images already done; --shard K/N splits the work for a job array. "
+                    "errors). A rerun skips the images already done; --shard K/N (or torchrun's or SLURM's variables) "
+                    "splits the work: each shard writes manifest-K-of-N.jsonl, 'vitviz merge DIR' joins them. "
                     "Exit status: 0, 2 (could not run), 64 + n (n images failed), 130 (interrupted).")
     add_arguments(exp)
     add_load_options(exp)
@@ -70,8 +66,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--query", metavar="ROW,COL",
                    help="query patch of the query / token-similarity / position-embedding views (default: centre)")
     p.add_argument("--target", default="top",
-                   help="class of the gradient views: 'top' (each image's top class, default), an index or a name "
-                        "(or a unique part of one)")
+                   help="what the gradient views explain: 'top' (each image's top class, default), a class index or "
+                        "name (or a unique part of one), similar:IMAGE (the cosine similarity of each image's pooled "
+                        "embedding to IMAGE's), similar:IMAGE@ROW,COL (to that patch's token of IMAGE) or "
+                        "similar:VECTOR.npy (to a stored vector); a feature model (DINO, CLIP) needs a similar: target")
     p.add_argument("--format", choices=FORMATS, default="png",
                    help="png: the overlay as the window exports it; npy: the raw map at patch resolution (float32); "
                         "both")
@@ -80,8 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "window's default) or a factor 1-16")
     for f in cli_flags():  # the display options of the option table that have a flag: --cmap, --no-colorbar ...
         p.add_argument(f.flag, **f.add_argument_kwargs())
-    p.add_argument("--shard", metavar="K/N", help="do shard K of N (a deterministic 1/N of the images), e.g. for "
-                                                  "a cluster job array")
+    add_shard_argument(p)
     p.add_argument("--animate", choices=("gif", "apng", "mp4"),
                    help="also write each view that has a layer (or start layer) over every layer as one animation, "
                         "the layer drawn on each frame, one colour scale across layers (mp4 needs imageio-ffmpeg)")
@@ -140,14 +137,19 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     64 + n: n images failed; 130: interrupted)."""
     from vitviz.pipeline import Pipeline  # torch: when the command runs, not for its --help
 
-    options = options_from_args(args)
-    device = check_device(options.device, options.precision, options.batch_size)
+    shard, device, origin, line = shard_and_device(args.shard, args.device, "export")
+    options = replace(options_from_args(args), shard=shard)
+    device = check_device(device, options.precision, options.batch_size)
     options = replace(options, device=device)
+    problem = output_folder_problem(args.out)  # (the export checks it again, with the folder's manifests)
+    if problem:
+        raise ExportError(args.out, problem)
     images, status = inputs_for_cli(args.inputs, report)
     if not images:
         return 2
+    announce(line)  # the first line, once the arguments are checked: which shard, from which launcher
     ref = parse_model_ref(args.model)
     model = load(args, args.model)
     pipeline = Pipeline(model, device=device, precision=options.precision)
-    summary = Exporter(pipeline, options, args.out, model_ref=ref).run(images)
+    summary = Exporter(pipeline, options, args.out, model_ref=ref, origin=origin).run(images)
     return summary.exit_status or status

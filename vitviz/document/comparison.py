@@ -192,13 +192,17 @@ def _options(o: ViewOptions) -> dict[str, Any]:
     return {f.name: getattr(o, f.name) for f in fields(ViewOptions)}
 
 
-def _cell_session(result: InferenceResult, options: ViewOptions, pool: dict | None) -> Session:
+def _cell_session(result: InferenceResult, options: ViewOptions, pool: dict | None,
+                  base: Session | None = None) -> Session:
     """A document showing ``result`` with ``options``. The documents of one result share one map cache (its keys
-    name the view and the options), kept in ``pool`` across builds."""
+    name the view and the options), kept in ``pool`` across builds. A fit over all open images (feature PCA) is the
+    window's (``base``'s): the same colours in every panel."""
     entry = None if pool is None else pool.get(id(result))
     shared = entry[1] if entry is not None and entry[0] is result else None
     s = Session(cache=shared)
     s.images = [result.source]
+    if base is not None:
+        s.joint, s.joint_images = base.joint, list(base.images)
     s.result = result
     if pool is not None and shared is None:
         pool[id(result)] = (result, s.cache)
@@ -245,7 +249,7 @@ def build_comparison(spec: CompareSpec, base: Session,
         for i, src in enumerate(rows):
             res = get(src, None)
             for j, key in enumerate(keys):
-                cells.append(Cell(_cell_session(res, replace(o, view=key), pool), i, j))
+                cells.append(Cell(_cell_session(res, replace(o, view=key), pool, base), i, j))
         nrows, ncols = len(rows), len(keys)
         col_labels = tuple(short_title(views.get(k)) for k in keys)
         row_labels = None
@@ -268,7 +272,7 @@ def build_comparison(spec: CompareSpec, base: Session,
         _check_count(len(layers))
         for x in layers:
             label = v.slider_text(x)
-            cells.append(Cell(_cell_session(r, replace(o, view=v.key, **{v.slider: x}), pool), 0, 0, label))
+            cells.append(Cell(_cell_session(r, replace(o, view=v.key, **{v.slider: x}), pool, base), 0, 0, label))
         title = f"{v.title} over {v.slider_label.lower()}s"
     else:  # classes
         v = _view_of(spec, base)
@@ -290,7 +294,7 @@ def build_comparison(spec: CompareSpec, base: Session,
         for c in classes:
             res = get(r.source, c)
             label = f"{r.label(c)} ({float(probs[c]):.0%})"
-            cells.append(Cell(_cell_session(res, replace(o, view=v.key), pool), 0, 0, label))
+            cells.append(Cell(_cell_session(res, replace(o, view=v.key), pool, base), 0, 0, label))
         title = f"{v.title} per class"
     if spec.layout != "views":
         nrows, ncols = grid_shape(len(cells), r.image_size)
@@ -318,13 +322,24 @@ def _check_count(n: int) -> None:
 
 
 def _scales(cells: list[Cell], shared: bool, o: ViewOptions) -> str:
-    """Give each cell its colour scale; returns the words for the caption."""
+    """Give each cell its colour scale; returns the words for the caption. A view in colours of its own (feature
+    PCA) has no scale: its colours are said instead."""
     groups: dict[str, list[Cell]] = {}
     for c in cells:
-        if c.map is not None:
+        if c.map is not None and not c.view.rgb:
             groups.setdefault(c.view.key, []).append(c)
     for c in cells:
         c.scale = None
+    own = next((c for c in cells if c.view.rgb and c.map is not None), None)
+    if own is not None:
+        words = own.view.rgb_text(own.session.options)
+        if not groups:
+            return words
+        return f"{_scale_words(cells, groups, shared, o)}; {own.view.title}: {words}"
+    return _scale_words(cells, groups, shared, o)
+
+
+def _scale_words(cells: list[Cell], groups: dict[str, list[Cell]], shared: bool, o: ViewOptions) -> str:
     if not shared or o.scale == "fixed":
         for group in groups.values():
             for c in group:
@@ -361,7 +376,8 @@ def _scales(cells: list[Cell], shared: bool, o: ViewOptions) -> str:
 def _texts(spec: CompareSpec, cells: list[Cell], title: str, scale_note: str, base: Session) -> tuple[str, str]:
     """The figure's title (what is compared and what all panels share) and caption (what differs per column, the
     model, the image, the colour scale)."""
-    parts = [c.view.caption_parts(c.session.result, c.session.options) for c in cells]
+    parts = [c.view.caption_parts(c.session.result, c.session.options) + [x for x in [c.session.joint_note()] if x]
+             for c in cells]
     common = [p for p in parts[0] if all(p in q for q in parts[1:])]
     r = base.result
     details = []
@@ -393,7 +409,7 @@ def comparison_figure(comp: Comparison) -> FigureSpec:
     panels = []
     for c in comp.cells:
         label = c.label
-        if c.scale is None:
+        if c.scale is None and not (c.view.rgb and c.map is not None):
             label = f"{label + ': ' if label else ''}not available"
         # the window's own picture of this panel (map, query box, mask, artefact outlines), in the panel's scale
         p = c.panel(on_image=True)

@@ -6,6 +6,11 @@ colour scale, mask and title (:mod:`vitviz.document.appearance`); :mod:`vitviz.d
 shows from it. Everything is computed from the stored :class:`~vitviz.pipeline.InferenceResult` through the
 registry of views (:mod:`vitviz.views`); changing what is looked at never re-runs the model. Derived maps are cached
 per result, keyed by the options each view reads.
+
+A view that fits something to the tokens (feature PCA: a view with a ``fitted`` method) has its fit made once per
+result and options, and its map and picture read from it. Its "Fit over all open images" option (``pca_joint``) fits
+over the patch tokens of the open images that :attr:`Session.joint` holds (:mod:`vitviz.document.open_tokens`; the
+window reads them on its worker): :meth:`Session.joint_missing` says which it still lacks.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 from vitviz import views
 from vitviz._util.arrays import to_numpy as _np
 from vitviz.document import appearance
+from vitviz.document.open_tokens import OpenImageTokens, joint_words
 from vitviz.views.base import View
 from vitviz.views.options import HEAD_REDUCTIONS, ViewOptions, checked
 
@@ -79,6 +85,8 @@ class Session:
         self.result: InferenceResult | None = None
         self.options = ViewOptions()
         self._cache = _LRU(MAP_CACHE_SIZE) if cache is None else cache
+        self.joint: OpenImageTokens | None = None  # the open images' tokens (the window's); None: own fits only
+        self.joint_images: list[str] | None = None  # the images a joint fit goes over (None: :attr:`images`)
 
     @property
     def cache(self) -> _LRU:
@@ -190,6 +198,9 @@ class Session:
         r = self.result
         if r is None:
             return None
+        if hasattr(view, "fitted"):
+            return self._cache.get_or(("map",) + self._map_key(view, options), lambda: view.map_of(
+                self.fitted(view, options), r))
         return self._cache.get_or(("map",) + view.cache_key(options),
                                   lambda: view.compute(self.result_for(view, options), options))
 
@@ -199,7 +210,59 @@ class Session:
         v, o = self.view, self.options
         if self.result is None or not v.rgb:
             return None
+        if hasattr(v, "fitted"):
+            return self._cache.get_or(("rgb",) + self._map_key(v, o), lambda: v.rgb_of(self.fitted(v, o)))
         return self._cache.get_or(("rgb",) + v.cache_key(o), lambda: v.compute_rgb(self.result_for(v, o), o))
+
+    # ------------------------------------------------------------------ fits (feature PCA)
+    def fitted(self, view: View, options: ViewOptions) -> Any:
+        """A fitted view's fit (feature PCA's :class:`vitviz.analysis.PatchPCA`): made once per result and options
+        (its map and its picture both read it), over the open images' tokens when the options fit jointly."""
+        over = self.joint_fit_images(view, options)
+
+        def make() -> Any:
+            fit = None
+            if over and self.joint is not None:
+                fit = self.joint.fit(over, options.layer, mask_background=bool(options.mask_background))
+            return view.fitted(self.result_for(view, options), options, fit)
+
+        return self._cache.get_or(("fit",) + self._map_key(view, options), make)
+
+    def _joins(self, view: View, options: ViewOptions) -> bool:
+        return self.result is not None and "pca_joint" in view.reads and bool(getattr(options, "pca_joint", False))
+
+    def _open_images(self) -> list[str]:
+        return list(self.images if self.joint_images is None else self.joint_images)
+
+    def joint_fit_images(self, view: View | None = None, options: ViewOptions | None = None) -> tuple[str, ...]:
+        """The images a joint fit goes over now (those whose tokens :attr:`joint` holds, the shown one first); ()
+        when the view does not fit over all open images or there is nothing to hold them."""
+        v, o = view or self.view, options or self.options
+        if not self._joins(v, o) or self.joint is None:
+            return ()
+        assert self.result is not None
+        return self.joint.held(self._open_images(), self.result)
+
+    def joint_missing(self) -> list[str]:
+        """The open images whose tokens the current view's joint fit still lacks (the window reads them)."""
+        if not self._joins(self.view, self.options) or self.joint is None:
+            return []
+        assert self.result is not None
+        return self.joint.missing(self._open_images(), self.result)
+
+    def joint_note(self) -> str:
+        """The caption's words on a joint fit ("fitted over 3 open images"), "" when the view does not fit jointly."""
+        if not self._joins(self.view, self.options):
+            return ""
+        if self.joint is None:
+            return "fitted on this image alone (no other images are held)"
+        r = self.result
+        assert r is not None
+        opened = len(set(self._open_images()) | {r.source})
+        return joint_words(len(self.joint_fit_images()), opened, bool(self.joint_missing()))
+
+    def _map_key(self, view: View, options: ViewOptions) -> tuple:
+        return view.cache_key(options) + (self.joint_fit_images(view, options),)
 
     def display_map(self) -> np.ndarray | None:
         """What the canvas shows: the map itself (nearest) or its 8x bilinear upsampling (smooth)."""
@@ -210,7 +273,7 @@ class Session:
 
         from vitviz.analysis import upsample
 
-        key = ("display",) + self.view.cache_key(self.options)
+        key = ("display",) + self._map_key(self.view, self.options)
         return self._cache.get_or(key, lambda: upsample(torch.as_tensor(m), (m.shape[0] * 8, m.shape[1] * 8),
                                                         mode="bilinear").numpy())
 
@@ -361,7 +424,9 @@ class Session:
     # ------------------------------------------------------------------ text
     def describe_view(self) -> str:
         """Caption of the current view, e.g. ``"Attention from [CLS] · layer 3 · head 5"``."""
-        return self.view.caption(self.result, self.options)
+        text = self.view.caption(self.result, self.options)
+        note = self.joint_note()
+        return f"{text} · {note}" if note else text
 
     def caption(self) -> str:
         r = self.result

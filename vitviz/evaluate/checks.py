@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitviz.capture.targets import CallableTarget, ClassTarget, SimilarityTarget
+
 
 def model_patch_size(model: nn.Module, patch_size: int | tuple[int, int] | None = None) -> tuple[int, int]:
     """The model's patch ``(height, width)``: ``patch_size`` when given, else ``model.patch_size``,
@@ -60,9 +62,21 @@ def check_seeds(seeds: Any) -> int:
     return int(seeds)
 
 
-def check_target(model: nn.Module, target: Any) -> int:
+def check_target(model: nn.Module, target: Any) -> int | SimilarityTarget | CallableTarget:
+    """What the curves read: a class index (an int or a :class:`~vitviz.capture.targets.ClassTarget` with its index;
+    the softmax probability), a :class:`~vitviz.capture.targets.SimilarityTarget` or a
+    :class:`~vitviz.capture.targets.CallableTarget` (a plain function is one; the target's own score)."""
+    if isinstance(target, ClassTarget):
+        if target.index is None:
+            raise ValueError("target: the top class is read from a capture; give the class index")
+        target = int(target.index)
+    elif isinstance(target, (SimilarityTarget, CallableTarget)):
+        return target
+    elif callable(target) and not isinstance(target, (torch.Tensor, np.ndarray, str)):
+        return CallableTarget(target)
     if isinstance(target, (bool, np.bool_)) or not isinstance(target, (int, np.integer)):
-        raise ValueError(f"target must be a class index (int), got {target!r}")
+        raise ValueError(f"target must be a class index (int), a similarity target or a function of the output, got "
+                         f"{target!r}")
     k = _num_classes(model)
     if k is not None and not 0 <= int(target) < k:
         raise ValueError(f"target class {int(target)} out of range for a model with {k} classes (valid: 0..{k - 1})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -18,16 +19,17 @@ class PerturbationCurve:
     Attributes:
         mode: ``"deletion"``, ``"insertion"`` or ``"negative"``.
         baseline: ``"mean"``, ``"blur"`` or ``"noise"``.
-        target: the class whose probability is read.
+        target: the class (int) whose softmax probability is read, or the target (a similarity or callable target,
+            :mod:`vitviz.capture.targets`) whose own score is read.
         fractions: float64 ``[steps + 1]``, ``n_k / P`` from 0 to 1.
-        scores: float64 ``[steps + 1]``, softmax probability of ``target`` after step k.
+        scores: float64 ``[steps + 1]``, the score after step k (the probability of the class, the target's score).
         counts: int64 ``[steps + 1]``, ``n_k``: patches perturbed (deletion, negative) or revealed (insertion).
         auc: trapezoid area under ``scores`` over ``fractions``.
     """
 
     mode: str
     baseline: str
-    target: int
+    target: Any
     fractions: np.ndarray
     scores: np.ndarray
     counts: np.ndarray
@@ -54,7 +56,7 @@ class RandomBaseline:
 
     mode: str
     baseline: str
-    target: int
+    target: Any
     fractions: np.ndarray
     scores: np.ndarray
     aucs: np.ndarray
@@ -88,7 +90,8 @@ class RandomisationCheck:
 
     Attributes:
         view: the view's key.
-        target: the class the gradient views were computed for.
+        target: what the gradient views explained (a class index, a similarity or callable target; None for a view
+            without gradients).
         original: ``[gh, gw]``, the map of the unchanged model.
         randomised: per stage, the blocks re-initialised so far (stage i: ``(L-1, ..., L-1-i)``).
         maps: ``[L, gh, gw]``, the map after each stage.
@@ -97,7 +100,7 @@ class RandomisationCheck:
     """
 
     view: str
-    target: int | None
+    target: Any
     original: np.ndarray
     randomised: list[tuple[int, ...]]
     maps: np.ndarray
@@ -138,16 +141,18 @@ class FaithfulnessTable:
 
     Attributes:
         source: the image's name.
-        target: the class whose probability the curves read.
-        label: that class's name.
-        probability: its probability on the unperturbed image.
+        target: the class whose probability the curves read, or None when the target is not a class (a similarity
+            to a reference, a function of the output: the curves read its own score).
+        label: that class's name, or the target in words ("similar to image cat.jpg").
+        probability: the score on the unperturbed image (the class's probability, the similarity ...).
         steps, baseline: the curves' settings.
         views: one :class:`ViewScore` per view asked for, in order.
         random_deletion, random_insertion: the random baseline of each mode.
+        measure: what the curves read: ``"probability"`` (a class), ``"similarity"``, ``"value"`` (a function).
     """
 
     source: str
-    target: int
+    target: int | None
     label: str
     probability: float
     steps: int
@@ -155,6 +160,14 @@ class FaithfulnessTable:
     views: list[ViewScore]
     random_deletion: RandomBaseline
     random_insertion: RandomBaseline
+    measure: str = "probability"
+
+    def target_words(self) -> str:
+        """The target and its score on the unperturbed image: ``3 'tabby cat' (p = 0.912)``, ``similar to image
+        ref.jpg (similarity = 0.871)``."""
+        if self.target is not None:
+            return f"{self.target} {self.label!r} (p = {self.probability:.3f})"
+        return f"{self.label} ({self.measure} = {self.probability:.3f})"
 
     def rows(self) -> list[tuple[str, float, float]]:
         """``[(key, deletion AUC, insertion AUC)]`` for every view, then ``("random", mean, mean)``."""
@@ -172,8 +185,7 @@ class FaithfulnessTable:
     def format(self) -> str:
         """The table as text (best per column marked with ``*``, the random row as mean +- std)."""
         best_del, best_ins = self.best()
-        head = (f"{self.source}: target {self.target} {self.label!r} (p = {self.probability:.3f}), "
-                f"{self.steps} steps, {self.baseline} baseline")
+        head = f"{self.source}: target {self.target_words()}, {self.steps} steps, {self.baseline} baseline"
         width = max([len(v.key) for v in self.views] + [len(random_row_name(self.random_deletion))])
         lines = [head, f"  {'view':<{width}s}  {'deletion AUC (lower is better)':>31s}  "
                        f"{'insertion AUC (higher is better)':>33s}"]

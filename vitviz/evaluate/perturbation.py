@@ -2,12 +2,16 @@
 
 **Perturbation curves** (:func:`perturbation_curve`; Petsiuk et al. 2018, "RISE"; the positive / negative tests of
 Chefer et al. 2021). The ``P = gh * gw`` patches are ranked by the map and perturbed a whole patch at a time; the
-model's softmax probability of the target class is read after each step::
+target's score is read after each step (a class: the model's softmax probability of it; a similarity or callable
+target, :mod:`vitviz.capture.targets`: its own score, so a feature model's curve follows the similarity)::
 
     n_k = round(k * P / steps)                  k = 0 .. steps (round half up: floor(k * P / steps + 1/2))
     f_k = n_k / P                               the fraction of patches perturbed ("fractions")
     x_k = M_k * b + (1 - M_k) * x               M_k = 1 on the perturbed patches' pixels, b = the baseline image
-    s_k = softmax(model(x_k))[target]           ("scores")
+    s_k = softmax(model(x_k))[target]           ("scores"; a class target; sigmoid(model(x_k)[target]) where the
+                                                 model's spec says probability "sigmoid": SigLIP's prompts)
+    s_k = scale * cos(e(x_k), v) + bias         (a similarity target: e = the pooled embedding of x_k)
+    s_k = fn(model(x_k))                        (a callable target)
     AUC = sum_k (f_{k+1} - f_k) * (s_k + s_{k+1}) / 2          (trapezoid rule over the fractions)
 
 Modes: ``"deletion"`` perturbs the *most* salient patches first (a faithful map makes the score collapse early:
@@ -23,13 +27,16 @@ per channel around the mean).
 **Random baseline** (:func:`random_baseline`): the same curve for ``R`` random rankings of the patches; the mean
 and the standard deviation of their AUCs are the floor that any map must beat.
 
-The model contract: a ``torch.nn.Module`` in eval mode mapping a batch ``[B, C, H, W]`` in its normalised input space
-to logits ``[B, K]``, whose patch size can be read from ``model.patch_size``, ``model.patch_embed.patch_size`` or
-``model.config.patch_size`` (an int or a ``(height, width)`` pair; or pass ``patch_size=`` explicitly). vitviz's ViT,
-timm's and torchvision's ``VisionTransformer`` all qualify. Every perturbed input of a call goes through the model in
-batches of ``batch_size`` under ``torch.inference_mode`` (identical inputs, such as the unperturbed image shared by
-the curves, only once); the model's device and dtype are used as they are and the softmax is taken in float32.
-:class:`Perturber` is the machinery the functions here and :func:`vitviz.evaluate.run.evaluate_views` share.
+The model contract: a ``torch.nn.Module`` in eval mode mapping a batch ``[B, C, H, W]`` in its normalised input space to
+logits ``[B, K]`` (or features, for a similarity or callable target), whose patch size can be read from
+``model.patch_size``, ``model.patch_embed.patch_size`` or ``model.config.patch_size`` (an int or a ``(height, width)``
+pair; or pass ``patch_size=`` explicitly). vitviz's ViT, timm's and torchvision's ``VisionTransformer`` all qualify.
+Every perturbed input of a call goes through the model in batches of ``batch_size`` under ``torch.inference_mode``
+(identical inputs, such as the unperturbed image shared by the curves, only once); the model's device and dtype are used
+as they are and the scores are taken in float32. A similarity target reads the pooled embedding
+(:func:`vitviz.capture.model_head.embedding_of`): a feature model's output, else the input of the model's ``head`` (a
+forward pre-hook, for the duration of each forward). :class:`Perturber` is the machinery the functions here and
+:func:`vitviz.evaluate.run.evaluate_views` share.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitviz.capture.model_head import embedding_of, is_feature_model
+from vitviz.capture.targets import SimilarityTarget, target_scores
 from vitviz.evaluate.checks import (
     check_choice,
     check_input,
@@ -153,13 +162,20 @@ class Perturber:
         self.patch = model_patch_size(model, patch_size)
         self.x, self.grid = check_input(model, x, self.patch)
         self.target = check_target(model, target)
+        self.sigmoid = getattr(getattr(model, "spec", None), "probability", "softmax") == "sigmoid"
+        self.head = None  # the module whose input is the pooled embedding (a similarity target on a classifier)
+        if isinstance(self.target, SimilarityTarget) and not is_feature_model(model):
+            self.head = getattr(model, "head", None)
+            if not isinstance(self.head, nn.Module):
+                raise ValueError(f"{self.target.describe()}: the pooled embedding of {type(model).__name__} cannot be "
+                                 "read (its output is class scores and it has no .head module)")
         self.baseline = baseline
         self.base = baseline_image(self.x, baseline, patch_size=self.patch, seed=seed)
         self.P = self.grid[0] * self.grid[1]
         self.batch_size = int(batch_size) if batch_size is not None else auto_batch_size(model, self.P)
 
     def scores(self, masks: np.ndarray, progress: Progress | None = None, cancel: Cancel | None = None) -> np.ndarray:
-        """float64 ``[M]``: the target's probability for each mask ``[M, P]`` (True = baseline pixel)."""
+        """float64 ``[M]``: the target's score (:meth:`read`) for each mask ``[M, P]`` (True = baseline pixel)."""
         uniq, inverse = np.unique(np.asarray(masks, dtype=bool), axis=0, return_inverse=True)
         U = uniq.shape[0]
         gh, gw = self.grid
@@ -172,17 +188,37 @@ class Perturber:
                     raise EvaluationCancelled("evaluation cancelled")
                 m = m_all[i:i + self.batch_size].view(-1, 1, gh, 1, gw, 1).expand(-1, 1, gh, ph, gw, pw)
                 m = m.reshape(-1, 1, gh * ph, gw * pw)
-                logits = self.model(torch.where(m, self.base, self.x))
-                if logits.ndim != 2 or logits.shape[0] != m.shape[0]:
-                    raise ValueError(f"the model returned shape {tuple(logits.shape)} for a batch of {m.shape[0]} "
-                                     "images; expected logits [B, K]")
-                if not self.target < logits.shape[1]:
-                    raise ValueError(f"target class {self.target} out of range for a model with {logits.shape[1]} "
-                                     f"classes (valid: 0..{logits.shape[1] - 1})")
-                out[i:i + m.shape[0]] = logits.float().softmax(-1)[:, self.target].double().cpu().numpy()
+                out[i:i + m.shape[0]] = self.read(torch.where(m, self.base, self.x))
                 if progress is not None:
                     progress(min(i + self.batch_size, U), U)
         return out[np.asarray(inverse).reshape(-1)]
+
+    def read(self, images: torch.Tensor) -> np.ndarray:
+        """float64 ``[B]``: the target's score of each image of a batch (one forward; see the module docstring)."""
+        head_in: list[torch.Tensor] = []
+        hook = None
+        if self.head is not None:  # the first call of the head in the forward: the pooled embedding
+            hook = self.head.register_forward_pre_hook(lambda _m, args: None if head_in else head_in.append(args[0]))
+        try:
+            out = self.model(images)
+        finally:
+            if hook is not None:
+                hook.remove()
+        if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != images.shape[0]:
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"the model returned {shape} for a batch of {images.shape[0]} images; expected logits "
+                             "[B, K]")
+        if isinstance(self.target, int):
+            if not self.target < out.shape[1]:
+                raise ValueError(f"target class {self.target} out of range for a model with {out.shape[1]} "
+                                 f"classes (valid: 0..{out.shape[1] - 1})")
+            probs = out.float().sigmoid() if self.sigmoid else out.float().softmax(-1)
+            return probs[:, self.target].double().cpu().numpy()
+        emb = None
+        if isinstance(self.target, SimilarityTarget):
+            emb = embedding_of(self.model, out, head_in[0] if head_in else None)
+            emb = None if emb is None else emb.float()
+        return target_scores(self.target, out.float(), emb).double().cpu().numpy()
 
     def curve_masks(self, saliency: np.ndarray, mode: str, steps: int) -> tuple[np.ndarray, np.ndarray]:
         counts = step_counts(self.P, steps)
@@ -207,7 +243,7 @@ def perturbation_curve(
     x: torch.Tensor,
     saliency: Any,
     *,
-    target: int,
+    target: Any,
     mode: Mode = "deletion",
     steps: int = 20,
     baseline: BaselineKind = "mean",
@@ -223,7 +259,8 @@ def perturbation_curve(
         model: eval-mode module mapping ``[B, C, H, W]`` to logits ``[B, K]`` (see the module docstring).
         x: the preprocessed image ``[C, H, W]`` or ``[1, C, H, W]`` in the model's normalised input space.
         saliency: ``[gh, gw]`` map over the patch grid (numpy or torch), higher = more important.
-        target: the class whose softmax probability is read.
+        target: what is read: a class index (its softmax probability), a
+            :class:`~vitviz.capture.targets.SimilarityTarget` or a callable target (its own score).
         mode: ``"deletion"`` (lower AUC better), ``"insertion"`` or ``"negative"`` (higher AUC better).
         steps: number of steps (``steps + 1`` points, ``steps + 1`` forwards at most).
         baseline: ``"mean"``, ``"blur"`` or ``"noise"``.
@@ -253,7 +290,7 @@ def random_baseline(
     model: nn.Module,
     x: torch.Tensor,
     *,
-    target: int,
+    target: Any,
     mode: Mode = "deletion",
     steps: int = 20,
     baseline: BaselineKind = "mean",

@@ -16,6 +16,8 @@ import torch
 from torch import nn
 
 from vitviz.capture import capture
+from vitviz.capture.foreign import is_vitviz_model
+from vitviz.capture.model_head import is_feature_model
 from vitviz.evaluate.checks import check_input, check_target, model_patch_size
 from vitviz.evaluate.metrics import spearman
 from vitviz.evaluate.outcomes import RandomisationCheck
@@ -26,12 +28,15 @@ from vitviz.pipeline import InferenceResult
 from vitviz.views.options import ViewOptions
 
 
-def _result_for(model: nn.Module, x: torch.Tensor, *, target: int | None, grads: bool) -> InferenceResult:
+def _result_for(model: nn.Module, x: torch.Tensor, *, target: Any, grads: bool, legrad: tuple[str, ...] = (),
+                gradcam: bool = False) -> InferenceResult:
     """A minimal :class:`~vitviz.pipeline.InferenceResult` of ``x [1, C, H, W]`` (no pixels): what the
-    views need to compute a map."""
+    views need to compute a map (LeGrad's poolings ``legrad`` and GradCAM's maps taken with the gradients)."""
     want: Any = target if grads else None
+    extra: dict[str, Any] = {"legrad": legrad, "gradcam": gradcam} if want is not None and is_vitviz_model(model) \
+        else {}
     with torch.inference_mode(False):
-        cap = capture(model, x, target=want, store_dtype=torch.float32).image(0)
+        cap = capture(model, x, target=want, store_dtype=torch.float32, **extra).image(0)
     h, w = int(x.shape[-2]), int(x.shape[-1])
     return InferenceResult(source="input", rgb=np.zeros((1, 1, 3), np.uint8),
                            geometry=CropGeometry((h, w), (h, w), (0, 0, h, w)), capture=cap)
@@ -58,7 +63,7 @@ def randomisation_check(
     x: torch.Tensor,
     view: str = "relevance",
     *,
-    target: int | None,
+    target: Any,
     options: ViewOptions | None = None,
     seed: int = 0,
     progress: Progress | None = None,
@@ -76,7 +81,9 @@ def randomisation_check(
         model: a vitviz ViT (:func:`vitviz.capture.capture`); never modified.
         x: the preprocessed image ``[C, H, W]`` or ``[1, C, H, W]``.
         view: a view key (``"relevance"``, ``"rollout"``, ``"grad_rollout"``, ``"cls"`` ...) or ``"cls_last"``.
-        target: the class for the gradient views; None for the model's top class on ``x``.
+        target: what the gradient views explain: a class index (None: the model's top class on ``x``), a
+            :class:`~vitviz.capture.targets.SimilarityTarget` (its reference stays that of the original model) or a
+            function of the output. A model without a classifier needs one of the last two for a gradient view.
         options: the view's options (default: :class:`vitviz.views.options.ViewOptions` defaults).
         seed: base seed of the re-initialisation.
         progress, cancel: ``progress(done, L)`` after each stage; ``cancel()`` before each (raises
@@ -95,13 +102,18 @@ def randomisation_check(
     if not grads:
         target = None
     elif target is None:
+        if is_feature_model(work):
+            raise ValueError(f"view {view!r} explains a target, and this model has no classifier (no top class): "
+                             "give a similarity target or a function of the output")
         with torch.inference_mode():
             target = int(work(xin)[0].float().argmax())
     else:
         target = check_target(work, target)
+    legrad = (opts.legrad_pooling,) if "legrad_pooling" in v.reads else ()
+    gradcam = "gradcam_layer" in v.reads
 
     def compute() -> np.ndarray:
-        r = _result_for(work, xin, target=target, grads=grads)
+        r = _result_for(work, xin, target=target, grads=grads, legrad=legrad, gradcam=gradcam)
         why = v.unavailable(r)
         if why:
             raise ValueError(f"view {view!r} is unavailable for this model: {why}")

@@ -68,8 +68,10 @@ CSV_COLUMNS = ("image", "target", "label", "view", "deletion_auc", "insertion_au
 
 def write_csv(path: str | os.PathLike, tables: Sequence[FaithfulnessTable], *, overwrite: bool = False) -> Path:
     """Write the tables (one row per image and view, the random row with its standard deviations, then the means
-    over the images with ``image = "mean"``) as CSV, atomically: a temporary file in the same folder, then a hard
-    link (which fails when the name exists) or, with ``overwrite``, a rename.
+    over the images with ``image = "mean"``) as CSV (``target``: the class, empty for a similarity or callable
+    target; ``label``: the class's name or the target in words, "similar to image ref.jpg"), atomically: a
+    temporary file in the same folder, then a hard link (which fails when the name exists) or, with ``overwrite``, a
+    rename.
 
     Raises:
         FileExistsError: the file exists and ``overwrite`` is False.

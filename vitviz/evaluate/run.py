@@ -1,6 +1,8 @@
 """The faithfulness table of one image: several views' maps from one captured result, their deletion and insertion
 curves and the random baseline, in one batched run with progress and cancel (the window's faithfulness tab and
-``vitviz evaluate``). No Qt."""
+``vitviz evaluate``). An image (not a result) of vitviz's own ViT goes through a streamed pass
+(:func:`vitviz.document.streamed.stream_images`: one layer's attention in memory at a time; the maps equal the stored
+capture's), any other model through the stored capture. No Qt."""
 
 from __future__ import annotations
 
@@ -13,6 +15,10 @@ from PIL import Image
 from torch import nn
 
 from vitviz import views as registry
+from vitviz.capture.model_head import is_feature_model
+from vitviz.capture.streaming import streamable
+from vitviz.capture.targets import ClassTarget, SimilarityTarget, as_target
+from vitviz.document.streamed import NotStreamable, stream_images
 from vitviz.evaluate.checks import check_choice, check_saliency, check_seeds, check_steps, device_dtype
 from vitviz.evaluate.outcomes import FaithfulnessTable, ViewScore
 from vitviz.evaluate.perturbation import Perturber, step_counts
@@ -30,7 +36,7 @@ def evaluate_views(
     *,
     steps: int = 20,
     baseline: BaselineKind = "mean",
-    target: int | None = None,
+    target: Any = None,
     seeds: int = 10,
     seed: int = 0,
     batch_size: int | None = None,
@@ -54,7 +60,11 @@ def evaluate_views(
             without a [CLS] token) gets a row with its reason and no curves.
         steps: steps per curve.
         baseline: ``"mean"``, ``"blur"`` or ``"noise"``.
-        target: the class to explain and score; None for the top class.
+        target: what the gradient views explain and the curves read (:func:`vitviz.capture.targets.as_target`):
+            a class index (its softmax probability is read), None or ``"top"`` for the top class, a
+            :class:`~vitviz.capture.targets.SimilarityTarget` (:func:`vitviz.pipeline.reference_target`,
+            :func:`vitviz.pipeline.vector_target`: the similarity itself is read, so a feature model's curves follow
+            it) or a function of one image's output (its value is read).
         seeds: random rankings of the random baseline (per mode).
         seed: seed of the random rankings (and of the noise baseline).
         batch_size: perturbed images per forward (None: :func:`auto_batch_size`).
@@ -64,8 +74,15 @@ def evaluate_views(
     Returns:
         A :class:`FaithfulnessTable` (``.rows()``: ``[(view, deletion AUC, insertion AUC), ..., ("random", ...)]``;
         ``.format()``: the text table).
+
+    Raises:
+        ValueError: bad arguments; a target that cannot be used (:class:`~vitviz.capture.targets.TargetError`); a
+            model without a classifier and no similarity or callable target (nothing to read).
     """
     check_choice("baseline", baseline, BASELINES)
+    want = None if target is None else as_target(target)  # TargetError (a ValueError) naming it
+    if isinstance(want, ClassTarget) and want.index is None:
+        want = None  # the top class: as the pipeline's default
     steps = check_steps(steps)
     seeds = check_seeds(seeds)
     if isinstance(views, str):
@@ -89,14 +106,16 @@ def evaluate_views(
                          "or vitviz.create_model, or set model.spec")
     if isinstance(image, (str, os.PathLike)):
         image = load_image(image)
+    compute = None
     if isinstance(image, InferenceResult):
         result = image
         if result.num_layers != len(model.blocks):
             raise ValueError(f"the result has {result.num_layers} layers but the model {len(model.blocks)}: "
                              "it is not a result of this model")
         pil = Image.fromarray(result.rgb)
-        if target is not None and target != result.target:
-            result = pipe.run(pil, source=result.source, target=target)
+        if (want is not None and not _explains(result, want)) or (
+                want is None and result.target_spec is None and not is_feature_model(model)):  # (no gradients)
+            result = pipe.run(pil, source=result.source, target=want)
     else:
         pil = getattr(image, "image", image)
         if not isinstance(pil, Image.Image):
@@ -104,10 +123,10 @@ def evaluate_views(
                              f"{type(image).__name__}")
         pil = pil if pil.mode == "RGB" else pil.convert("RGB")
         source = str(getattr(image, "path", None) or "image")
-        result = pipe.run(pil, source=source, target=target)
-    tgt = result.target
-    if tgt is None:
-        raise ValueError("the model has no classifier: there is no class probability to perturb")
+        result, compute = _streamed(pipe, pil, source, want, views)
+        if result is None:
+            result = pipe.run(pil, source=source, target=want)
+    tgt = _read_target(result)
     x, _ = pipe.spec.preprocess.apply(pil)
 
     p = Perturber(model, x, target=tgt, baseline=baseline, patch_size=result.patch_size, seed=seed,
@@ -119,7 +138,7 @@ def evaluate_views(
     for name in views:
         v, opts, title = resolve_view(name, result.num_layers)
         why = v.unavailable(result)
-        m = None if why else v.compute(result, opts)
+        m = None if why else v.compute(result, opts) if compute is None else compute(v, opts)
         if m is None:
             rows.append(ViewScore(name, title, None, None, None, why or "no map for this model"))
             continue
@@ -143,7 +162,49 @@ def evaluate_views(
     R = len(rand)
     rd = p.random("deletion", steps, counts, scores[i:i + R], seed)
     ri = p.random("insertion", steps, counts, scores[i + R:i + 2 * R], seed)
-    prob = float(result.probabilities[tgt])
-    return FaithfulnessTable(source=result.source, target=int(tgt), label=result.label(int(tgt)), probability=prob,
-                             steps=steps, baseline=baseline, views=rows, random_deletion=rd, random_insertion=ri)
+    if isinstance(tgt, int):
+        return FaithfulnessTable(source=result.source, target=tgt, label=result.label(tgt),
+                                 probability=float(result.probabilities[tgt]), steps=steps, baseline=baseline,
+                                 views=rows, random_deletion=rd, random_insertion=ri)
+    # the unperturbed image's score as the curves read it (the first point of every deletion curve)
+    score = float(rd.scores[0, 0]) if rd.scores.size else float(result.target_score or 0.0)
+    return FaithfulnessTable(source=result.source, target=None, label=result.target_text() or tgt.describe(),
+                             probability=score, steps=steps, baseline=baseline, views=rows, random_deletion=rd,
+                             random_insertion=ri,
+                             measure="similarity" if isinstance(tgt, SimilarityTarget) else "value")
 
+
+def _explains(result: InferenceResult, want: Any) -> bool:
+    """Whether ``result``'s gradients explain the target ``want`` (then its maps are reused)."""
+    if isinstance(want, ClassTarget):
+        return result.target is not None and int(result.target) == int(want.index)
+    spec = result.target_spec
+    return spec is not None and getattr(spec, "key", None) == want.key
+
+
+def _read_target(result: InferenceResult) -> Any:
+    """What the curves read for ``result``: its class (an int), or its similarity or callable target."""
+    if result.target is not None:
+        return int(result.target)
+    spec = result.target_spec
+    if spec is not None and not isinstance(spec, ClassTarget):
+        return spec
+    raise ValueError("the model has no classifier, so there is no class probability to perturb: give a similarity "
+                     "target (e.g. similar:IMAGE, vitviz.pipeline.reference_target) or a function of the output")
+
+
+
+def _streamed(pipe: Pipeline, pil: Image.Image, source: str, target: Any, views: Sequence[str]) -> tuple[Any, Any]:
+    """``(result, map(view, options))`` of one streamed pass that gathers what the views' maps need, or ``(None,
+    None)`` when the model or a view cannot be streamed (the caller captures every layer instead)."""
+    if streamable(pipe.model) is not None:
+        return None, None
+
+    def demands(r: Any) -> list[tuple[Any, Any]]:
+        return [resolve_view(name, r.num_layers)[:2] for name in views]
+
+    try:
+        done = stream_images(pipe, [pil], sources=[source], target=target, demands=demands)[0]
+    except NotStreamable:
+        return None, None
+    return done.result, done.map

@@ -194,6 +194,7 @@ class CompareWindow(QMainWindow):
         self._hover: tuple[int, int] | None = None
         self._build()
         controller.modelChanged.connect(self._on_model_changed)
+        controller.targetChanged.connect(self._on_model_changed)  # the rows' target (the standing one) changed
         controller.runner.done.connect(self._on_done)
         controller.runner.failed.connect(self._on_failed)
         self.resize(1200, 760)
@@ -262,6 +263,8 @@ class CompareWindow(QMainWindow):
             return
         self._asked = set(missing)
         base_rgb, base_src = base.rgb, base.source
+        standing = c.standing_target()  # the other images are explained by the window's standing target
+        memory = {src: c.memory_images[src] for src, _ in missing if src in c.memory_images}
 
         def work(job):
             out, failed = {}, {}
@@ -269,7 +272,8 @@ class CompareWindow(QMainWindow):
             for src, t in missing:  # an unreadable image is named, the others are still compared
                 try:
                     image = (Image.fromarray(np.ascontiguousarray(base_rgb), "RGB")
-                             if src == base_src and not os.path.isfile(src) else load_image(src))
+                             if src == base_src and not os.path.isfile(src) else memory[src] if src in memory
+                             else load_image(src))
                 except Exception as e:  # noqa: BLE001 - ImageError names the file and the problem
                     failed[(src, t)] = str(e)
                 else:
@@ -278,9 +282,9 @@ class CompareWindow(QMainWindow):
                 if job.cancelled:
                     return pipeline, None, failed
                 part = todo[i:i + BATCH]
-                targets = [t for (_, t), _ in part]  # all None (other images, top class) or all classes
+                targets = [t for (_, t), _ in part]  # all None (other images: the standing target) or all classes
                 res = pipeline.run_batch([im for _, im in part], sources=[src for (src, _), _ in part],
-                                         target=None if None in targets else targets)
+                                         target=standing if None in targets else targets)
                 out.update(zip([k for k, _ in part], res))
                 job.report(min(len(todo), i + BATCH), len(todo))
             return pipeline, out, failed

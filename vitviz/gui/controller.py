@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from vitviz import imaging
 from vitviz.devices import available_devices, available_precisions, normalise_device, torch_loaded
+from vitviz.document.target_choice import TargetChoice, as_choice
 from vitviz.gui.worker import Job, TaskRunner, split_detail
 from vitviz.model.sources.refs import describe_ref
 
@@ -40,6 +41,13 @@ class Controller(QObject):
         evaluationProgress(done, total): perturbed images evaluated so far by the running evaluation.
         evaluationStopped(key, why): the running evaluation was cancelled ("cancelled", or why it yielded to another
             request) or failed ("failed"; the message went out through ``failed`` with kind "evaluate").
+        targetChanged(note): the standing target (:attr:`target_choice`) changed; ``note`` says why when it was
+            dropped (its reference could not be read for another model) and is "" otherwise.
+
+    The standing target: a target that is not a class (similar to an image, a patch, a vector; a function of the
+    output) once chosen explains every image until another is chosen (:attr:`target_choice`). It is made on the worker
+    (a reference image's embedding needs a forward pass) for each model, once: a model change makes it again from the
+    choice. A class chosen for the shown image stays with that image; the next ones show their top class.
     """
 
     modelChanged = Signal(str)
@@ -50,6 +58,7 @@ class Controller(QObject):
     evaluationReady = Signal(object, object)
     evaluationProgress = Signal(int, int)
     evaluationStopped = Signal(object, str)
+    targetChanged = Signal(str)
 
     def __init__(self, parent: QObject | None = None, *, device: str = "cpu", precision: str = "auto"):
         super().__init__(parent)
@@ -65,7 +74,9 @@ class Controller(QObject):
         self.precision = precision if precision in available_precisions(self.device) else "auto"
         self.requested: str | None = None  # the image most recently asked for (PageDown counts from it)
         self.memory_images: dict[str, Any] = {}  # name -> PIL image, for images given in memory (vitviz.show)
-        self._waiting: tuple[str, Any, int | None, bool] | None = None  # an image waiting for a model
+        self._waiting: tuple[str, Any, Any, bool] | None = None  # an image waiting for a model
+        self.target_choice: TargetChoice | None = None  # the standing target (None: each image's top class)
+        self._target: tuple[int, Any] | None = None  # (generation, the standing target made for that model)
         self._closing = False
         # faithfulness tables: the pipeline that made each result (a result of another model is not evaluated with
         # this one), the tables per key (LRU), the key being evaluated
@@ -170,32 +181,93 @@ class Controller(QObject):
                            title="Could not change device or precision")
 
     # ------------------------------------------------------------------ images
-    def run(self, source: str, pil: Any = None, *, target: int | None = None, remember: bool = True) -> None:
-        """Analyse ``source`` (a path, read on the worker) or an in-memory PIL image with the current model."""
+    def run(self, source: str, pil: Any = None, *, target: Any = None, remember: bool = True) -> None:
+        """Analyse ``source`` (a path, read on the worker) or an in-memory PIL image with the current model.
+
+        Args:
+            target: None: the standing target (:attr:`target_choice`), else the image's top class; a class index or
+                any target (:mod:`vitviz.capture.targets`): that one for this image; a :class:`TargetChoice`: made on
+                the worker (a reference image read and run there), and, once the image ran with it, the standing
+                target (a class or the top class: none). A target that cannot be made or used fails the run (one
+                message; the shown result and the standing target stay).
+        """
         self.requested = source
         if self.pipeline is None or self.runner.is_busy("model"):
             self._waiting = (source, pil, target, remember)
             return
         pipeline, generation = self.pipeline, self._generation
         pil = self.memory_images.get(source) if pil is None else pil
+        made = None
+        if target is not None:
+            target, made = as_choice(target)  # (the choice, the target itself when one was given)
+        standing = target is None and self.target_choice is not None
+        choice = self.target_choice if standing else target
+        if standing:
+            made = self.standing_target()
+        remade = standing and made is None  # the standing target is made for this model now
+        reference = self._reference(choice) if choice is not None and made is None else None
 
         def work(job: Job):
             image = pil if pil is not None else imaging.load_image(source).image
             if job.cancelled:
-                return None, remember, generation, ""
-            res = pipeline.run(image, source=source, target=target)
-            return res, remember, generation, pixel_digest(res.rgb)
+                return None, remember, generation, "", None
+            t, note = None, ""
+            from vitviz.capture.targets import TargetError
+
+            try:
+                if choice is not None:
+                    t = made if made is not None else choice.build(pipeline, reference=reference)
+                res = pipeline.run(image, source=source, target=t)
+            except TargetError as e:
+                if not remade:  # chosen now, or made for this model already: the window stays as it was
+                    raise
+                # the standing target made again for another model does not fit it: dropped, the top class instead
+                t, note = None, f"The target ({choice.describe()}) was dropped: {e}"
+                res = pipeline.run(image, source=source, target=None)
+            return res, remember, generation, pixel_digest(res.rgb), None if choice is None else (choice, t, note,
+                                                                                                    standing)
 
         self._yield_evaluation("another image or target was asked for")
-        self.busy.emit(f"Running {Path(source).name}…", False)
-        self.runner.submit("infer", work, subject=source, title="Could not analyse the image")
+        self.busy.emit(f"Running {Path(source).name}" + (f" for {choice.describe()}…" if target is not None and
+                                                          choice.kind != "top" else "…"), False)
+        self.runner.submit("infer", work, subject=source, title="Could not use the target" if target is not None
+                           and choice.kind != "top" else "Could not analyse the image")
 
-    def rerun(self, result: Any, target: int | None = None) -> None:
-        """The shown image again (e.g. for another target); in-memory images are re-run from their pixels."""
+    def rerun(self, result: Any, target: Any = None) -> None:
+        """The shown image again (e.g. for another target; None: the standing target); in-memory images are re-run
+        from their pixels."""
         pil = None
         if not os.path.isfile(result.source):
-            pil = Image.fromarray(np.ascontiguousarray(result.rgb), "RGB")
+            pil = self.memory_images.get(result.source) or Image.fromarray(np.ascontiguousarray(result.rgb), "RGB")
         self.run(result.source, pil, target=target, remember=False)
+
+    def set_standing_target(self, target: Any) -> None:
+        """Make ``target`` (a :class:`TargetChoice`, a class index, any target, a function of the output; None or
+        the top class: none) the standing target without running anything: it is made (when it is not a target
+        already) as the next image runs. ``vitviz.show(..., target=...)``; a class chosen later in the window (for
+        one image) ends it."""
+        choice, made = as_choice(target) if target is not None else (None, None)
+        if choice is not None and choice.kind == "top":
+            choice, made = None, None
+        self.target_choice = choice
+        self._target = (self._generation, made) if made is not None else None
+        self.targetChanged.emit("")
+
+    def standing_target(self) -> Any:
+        """The standing target made for the current model, or None (none, or not made for this model yet)."""
+        t = self._target
+        return t[1] if t is not None and t[0] == self._generation else None
+
+    def _reference(self, choice: TargetChoice) -> Any:
+        """What a similarity choice's reference image is at hand as: a result of the current model (none to run),
+        an in-memory image's pixels, else None (the file is read on the worker)."""
+        if choice.kind not in ("image", "patch"):
+            return None
+        for ref, generation, _digest in self._made_by.values():
+            r = ref()
+            if r is not None and generation == self._generation and r.source == choice.path:
+                return r
+        return self.memory_images.get(choice.path)
 
     def _run_waiting_with_current(self) -> None:
         if self._waiting is not None and self.pipeline is not None:
@@ -214,10 +286,12 @@ class Controller(QObject):
             self.busy.emit("", False)
             self.adopt(pipeline, ref, note)
         elif kind == "infer":
-            res, remember, generation, digest = result
+            res, remember, generation, digest, made = result
             self.requested = None
             if res is not None:
                 self._remember_maker(res, generation, digest)
+                if made is not None:
+                    self._adopt_target(generation, *made)
                 self.busy.emit("", False)
                 self.resultReady.emit(res, remember)
         elif kind == "evaluate":
@@ -228,6 +302,22 @@ class Controller(QObject):
             while len(self.evaluations) > EVALUATIONS_KEPT:
                 self.evaluations.popitem(last=False)
             self.evaluationReady.emit(key, table)
+
+    def _adopt_target(self, generation: int, choice: TargetChoice, target: Any, note: str, standing: bool) -> None:
+        """A run with ``choice`` succeeded: it is the standing target now (a class or the top class: none)."""
+        if note:  # the standing target could not be made for this model: dropped
+            self.target_choice, self._target = None, None
+            self.targetChanged.emit(note)
+            return
+        if standing:  # made for this model: kept for the next images
+            self._target = (generation, target)
+            return
+        keep = choice.kind not in ("top", "class")  # a class chosen in the window is for this image only
+        changed = (choice if keep else None) != self.target_choice
+        self.target_choice = choice if keep else None
+        self._target = (generation, target) if keep else None
+        if changed:
+            self.targetChanged.emit("")
 
     def _on_failed(self, kind: str, title: str, message: str, job: Job) -> None:
         if self._closing:
@@ -275,11 +365,12 @@ class Controller(QObject):
             return None, "this result was not made by the window's model"
         if made[1] != self._generation:
             return None, "the model changed: the image is being analysed again"
-        if result.target is None:
+        if result.target is None and result.target_spec is None:
             return None, ("the model has no classifier: there is no class probability for the deletion and "
-                          "insertion curves to read")
-        return (made[2], result.source, int(result.target), self._generation, int(steps), str(baseline),
-                int(seeds)), ""
+                          "insertion curves to read (choose a similarity target: the curves then read the similarity)")
+        # the class, or a similarity or callable target (the curves read its own score) by its key
+        target = int(result.target) if result.target is not None else result.target_spec.key
+        return (made[2], result.source, target, self._generation, int(steps), str(baseline), int(seeds)), ""
 
     def evaluate(self, result: Any, *, steps: int, baseline: str, seeds: int) -> tuple | None:
         """Measure the faithfulness of the maps of ``result`` (the one on screen) on the worker: deletion and
@@ -333,6 +424,7 @@ class Controller(QObject):
         self.pipeline = None
         self._waiting = None
         self.memory_images.clear()
+        self.target_choice, self._target = None, None
         self.evaluations.clear()
         self.evaluating = None
         self._made_by.clear()

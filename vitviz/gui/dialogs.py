@@ -9,11 +9,15 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import (
     QComboBox,
+    QDialog,
+    QDialogButtonBox,
     QFileDialog,
+    QFormLayout,
     QInputDialog,
     QLabel,
     QMessageBox,
     QProgressDialog,
+    QSpinBox,
     QWidget,
 )
 
@@ -22,6 +26,7 @@ from vitviz.model.sources import catalog  # plain data: no torch at start-up
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.tif *.tiff *.webp *.gif);;All files (*)"
 CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pth *.pt *.bin *.npz *.ckpt);;All files (*)"
 SESSION_FILTER = "vitviz sessions (*.vitviz.json);;All files (*)"
+VECTOR_FILTER = "Vectors (*.npy);;All files (*)"
 OPEN_FILTER = ("vitviz sessions and figures (*.vitviz.json *.json *.png *.svg *.pdf *.gif *.apng *.mp4);;vitviz "
                "sessions (*.vitviz.json);;Figures exported by vitviz (*.png *.svg *.pdf *.gif *.apng *.mp4);;"
                "All files (*)")
@@ -103,6 +108,40 @@ class Dialogs:
             "a Hugging Face id (facebook/dinov2-small) or a torchvision name (vit_b_16).\n"
             "It is downloaded once into the Hugging Face (or torch) cache.")
         return text.strip() if ok and text.strip() else None
+
+    def open_reference_image(self, folder: str) -> str | None:
+        """An image file whose embedding (or a patch of it) becomes the similarity target, or None."""
+        f, _ = QFileDialog.getOpenFileName(self.parent, "Similar to image", folder, IMAGE_FILTER)
+        return f or None
+
+    def open_vector(self, folder: str) -> str | None:
+        """A stored vector (``.npy``, one vector in the model's embedding space) for a similarity target, or None."""
+        f, _ = QFileDialog.getOpenFileName(self.parent, "Similar to a vector", folder, VECTOR_FILTER)
+        return f or None
+
+    def ask_patch(self, name: str, grid: tuple[int, int] | None) -> tuple[int, int] | None:
+        """The patch ``(row, col)`` of the reference image ``name`` whose token becomes the similarity target, or
+        None. ``grid``: the patch grid the image will likely have (the shown image's), for the ranges offered."""
+        gh, gw = grid or (1024, 1024)
+        dlg = QDialog(self.parent)
+        dlg.setWindowTitle("Similar to a patch")
+        form = QFormLayout(dlg)
+        form.addRow(QLabel(f"Which patch of {name}? (rows 0..{gh - 1}, columns 0..{gw - 1})"))
+        row, col = QSpinBox(dlg), QSpinBox(dlg)
+        row.setRange(0, max(0, gh - 1))
+        col.setRange(0, max(0, gw - 1))
+        row.setValue(gh // 2)
+        col.setValue(gw // 2)
+        form.addRow("Row", row)
+        form.addRow("Column", col)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel,
+                                   parent=dlg)
+        buttons.accepted.connect(dlg.accept)
+        buttons.rejected.connect(dlg.reject)
+        form.addRow(buttons)
+        if not dlg.exec():
+            return None
+        return int(row.value()), int(col.value())
 
     def save_session(self, suggested: str) -> str | None:
         """Where to save a session (``.vitviz.json``), or None."""

@@ -1,8 +1,10 @@
 """The plots panel's "Faithfulness" tab: which map reflects what the model uses, measured on the image on screen.
 
 For the current image and target, the deletion and insertion curves (:func:`vitviz.evaluate.evaluate_views`) of
-last-layer [CLS] attention, rollout, gradient rollout and relevance, and of a few random rankings of the patches
-(the floor any map must beat). A table costs a few hundred forwards (seconds to tens of seconds), so it runs only
+last-layer [CLS] attention, rollout, gradient rollout, relevance, LeGrad and GradCAM, and of a few random rankings of
+the patches (the floor any map must beat). The curves read the target's score: the probability of a class, the
+similarity to a reference for a similarity target (so a feature model's curves follow the similarity), the value of a
+function of the output. A table costs a few hundred forwards (seconds to tens of seconds), so it runs only
 when asked (Run), on the controller's worker, with progress and Cancel; tables are kept per (image, target, model,
 options), so going back to an image shows its table at once. A table that is not the current image's, target's or
 options' is shown dimmed and says so. Clicking a row shows that row's map on the canvas.
@@ -41,24 +43,30 @@ from vitviz.gui.mosaic import BACKGROUND
 from vitviz.views.presets import FAITHFULNESS_VIEWS
 
 EXPLAIN = ("Patches are ranked by each map and removed (deletion: replaced by the baseline, most salient first) or "
-           "revealed (insertion: starting from the baseline image) a whole patch at a time; each curve is the model's "
-           "probability of the target class after each step, its area (AUC) the score. A faithful map makes the "
-           "probability fall fast when deleting (low AUC) and rise fast when inserting (high AUC). Random rankings "
-           "of the patches are the floor (Petsiuk et al. 2018).")
+           "revealed (insertion: starting from the baseline image) a whole patch at a time; each curve is the target's "
+           "score after each step (the model's probability of the target class; for a similarity target, the "
+           "similarity to the reference), its area (AUC) the score. A faithful map makes the score fall fast when "
+           "deleting (low AUC) and rise fast when inserting (high AUC). Random rankings of the patches are the floor "
+           "(Petsiuk et al. 2018).")
 VIEWS = FAITHFULNESS_VIEWS  # = vitviz.evaluate.DEFAULT_VIEWS (importing vitviz.evaluate imports torch)
 SEEDS = 5  # random rankings per mode: a ViT-Ti/16 table is then ~350 forwards
 STEPS = 20
 BASELINES = ("mean", "blur")
 BASELINE_TEXT = {"mean": "mean", "blur": "blur"}
 VIEW_NAMES = {"cls_last": "[CLS], last layer", "rollout": "Rollout", "grad_rollout": "Gradient rollout",
-              "relevance": "Relevance"}
+              "relevance": "Relevance", "legrad": "LeGrad", "gradcam": "GradCAM"}
 VIEW_COLORS = {"cls_last": (255, 170, 60), "rollout": (90, 170, 255), "grad_rollout": (110, 220, 120),
-               "relevance": (240, 100, 200)}
-OTHER_COLORS = [(255, 230, 90), (120, 230, 230), (250, 120, 110), (190, 150, 255)]
+               "relevance": (240, 100, 200), "legrad": (255, 230, 90), "gradcam": (120, 230, 230)}
+AXIS_TEXT = {"probability": ("p(target class)", "the model's probability of the target class (softmax)"),
+             "similarity": ("similarity", "the target's similarity score: the cosine similarity of the image's pooled "
+                                          "embedding to the reference's (times the model's scale, plus its bias)"),
+             "value": ("target value", "the value of the target function of the model's output")}
+OTHER_COLORS = [(250, 120, 110), (190, 150, 255), (200, 200, 120), (150, 200, 255)]
 RANDOM_COLOR = (175, 175, 175)
 BEST = "★"
 LEGEND_SAMPLE = 20  # px of a legend entry's line sample
 LEGEND_SPACING = 10
+LEGEND_MARGIN = 24  # px the plot layout adds around the legend's columns (measured: 18)
 PLOT_MIN_HEIGHT = 240  # px: two plots, their axes and a two-row legend
 EDGE = 0.03  # axis room beyond 0 and 1
 STALE_STYLE = "color: rgb(255, 190, 90);"
@@ -211,10 +219,9 @@ class FaithfulnessPanel(QWidget):
             plot.setMouseEnabled(False, False)
             plot.hideButtons()
             plot.setXRange(-EDGE, 1 + EDGE, padding=0)  # a little room so that the 0 and 1 labels are drawn
-        self.del_plot.setLabel("left", "p(target class)", **{"font-size": "8pt"})
-        self.del_plot.getAxis("left").setToolTip("the model's probability of the target class (softmax)")
+        self._axis_label("probability")
         self.ins_plot.setYLink(self.del_plot)
-        self._y_range(1.0)
+        self._y_range(0.0, 1.0)
         self.legend = self._new_legend(1)
         self._legend_entries: list[tuple[Any, str]] = []
         self.plot_widget.installEventFilter(self)
@@ -325,7 +332,9 @@ class FaithfulnessPanel(QWidget):
             parts.append(f"Measuring {self._forwards()} perturbed images…")
         elif not stale and self.shown is not None:
             t = self.shown
-            parts.append(f"Target {t.label} (p = {t.probability:.2f}) · {t.random_deletion.seeds} random rankings")
+            score = (f"{t.label} (p = {t.probability:.2f})" if t.target is not None
+                     else f"{t.label} ({t.measure} {t.probability:.2f})")
+            parts.append(f"Target {score} · {t.random_deletion.seeds} random rankings")
         else:
             what = "image and target" if self.shown is None else _what_changed(self.shown_key, key)
             parts.append(f"Not measured for this {what} yet: press Run (about {self._forwards()} model forwards).")
@@ -358,11 +367,15 @@ class FaithfulnessPanel(QWidget):
             plot.clear()
         self._legend_entries = []
         self._curves = []
-        top = 1e-6
+        measure = getattr(t, "measure", "probability")
+        self._axis_label(measure)
+        top, bottom = 1e-6, 0.0
         for plot, rb in ((self.del_plot, t.random_deletion), (self.ins_plot, t.random_insertion)):
             mean = rb.scores.mean(0)
             sd = rb.scores.std(0, ddof=1) if rb.seeds > 1 else np.zeros_like(mean)
-            lo = pg.PlotCurveItem(rb.fractions, np.clip(mean - sd, 0, None), pen=pg.mkPen(None))
+            low = np.clip(mean - sd, 0, None) if measure == "probability" else mean - sd
+            bottom = min(bottom, float(np.min(low)))
+            lo = pg.PlotCurveItem(rb.fractions, low, pen=pg.mkPen(None))
             hi = pg.PlotCurveItem(rb.fractions, mean + sd, pen=pg.mkPen(None))
             band = pg.FillBetweenItem(lo, hi, brush=pg.mkBrush(*RANDOM_COLOR, 60))
             line = pg.PlotDataItem(rb.fractions, mean, pen=pg.mkPen(RANDOM_COLOR, width=2,
@@ -382,16 +395,27 @@ class FaithfulnessPanel(QWidget):
                 plot.addItem(item)
                 self._curves.append(item)
                 top = max(top, float(np.max(curve.scores)))
+                bottom = min(bottom, float(np.min(curve.scores)))
                 if plot is self.del_plot:
                     self._legend_entries.append((item, view_name(v.key, v.title)))
         self._legend_entries.append((random_line, "random ± sd"))
         self._set_legend(self._legend_columns_for(self.plot_widget.width()), force=True)
-        self._y_range(min(1.0, top * 1.05))
+        if measure == "probability":
+            self._y_range(0.0, min(1.0, top * 1.05))
+        else:  # a similarity or a function's value: any range, 0 kept in view
+            span = max(top - bottom, 1e-6)
+            self._y_range(bottom - 0.05 * span if bottom < 0 else 0.0, top + 0.05 * span)
         self._fit_legend()
 
-    def _y_range(self, top: float) -> None:
-        """Probabilities: from 0 (with room for the 0 label) to just above the highest point drawn."""
-        self.del_plot.setYRange(-EDGE * top, top, padding=0)
+    def _y_range(self, bottom: float, top: float) -> None:
+        """From ``bottom`` (with room for its label) to just above the highest point drawn (probabilities: from 0)."""
+        self.del_plot.setYRange(bottom - EDGE * (top - bottom), top, padding=0)
+
+    def _axis_label(self, measure: str) -> None:
+        """The y axis says what the curves read: a probability, a similarity, a function's value."""
+        text, tip = AXIS_TEXT.get(measure, AXIS_TEXT["value"])
+        self.del_plot.setLabel("left", text, **{"font-size": "8pt"})
+        self.del_plot.getAxis("left").setToolTip(tip)
 
     def _fit_table(self, rows: int) -> None:
         """The table as tall as its header and ``rows`` rows: every row in view, no scroll bar."""
@@ -515,7 +539,7 @@ class FaithfulnessPanel(QWidget):
         fm = QFontMetrics(font)
         w = [fm.horizontalAdvance(name) + LEGEND_SAMPLE + 3 * LEGEND_SPACING for _item, name in self._legend_entries]
         for cols in range(max(1, len(w)), 1, -1):
-            if sum(max(w[j::cols]) for j in range(cols)) <= width - 16:
+            if sum(max(w[j::cols]) for j in range(cols)) <= width - LEGEND_MARGIN:
                 return cols
         return 1
 

@@ -82,8 +82,44 @@ def _qt_loop_running() -> bool:
     return QThread.currentThread().loopLevel() > 0
 
 
+def _check_target(pipe: Any, target: Any, items: list[tuple[str, Any]]) -> Any:
+    """``target`` as the window's standing target, checked before any window opens: a function of the output is
+    called on the first image's output (one forward pass, with autograd on), so that one that raises, returns no
+    tensor, no scalar or a value that does not depend on the output is one :class:`TargetError` naming it."""
+    from vitviz.capture.targets import CallableTarget, TargetError, as_target, target_scores
+    from vitviz.document.target_choice import as_choice
+
+    try:
+        choice, made = as_choice(target)
+    except ValueError as e:
+        raise TargetError(f"vitviz.show(target=...): {e}") from None
+    if choice.kind == "class":
+        choice.build(pipe)  # a class the model has (TargetError naming the range), on a classifier
+    if choice.kind == "text":
+        return choice.build(pipe)  # the prompt encoded by the model's text tower (TargetError: none, why)
+    t = made if made is not None else as_target(choice.fn) if choice.kind == "callable" else None
+    if not isinstance(t, CallableTarget):
+        return choice if made is None else made
+    import torch
+
+    name, pil = items[0] if items else (None, None)
+    if pil is None:
+        from vitviz.demo import sample_images
+
+        pil = imaging.load_image(name if name is not None else sample_images()[0]).image
+    x = pipe.prepare(pil).x[None].to(device=pipe.device, dtype=next(pipe.model.parameters()).dtype)
+    with torch.enable_grad():
+        out = pipe.model(x)
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        value = target_scores(t, out, None)
+    if not value.requires_grad:
+        raise TargetError(f"target {t.describe()}: its value does not depend on the model's output, so it has no "
+                          "gradient to explain")
+    return t
+
+
 def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None, preprocess: Any = None,
-         block: bool | None = None, settings: Any = None, **adapter_options: Any) -> Any:
+         target: Any = None, block: bool | None = None, settings: Any = None, **adapter_options: Any) -> Any:
     """Open the vitviz window on an in-memory model.
 
     Args:
@@ -94,6 +130,10 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
         labels: class names in output order.
         preprocess: a :class:`vitviz.Preprocess`, ``"imagenet"`` or ``"inception"`` (default: the model's spec, or for
             other modules resize + centre crop to the input size with ImageNet mean and std).
+        target: what the gradient views explain, for every image: a class index, a function of one image's output
+            ``[K]`` returning a 0-d tensor (``lambda out: out[3] - out[5]``), or a target of
+            :mod:`vitviz.capture.targets` (``vitviz.SimilarityTarget``, ``vitviz.reference_target(...)``); None:
+            each image's top class. A function is tried on the first image before the window opens.
         block: wait until the window is closed (default: yes, unless a Qt event loop already runs, as in IPython or
             Jupyter after ``%gui qt``).
         settings: a ``QSettings`` (default: the user's vitviz settings).
@@ -106,6 +146,8 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
     Raises:
         CaptureError, ValueError: the model's attention cannot be captured, or bad images / labels / preprocess;
             raised before any window opens.
+        TargetError: a ``target`` that cannot be used (not a target, a class the model lacks, a function that raises
+            or returns no scalar on the first image), one line naming it; raised before any window opens.
     """
     from vitviz.capture.foreign import adapt
 
@@ -127,8 +169,11 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
     device = str(first.device) if first is not None else "cpu"
     precision = next((k for k, v in DTYPES.items() if first is not None and v == first.dtype), "fp32")
     pipe = Pipeline(m, device=device, precision=precision)
+    standing = _check_target(pipe, target, items) if target is not None else None
     win = MainWindow(settings=settings, model=pipe, model_key="memory", device=device, load_samples=not items)
     win.controller.device, win.controller.precision = device, precision
+    if standing is not None:
+        win.controller.set_standing_target(standing)  # every image is explained by it
     win.controller.modelChanged.emit("")  # the model bar and status bar say so
     for name, pil in items:
         if pil is not None:

@@ -5,7 +5,9 @@ Thin by design: the document is :class:`vitviz.document.session.Session`, the mo
 come from :mod:`vitviz.views`, and every dialog goes through :class:`~vitviz.gui.dialogs.Dialogs` (tests replace it).
 The window creates its children and hands each helper only what it needs (the session, the controller, the dialogs,
 the settings, a status callback): the model choices (:mod:`vitviz.gui.model_choice`), the exports of both windows
-(:mod:`vitviz.gui.export_service`), session files (:mod:`vitviz.gui.session_files`) and the Compare window.
+(:mod:`vitviz.gui.export_service`), session files (:mod:`vitviz.gui.session_files`), the target
+(:mod:`vitviz.gui.targeting`), the open images' tokens of feature PCA's joint fit (:mod:`vitviz.gui.token_reader`)
+and the Compare window.
 Widgets write the user's intent here; the window passes it on and redraws from the session.
 """
 
@@ -43,6 +45,8 @@ from vitviz.gui.plots import PlotsPanel
 from vitviz.gui.session_files import Sessions, is_session_file
 from vitviz.gui.settings import Prefs, default_settings  # noqa: F401 - default_settings re-exported for callers
 from vitviz.gui.statusbar import StatusParts
+from vitviz.gui.targeting import TargetPicker
+from vitviz.gui.token_reader import TokenReader
 from vitviz.gui.toolbar import ModelBar
 from vitviz.gui.worker import describe_error
 from vitviz.model.sources import catalog  # plain data: no torch at start-up
@@ -119,6 +123,10 @@ class MainWindow(QMainWindow):
         build_toolbar(self.addToolBar("Main"), self.acts, self.model_bar)
         self.models = ModelChoice(self, self.controller, self.prefs, self._dialogs, model_bar=self.model_bar,
                                   actions=self.acts, status=say, show_error=error, demo_chosen=model_key == "demo")
+        self.targets = TargetPicker(self, session=self.session, controller=self.controller, dialogs=self._dialogs,
+                                    prefs=self.prefs, predictions=self.predictions, show_error=error, status=say)
+        self.open_tokens = TokenReader(self, session=self.session, controller=self.controller,
+                                       redraw=lambda: self.refresh_view(), status=say)  # feature PCA's joint fit
         self._connect()
         self.compare_window: CompareWindow | None = None  # File > Compare, made when first asked for
         self._restore_settings()
@@ -159,7 +167,7 @@ class MainWindow(QMainWindow):
     @dialogs.setter
     def dialogs(self, dialogs: Dialogs) -> None:
         self._dialogs = dialogs
-        for helper in (self.sessions, self.exports, self.models):
+        for helper in (self.sessions, self.exports, self.models, self.targets):
             helper.dialogs = dialogs
 
     # ================================================================== construction
@@ -176,6 +184,8 @@ class MainWindow(QMainWindow):
         c.export_colorbar.toggled.connect(lambda b: self._set(colorbar=b))
         c.export_caption.toggled.connect(lambda b: self._set(caption=b))
         c.mask_background.toggled.connect(lambda b: self._set(mask_background=b))
+        c.pca_joint.toggled.connect(lambda b: self._set(pca_joint=b))
+        self.viewRefreshed.connect(self.open_tokens.follow)
         self.heads.headSelected.connect(self._on_head_tile)
         self.heads.grid_toggle.toggled.connect(self.acts.grid.setChecked)
         self.plots.layerHeadSelected.connect(self._on_head_tile)
@@ -315,13 +325,13 @@ class MainWindow(QMainWindow):
         self.models.switch_for_photo(source)
         self.controller.run(source, pil, remember=remember)
 
-    def set_target(self, class_index: int) -> None:
-        """Make ``class_index`` the gradient target (re-runs the model in the background)."""
+    def set_target(self, target: Any) -> None:
+        """Make ``target`` the gradient target: a class index, or any target (:mod:`vitviz.gui.targeting`); re-runs
+        the shown image in the background (a target that cannot be used: one message, the window unchanged)."""
         r = self.session.result
-        if r is None or class_index == r.target:
+        if r is None or (isinstance(target, int) and target == r.target):
             return
-        self.controller.rerun(r, target=int(class_index))
-        self.predictions.refresh(self.session, pending_target=int(class_index))
+        self.targets.choose(target)
 
     def _on_result(self, result: Any, remember: bool) -> None:
         if self._closing:
@@ -445,6 +455,8 @@ class MainWindow(QMainWindow):
             self.status.set_artefacts(s.artefact_text())
             if p.unavailable is not None:
                 self.statusBar().showMessage(f"{v.title} is not available: {p.unavailable}", 8000)
+            elif " is not available: " in self.statusBar().currentMessage():
+                self.statusBar().clearMessage()  # the view is available now (e.g. a target was chosen)
             if self._hover_xy is not None:  # the read-out follows the new map at once (not at the next move)
                 self._on_hover(*self._hover_xy)
         self.controls.refresh(s)

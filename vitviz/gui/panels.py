@@ -7,13 +7,14 @@ Panels never own state: they emit the user's intent as signals and are refreshed
 
 from __future__ import annotations
 
+from typing import Any
+
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
     QCheckBox,
     QComboBox,
-    QCompleter,
     QDoubleSpinBox,
     QFormLayout,
     QFrame,
@@ -22,7 +23,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QLineEdit,
     QProgressBar,
     QPushButton,
     QRadioButton,
@@ -38,6 +38,7 @@ from vitviz import views
 from vitviz.demo import CLASSES
 from vitviz.gui.heads import HeadsPanel  # noqa: F401  (re-exported: it used to live here)
 from vitviz.gui.scale_panel import ScalePanel
+from vitviz.gui.target_box import TargetBox
 from vitviz.render import colormaps
 from vitviz.views.options import HEAD_REDUCTIONS, option
 
@@ -104,6 +105,9 @@ class ControlsPanel(QWidget):
         self.mask_background = QCheckBox(option("mask_background").label)  # feature PCA only
         self.mask_background.setToolTip(option("mask_background").help)
         form.addRow(self.mask_background)
+        self.pca_joint = QCheckBox(option("pca_joint").label)  # feature PCA only
+        self.pca_joint.setToolTip(option("pca_joint").help)
+        form.addRow(self.pca_joint)
         lay.addWidget(lh)
 
         ro = QGroupBox("Rollout")
@@ -170,7 +174,7 @@ class ControlsPanel(QWidget):
         r = session.result
         v = session.view
         widgets = (self.view_group, self.layer_slider, self.head_combo, self.fusion_combo, self.discard_spin,
-                   self.cmap_combo, self.opacity_slider, self.interp_combo, self.mask_background)
+                   self.cmap_combo, self.opacity_slider, self.interp_combo, self.mask_background, self.pca_joint)
         for w in widgets:
             w.blockSignals(True)
         try:
@@ -214,6 +218,8 @@ class ControlsPanel(QWidget):
             self.discard_spin.setEnabled("discard_ratio" in reads)
             self.mask_background.setChecked(bool(o.mask_background))
             self.mask_background.setEnabled("mask_background" in reads)
+            self.pca_joint.setChecked(bool(o.pca_joint))
+            self.pca_joint.setEnabled("pca_joint" in reads)
         finally:
             for w in widgets:
                 w.blockSignals(False)
@@ -222,12 +228,13 @@ class ControlsPanel(QWidget):
 
 # ====================================================================== predictions
 class PredictionsPanel(QWidget):
-    """Top-5 classes; clicking one makes it the target of the gradient views. Above them, when a photo is shown with
-    the bundled shapes model, the first-run offer (:meth:`set_offer`): what that model knows, and one button per
-    curated real model (with its download size, or "cached").
+    """Top-5 classes; clicking one makes it the target of the gradient views. Below them the target box
+    (:class:`~vitviz.gui.target_box.TargetBox`, :attr:`box`): the target, any class by name, the similarity targets.
+    Above them, when a photo is shown with the bundled shapes model, the first-run offer (:meth:`set_offer`): what that
+    model knows, and one button per curated real model (with its download size, or "cached").
 
     Signals:
-        targetChosen(class_index)
+        targetChosen(class_index): a class clicked in the table or picked in the box's search.
         modelOffered(ref): a button of the offer was clicked (a ``hub:`` model reference).
     """
 
@@ -251,25 +258,13 @@ class PredictionsPanel(QWidget):
         self.table.setToolTip("Click a class to make it the target of the gradient views")
         self.table.cellClicked.connect(self._on_click)
         lay.addWidget(self.table, 1)
-        self.target_label = QLabel("Gradient target: –")
-        self.target_label.setWordWrap(True)
-        lay.addWidget(self.target_label)
-        # any class as the target: type part of its name (or its index) and pick it
-        self.search = QLineEdit()
-        self.search.setPlaceholderText("Target any class: type a name or index…")
-        self.search.setClearButtonEnabled(True)
-        self.search.setToolTip("Search all class names (e.g. 'tabby'); Enter or a pick makes it the gradient target")
-        self._completer = QCompleter([], self)
-        self._completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
-        self._completer.setFilterMode(Qt.MatchFlag.MatchContains)
-        self._completer.setMaxVisibleItems(12)
-        self._completer.activated.connect(self._on_pick)
-        self.search.setCompleter(self._completer)
-        self.search.returnPressed.connect(lambda: self._on_pick(self.search.text()))
-        lay.addWidget(self.search)
+        # the target: its words and value, any class by name, the similarity targets (vitviz.gui.target_box)
+        self.box = TargetBox()
+        self.box.classChosen.connect(self.targetChosen.emit)
+        lay.addWidget(self.box)
+        lay.addStretch(0)  # takes the room of the table when it is hidden (a feature model): the box stays on top
+        self.target_label, self.search = self.box.label, self.box.search
         self._classes: list[int] = []
-        self._entries: dict[str, int] = {}
-        self._labels_key: object = None
 
     def _build_offer(self, lay: QVBoxLayout) -> None:
         self.offer_box = QFrame()
@@ -320,39 +315,15 @@ class PredictionsPanel(QWidget):
     def offer_shown(self) -> bool:
         return not self.offer_box.isHidden()
 
-    def class_entries(self, result) -> dict[str, int]:
-        """``{"tabby, tabby cat (281)": 281, ...}``: every class the model has, as the search box lists them."""
-        n = int(result.logits.shape[-1])
-        return {f"{result.label(i)} ({i})": i for i in range(n)}
-
-    def _on_pick(self, text: str) -> None:
-        text = text.strip()
-        if not text:
-            return
-        index = self._entries.get(text)
-        if index is None and text.isdigit() and int(text) in self._entries.values():
-            index = int(text)
-        if index is None:  # a unique match of what was typed
-            hits = [i for k, i in self._entries.items() if text.lower() in k.lower()]
-            index = hits[0] if len(hits) == 1 else None
-        if index is None:
-            self.target_label.setText(f"No single class matches “{text}”: pick one from the list")
-            return
-        self.search.clear()
-        self.targetChosen.emit(index)
-
-    def refresh(self, session, pending_target: int | None = None) -> None:
+    def refresh(self, session, pending_target: Any = None) -> None:
+        """Show the session's result: its top classes (none for a feature model) and its target
+        (``pending_target``: a class index, or a target's words, being computed)."""
         r = session.result
         if r is None:
             return
-        key = (id(r.labels), int(r.logits.shape[-1]))
-        if key != self._labels_key:  # a model with other classes
-            self._labels_key = key
-            self._entries = self.class_entries(r)
-            self._completer.model().setStringList(list(self._entries))
-        self.search.setEnabled(r.attention_grads is not None or r.target is not None)
         top = r.top_k(5)
         self._classes = [c for c, _, _ in top]
+        self.table.setVisible(r.num_classes != 0)  # a feature model: no classes (the box says what to choose)
         self.table.blockSignals(True)
         self.table.setRowCount(len(top))
         for i, (c, label, p) in enumerate(top):
@@ -374,19 +345,12 @@ class PredictionsPanel(QWidget):
         self.table.resizeRowsToContents()
         # the selection follows the target (no stale row from the previous image)
         self.table.clearSelection()
-        shown = pending_target if pending_target is not None else r.target
+        shown = pending_target if isinstance(pending_target, int) else r.target
         if shown in self._classes:
             self.table.selectRow(self._classes.index(shown))
         self.table.blockSignals(False)
-        if pending_target is not None:
-            self.target_label.setText(f"Computing gradients for {r.label(pending_target)}…")
-        elif r.target is not None:
-            top1 = " (top prediction)" if top and r.target == top[0][0] else ""
-            p = float(r.probabilities[r.target])
-            outside = "" if r.target in self._classes else f", p = {p * 100:.2g} %, not in the top 5"
-            self.target_label.setText(f"Gradient target: {r.label(r.target)}{top1}{outside}")
-        else:
-            self.target_label.setText("Gradient target: – (model has no classifier)")
+        pending = r.label(pending_target) if isinstance(pending_target, int) else pending_target
+        self.box.refresh(session, pending)
 
     def row_center(self, row: int) -> QPoint:
         rect = self.table.visualItemRect(self.table.item(row, 0))

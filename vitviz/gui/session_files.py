@@ -184,7 +184,12 @@ class Sessions(QObject):
                 raise ValueError(f"its target class {state.target} ({state.target_label or 'unnamed'}) does not "
                                  f"exist in {getattr(pipeline.spec, 'name', 'the model')}, which has "
                                  + (f"{n} classes" if n else "no classifier"))
-            return pipeline if new_model else None, note, st.changed_images(state, [state.current])
+            try:  # a similarity target's reference read and run with the session's model
+                target, target_note = st.state_target(state, pipeline)
+            except ValueError as e:  # TargetError: names the reference and the cause
+                raise ValueError(f"{path}: its target cannot be used: {e}") from None
+            note = "; ".join(filter(None, [note, target_note]))
+            return pipeline if new_model else None, note, st.changed_images(state, [state.current]), target
 
         self._notes = []
         c.busy.emit(f"Opening the session {Path(path).name}…", False)
@@ -196,7 +201,7 @@ class Sessions(QObject):
         if kind != KIND or self.controller.closing:
             return
         state = self._opening
-        pipeline, note, changed = payload
+        pipeline, note, changed, target = payload
         c = self.controller
         notes = [note] if note else []
         if changed:
@@ -214,7 +219,7 @@ class Sessions(QObject):
             c.requested = source  # the window must not re-run its old image with the new model meanwhile
             c.device, c.precision = pipeline.device, pipeline.precision_choice  # as the controller does for a load
             c.adopt(pipeline, state.model, note)
-        c.run(source, None, target=state.target, remember=False)
+        c.run(source, None, target=target, remember=False)
 
     def _on_run_failed(self, kind: str, title: str, message: str, detail: str, subject: str) -> None:
         if kind == "infer" and self.pending is not None and subject == self.pending.image.path:

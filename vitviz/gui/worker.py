@@ -55,6 +55,8 @@ def describe_error(exc: BaseException, subject: str = "") -> str:
                 "in the toolbar.")
         first = msg.splitlines()[0]
         return f"{subject}: {first}\n\n{hint}" if subject else f"{first}\n\n{hint}"
+    if type(exc).__name__ == "TargetError":  # it names the target and the cause (a reference file, a function)
+        return msg.splitlines()[0]
     if isinstance(exc, MemoryError):
         msg = "not enough memory"
     elif isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)) and getattr(exc, "filename", None):

@@ -33,8 +33,12 @@ def _reference_result(pipeline: Any, reference: Any) -> tuple[Any, str]:
         return reference, Path(str(reference.source)).name
     if isinstance(reference, (str, os.PathLike)):
         path = Path(reference).expanduser()
-        if not path.is_file():
+        if path.is_dir():
+            raise TargetError(f"reference image {path}: is a folder, not an image file")
+        if not path.exists():
             raise TargetError(f"reference image {path}: no such file")
+        if not path.is_file():  # a pipe or a device: a reference is read at once, never waited for
+            raise TargetError(f"reference image {path}: not a regular file")
         try:
             image = load_image(path)
         except ImageError as e:  # it names the file and the cause
@@ -97,12 +101,16 @@ def vector_target(path: str | os.PathLike[str], *, name: str | None = None) -> S
         TargetError: a missing file, not an ``.npy`` array, pickled objects, not one finite non-zero vector.
     """
     p = Path(path).expanduser()
+    if p.is_dir():
+        raise TargetError(f"reference vector {p}: is a folder, not a .npy file")
     if not p.is_file():
-        raise TargetError(f"reference vector {p}: no such file")
+        raise TargetError(f"reference vector {p}: no such file" if not p.exists() else
+                          f"reference vector {p}: not a regular file")
     try:
         a = np.load(p, allow_pickle=False)
-    except ValueError as e:
-        raise TargetError(f"reference vector {p}: not a plain .npy array ({str(e).splitlines()[0]})") from None
+    except ValueError:  # numpy's text is long: not its format, or pickled objects (never unpickled)
+        raise TargetError(f"reference vector {p}: not a plain .npy array (not NumPy's format, or pickled "
+                          "objects, which are never loaded)") from None
     except Exception as e:  # noqa: BLE001 - a truncated or foreign file
         raise TargetError(f"reference vector {p}: cannot be read as .npy ({type(e).__name__})") from None
     if not isinstance(a, np.ndarray) or a.dtype.kind not in "fiu":

@@ -2,9 +2,12 @@
 parser and the window's faithfulness tab import it before any model).
 
 :data:`STANDARD_VIEWS` are the four maps that explain a prediction (``vitviz export`` and the Compare window show
-them by default); :data:`FAITHFULNESS_VIEWS` the maps whose faithfulness ``vitviz evaluate`` and the window's
-faithfulness tab measure by default. A preset (:class:`Preset`) is a view at fixed options under its own name, such
-as :data:`CLS_LAST`: the [CLS] attention of the last layer, mean of heads (Abnar & Zuidema's baseline).
+them by default; LeGrad and GradCAM are asked for by name: ``--views legrad,gradcam``); :data:`FAITHFULNESS_VIEWS`
+the maps whose faithfulness ``vitviz evaluate`` and the window's faithfulness tab measure by default: those four
+(the [CLS] attention at the last layer) and LeGrad and GradCAM at their default options (LeGrad from the last two
+layers, mean pooling; GradCAM on the last block's ``norm1``). A preset (:class:`Preset`) is a view at fixed options
+under its own name, such as :data:`CLS_LAST`: the [CLS] attention of the last layer, mean of heads (Abnar & Zuidema's
+baseline).
 """
 
 from __future__ import annotations
@@ -52,4 +55,4 @@ PRESETS: dict[str, Preset] = {
     CLS_LAST: Preset(CLS_LAST, "cls", "last layer, mean of heads", last_layer=True, head="mean"),
 }
 STANDARD_VIEWS: tuple[str, ...] = ("cls", "rollout", "grad_rollout", "relevance")
-FAITHFULNESS_VIEWS: tuple[str, ...] = (CLS_LAST, "rollout", "grad_rollout", "relevance")
+FAITHFULNESS_VIEWS: tuple[str, ...] = (CLS_LAST, "rollout", "grad_rollout", "relevance", "legrad", "gradcam")

@@ -27,7 +27,7 @@ The parts: :mod:`~vitviz.document.state.schema` (the data types, limits and erro
 
 Schema (``"version": 1``)::
 
-    {"format": "vitviz-session", "version": 1, "written_by": "vitviz 0.1.0",
+    {"format": "vitviz-session", "version": 1 | 2, "written_by": "vitviz 0.1.0",
      "model": {"ref": "file:/abs/vit.safetensors", "relative": "vit.safetensors", "name": "ViT-Ti/16",
                "device": "cpu", "precision": "fp32"},
      "images": [{"path": "/abs/cat.png", "relative": "cat.png", "sha256": "..."}],
@@ -39,12 +39,21 @@ Schema (``"version": 1``)::
 
 ``relative`` entries are written relative to the folder of the file the state is written into (the session file or
 the exported figure) and are only a fallback: the absolute path wins when it exists. ``target`` is the class whose
-gradients the target-dependent views show (null: the model has no classifier).
+gradients the target-dependent views show (null: the top class, or the model has no classifier), or (version 2) an
+object naming a target that is not a class (:mod:`vitviz.document.target_choice`)::
+
+    "target": {"kind": "image", "path": "/abs/ref.png", "relative": "ref.png"}
+    "target": {"kind": "patch", "path": "/abs/ref.png", "relative": "ref.png", "patch": [3, 4]}
+    "target": {"kind": "vector", "path": "/abs/ref.npy", "relative": "ref.npy"}
+    "target": {"kind": "callable", "name": "my_score"}      (a function: its name only; reopened as the top class)
+
+A session with a class target is written as version 1 (older vitviz read it); one with such an object as version 2.
+The reference files are found like the images (absolute path, else relative); a missing one is named.
 """
 
 from vitviz.document.state.location import SHOWN_PROBLEMS, changed_images, locate
 from vitviz.document.state.reader import from_dict, parse_state, read_state
-from vitviz.document.state.reopen import apply_state, reproduce, with_preprocess
+from vitviz.document.state.reopen import apply_state, reproduce, state_target, with_preprocess
 from vitviz.document.state.schema import (
     FORMAT,
     IMAGE_ENTRY_BYTES,
@@ -55,6 +64,7 @@ from vitviz.document.state.schema import (
     MAX_NUMBER_CHARS,
     METADATA_KEY,
     SUFFIX,
+    TARGET_VERSION,
     VERSION,
     ImageRef,
     SessionState,
@@ -64,7 +74,7 @@ from vitviz.document.state.snapshot import capture_state, file_sha256
 from vitviz.document.state.writer import figure_metadata, readable_json, save_state, state_json, to_dict
 
 __all__ = ["FORMAT", "IMAGE_ENTRY_BYTES", "IN_MEMORY_MODEL", "MAX_BYTES", "MAX_FIGURE_BYTES", "MAX_IMAGES",
-           "MAX_NUMBER_CHARS", "METADATA_KEY", "SHOWN_PROBLEMS", "SUFFIX", "VERSION", "ImageRef", "SessionState",
-           "StateError", "apply_state", "capture_state", "changed_images", "figure_metadata", "file_sha256",
-           "from_dict", "locate", "parse_state", "read_state", "readable_json", "reproduce", "save_state",
-           "state_json", "to_dict", "with_preprocess"]
+           "MAX_NUMBER_CHARS", "METADATA_KEY", "SHOWN_PROBLEMS", "SUFFIX", "TARGET_VERSION", "VERSION", "ImageRef",
+           "SessionState", "StateError", "apply_state", "capture_state", "changed_images", "figure_metadata",
+           "file_sha256", "from_dict", "locate", "parse_state", "read_state", "readable_json", "reproduce",
+           "save_state", "state_json", "state_target", "to_dict", "with_preprocess"]

@@ -63,6 +63,17 @@ def locate(state: SessionState, *, current_model: str | None = None, check_model
     if len(problems) > SHOWN_PROBLEMS:
         more = len(problems) - SHOWN_PROBLEMS
         problems[SHOWN_PROBLEMS:] = [f"and {more:,} more image{'s' if more > 1 else ''} cannot be found"]
+    target = state.target_choice
+    if target is not None and target.is_similarity and os.path.isabs(target.path):
+        where = find(target.path, state.target_relative)
+        what = "vector" if target.kind == "vector" else "reference image"
+        if where is not None:
+            target = replace(target, path=where)
+        elif os.path.exists(target.path):
+            problems.append(f"its target's {what} {target.path} is not a regular file")
+        else:
+            extra = f" (nor {base / state.target_relative})" if state.target_relative and base is not None else ""
+            problems.append(f"its target's {what} {target.path} does not exist{extra}")
     model = state.model
     if not check_model or (model == current_model and model != IN_MEMORY_MODEL):
         pass
@@ -92,7 +103,7 @@ def locate(state: SessionState, *, current_model: str | None = None, check_model
     compare = state.compare
     if compare is not None:
         compare = replace(compare, images=tuple(found.get(p, p) for p in compare.images))
-    return replace(state, images=tuple(images), model=model, compare=compare)
+    return replace(state, images=tuple(images), model=model, compare=compare, target_choice=target)
 
 
 def changed_images(state: SessionState, which: list[int] | None = None) -> list[str]:

@@ -47,6 +47,7 @@ from vitviz.document.state.schema import (
     StateError,
     size_text,
 )
+from vitviz.document.target_choice import TargetChoice
 from vitviz.imaging import RESAMPLING
 from vitviz.render.figures.embedded_text import PNG_SIGNATURE
 from vitviz.render.figures.metadata import MetadataError, is_svg, read_metadata
@@ -320,18 +321,55 @@ def _from_dict(d: Any, origin: str) -> SessionState:
     if not images:
         raise FieldProblem("images is empty: a session shows at least one image")
     current = integer(d["current"], "current", 0, len(images) - 1)
-    target = d.get("target")
-    target = None if target is None else integer(target, "target", 0)
+    target, target_choice, target_relative = _target(d.get("target"))
     target_label = text(d.get("target_label", ""), "target_label")
     options = read_options(d["options"])
     win = json_object(d.get("window", {}), "window", ("heads_all_layers",))
     heads_all = boolean(win.get("heads_all_layers", False), "window.heads_all_layers")
     compare = _compare(d.get("compare"), [i.path for i in images])
     return SessionState(model=ref, images=tuple(images), current=current, options=options, target=target,
-                        target_label=target_label, model_name=model_name, device=device, precision=precision,
-                        model_relative=model_relative, preprocess=preprocess, heads_all_layers=heads_all,
-                        compare=compare,
-                        written_by=written_by, origin=origin)
+                        target_label=target_label, target_choice=target_choice, target_relative=target_relative,
+                        model_name=model_name, device=device, precision=precision, model_relative=model_relative,
+                        preprocess=preprocess, heads_all_layers=heads_all, compare=compare, written_by=written_by,
+                        origin=origin)
+
+
+def _target(v: Any) -> tuple[int | None, TargetChoice | None, str | None]:
+    """``(class, choice, relative)`` of the ``target`` field: null (the top class), a class index, or an object
+    naming a target that is not a class (:func:`vitviz.document.state.writer.target_dict`)."""
+    if v is None:
+        return None, None, None
+    if not isinstance(v, dict):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise FieldProblem(f"target must be a class index, null or an object naming a similarity target, not "
+                               f"{type_name(v)}")
+        return integer(v, "target", 0), None, None
+    d = json_object(v, "target", ("kind", "path", "relative", "patch", "name"), ("kind",))
+    kind = choice(d["kind"], "target.kind", ("image", "patch", "vector", "text", "callable", "named"))
+    if kind in ("text", "callable", "named"):
+        what = {"text": "prompt", "callable": "function", "named": "named target"}[kind]
+        if "path" in d or "patch" in d:
+            raise FieldProblem(f"target: a {what} has a name, not a path or a patch")
+        name = text(d.get("name", ""), "target.name", empty=kind != "text")
+        return None, TargetChoice(kind, name=name), None
+    if "path" not in d:
+        raise FieldProblem(f"target lacks 'path' (the {'vector' if kind == 'vector' else 'reference image'})")
+    path = text(d["path"], "target.path", empty=False)
+    rel = d.get("relative")
+    rel = None if rel is None else text(rel, "target.relative", empty=False)
+    patch = None
+    if kind == "patch":
+        if "patch" not in d:
+            raise FieldProblem("target lacks 'patch' ([row, col] of the reference image's patch)")
+        lst = json_list(d["patch"], "target.patch", 2)
+        if len(lst) != 2:
+            raise FieldProblem("target.patch must be [row, col]")
+        patch = (integer(lst[0], "target.patch[0]", 0), integer(lst[1], "target.patch[1]", 0))
+    elif "patch" in d:
+        raise FieldProblem(f"target: a {kind} target has no patch")
+    if kind == "vector" and not path.lower().endswith(".npy"):
+        raise FieldProblem(f"target.path is {path!r}; a stored vector is an .npy file")
+    return None, TargetChoice(kind, path=path, patch=patch), rel
 
 
 def _preprocess(v: Any, where: str) -> Preprocess:

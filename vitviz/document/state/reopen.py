@@ -4,6 +4,7 @@ headlessly (:func:`reproduce`: the CLI, tests; the window does the same on its w
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from vitviz.document.session import Session
@@ -14,7 +15,7 @@ from vitviz.imaging import load_image
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.pipeline import InferenceResult, Pipeline
 
-__all__ = ["apply_state", "reproduce", "with_preprocess"]
+__all__ = ["apply_state", "reproduce", "state_target", "with_preprocess"]
 
 
 def with_preprocess(model: Any, state: SessionState) -> str | None:
@@ -25,6 +26,32 @@ def with_preprocess(model: Any, state: SessionState) -> str | None:
         return None
     model.spec = spec.replace(preprocess=p)
     return "the model prepares images as when the session was saved (its file says otherwise)"
+
+
+def state_target(state: SessionState, pipeline: Pipeline) -> tuple[Any, str]:
+    """``(target, note)``: the target a reopened session runs its image with (a class index, ``"top"``, or a target
+    made for ``pipeline``: a similarity target's reference read and run, a prompt encoded by the model's text tower),
+    and a note when it cannot be the saved one (a function, saved by its name only; a reference image that had no
+    file): then the top class.
+
+    Raises:
+        TargetError: the saved target cannot be made for this model (a reference that cannot be read, a patch
+            outside its grid, a vector of another length ...), naming it.
+    """
+    c = state.target_choice
+    if c is None:
+        return ("top" if state.target is None else state.target), ""
+    from vitviz.capture.model_head import is_feature_model
+
+    instead = ("the gradient views wait for a similarity target" if is_feature_model(pipeline.model) else
+               "the top class is shown instead")
+    if c.kind == "callable":
+        return "top", f"its target, the function {c.name or '(unnamed)'}, was saved by its name only: {instead}"
+    if c.kind == "named":
+        return "top", f"its target ({c.name or 'unnamed'}) was made in Python and saved by its name only: {instead}"
+    if c.is_similarity and not os.path.isabs(c.path):
+        return "top", f"its target ({c.describe()}) was made from an image without a file: {instead}"
+    return c.build(pipeline), ""
 
 
 def apply_state(state: SessionState, session: Session, result: InferenceResult) -> None:
@@ -57,7 +84,8 @@ def reproduce(state: SessionState, *, pipeline: Pipeline | None = None, device: 
     if pipeline is None:  # the state's precision where the device has it, else fp32 (Pipeline.open's policy)
         pipeline = Pipeline.open(state.model, device=device, precision=precision or state.precision, show_bar=False)
         with_preprocess(pipeline.model, state)
-    result = pipeline.run(load_image(state.image.path), source=state.image.path, target=state.target)
+    target, _note = state_target(state, pipeline)  # (a function or a pasted reference: the top class)
+    result = pipeline.run(load_image(state.image.path), source=state.image.path, target=target)
     session = Session()
     apply_state(state, session, result)
     return session, pipeline

@@ -11,14 +11,19 @@ from vitviz.views.options import ViewOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.document.comparison import CompareSpec
+    from vitviz.document.target_choice import TargetChoice
     from vitviz.model.preprocess import Preprocess
 
 __all__ = ["FORMAT", "IMAGE_ENTRY_BYTES", "IN_MEMORY_MODEL", "MAX_BYTES", "MAX_CONTAINERS", "MAX_DEPTH",
            "MAX_FIGURE_BYTES", "MAX_IMAGES", "MAX_INDEX", "MAX_NUMBER_CHARS", "MAX_TEXT", "MAX_VALUES", "METADATA_KEY",
-           "SUFFIX", "VERSION", "ImageRef", "SessionState", "StateError", "size_text"]
+           "SUFFIX", "TARGET_VERSION", "VERSION", "ImageRef", "SessionState", "StateError", "size_text"]
 
 FORMAT = "vitviz-session"
-VERSION = 1
+VERSION = 2
+"""The newest session version this vitviz reads. A session whose target is a class (or the top class) is written as
+version 1, which older vitviz read too; a similarity target or a function needs version 2 (its ``target`` is an
+object)."""
+TARGET_VERSION = 2  # the first version whose "target" may be an object
 SUFFIX = ".vitviz.json"
 METADATA_KEY = "vitviz.session"
 """The key of the state in an exported figure's metadata (PNG text chunk, SVG metadata, PDF document info)."""
@@ -89,8 +94,12 @@ class SessionState:
         images: the open images; ``images[current]`` is the one shown.
         current: index of the shown image.
         options: the view, display and analysis options.
-        target: the class of the gradient views (None: the model has no classifier).
-        target_label: the class's name, for messages.
+        target: the class of the gradient views (None: the top class, no classifier, or a target of
+            ``target_choice``).
+        target_label: the target in words (the class's name, "similar to image x.png"), for messages.
+        target_choice: a target that is not a class (similar to an image, a patch of one, a vector; a function of
+            the output, saved by its name only), or None.
+        target_relative: ``target_choice``'s file relative to the file's folder (a fallback for :func:`locate`).
         model_name, device, precision: for messages (a session opens on the window's own device and precision).
         model_relative: the checkpoint relative to the file's folder (``file:`` models), a fallback for
             :func:`locate`.
@@ -109,6 +118,8 @@ class SessionState:
     options: ViewOptions
     target: int | None = None
     target_label: str = ""
+    target_choice: TargetChoice | None = None
+    target_relative: str | None = None
     model_name: str = ""
     device: str = "cpu"
     precision: str = "fp32"

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from vitviz import __version__
 from vitviz.document.state.schema import ImageRef, SessionState, StateError
+from vitviz.document.target_choice import choice_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.document.comparison import CompareSpec
@@ -55,8 +56,14 @@ def capture_state(session: Session, model_ref: str, *, model_name: str = "", dev
     current = paths.index(str(r.source))
     if compare is not None:
         compare = replace(compare, images=tuple(refs[paths.index(p)].path for p in compare.images))
+    choice = choice_of(r.target_spec) if r.target_spec is not None else None
+    if choice is not None and choice.kind in ("top", "class"):
+        choice = None  # a class: the plain "target" field (what older vitviz read)
+    if choice is not None and choice.is_similarity and Path(choice.path).is_file():
+        choice = replace(choice, path=str(Path(choice.path).resolve()))
+    label = choice.describe() if choice is not None else r.label(r.target) if r.target is not None else ""
     return SessionState(model=model_ref, images=tuple(refs), current=current, options=session.options,
-                        target=r.target, target_label=r.label(r.target) if r.target is not None else "",
+                        target=r.target if choice is None else None, target_label=label, target_choice=choice,
                         model_name=model_name or r.model_name, device=device, precision=precision,
                         preprocess=preprocess, heads_all_layers=bool(heads_all_layers), compare=compare,
                         written_by=software())

@@ -17,7 +17,7 @@ from vitviz.document.state.schema import (
     MAX_BYTES,
     MAX_IMAGES,
     METADATA_KEY,
-    VERSION,
+    TARGET_VERSION,
     SessionState,
     StateError,
     size_text,
@@ -25,7 +25,7 @@ from vitviz.document.state.schema import (
 from vitviz.document.state.snapshot import software
 from vitviz.views.options import ViewOptions, all_options
 
-__all__ = ["figure_metadata", "options_dict", "readable_json", "save_state", "state_json", "to_dict"]
+__all__ = ["figure_metadata", "options_dict", "readable_json", "save_state", "state_json", "target_dict", "to_dict"]
 
 
 def _relative(path: str, base: Path | None) -> str | None:
@@ -75,9 +75,31 @@ def to_dict(state: SessionState, base: str | os.PathLike | None = None) -> dict[
         paths = state.paths
         compare = {"layout": c.layout, "views": list(c.views), "images": [paths.index(p) for p in c.images],
                    "layers": list(c.layers), "classes": list(c.classes), "shared_scale": bool(c.shared_scale)}
-    return {"format": FORMAT, "version": VERSION, "written_by": state.written_by or software(), "model": model,
-            "images": images, "current": state.current, "target": state.target, "target_label": state.target_label,
+    target: Any = state.target
+    version = 1  # a class target: what older vitviz read too
+    if state.target_choice is not None:
+        target, version = target_dict(state, b), TARGET_VERSION
+    return {"format": FORMAT, "version": version, "written_by": state.written_by or software(), "model": model,
+            "images": images, "current": state.current, "target": target, "target_label": state.target_label,
             "options": options, "window": {"heads_all_layers": bool(state.heads_all_layers)}, "compare": compare}
+
+
+def target_dict(state: SessionState, base: Path | None) -> dict[str, Any]:
+    """A target that is not a class as JSON: ``{"kind": "image" | "patch" | "vector", "path", "relative",
+    "patch": [row, col]}``, or ``{"kind": "callable", "name"}`` (a function is saved by its name only)."""
+    c = state.target_choice
+    assert c is not None
+    out: dict[str, Any] = {"kind": c.kind}
+    if c.is_similarity:
+        out["path"] = c.path
+        rel = _relative(c.path, base)
+        if rel is not None:
+            out["relative"] = rel
+        if c.patch is not None:
+            out["patch"] = [int(c.patch[0]), int(c.patch[1])]
+    else:
+        out["name"] = c.name
+    return out
 
 
 def state_json(state: SessionState, base: str | os.PathLike | None = None, *, indent: int | None = 1) -> str:
