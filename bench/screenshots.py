@@ -5,6 +5,11 @@ Usage (a real X server, e.g. Xvfb):
 or without X (Qt's offscreen platform; fonts may differ):
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/screenshots.py --out /tmp/shots
 
+``--only prompts`` takes only the text-prompt pictures (issue 24): a random-weight CLIP (open_clip layout, ViT with
+16-pixel patches at 224 pixels, written to a temporary folder: no network) with the prompts "a cat; a dog; a sofa"
+typed into the prompt box, LeGrad on the top prompt and on another one, relevance (last layer, as Chefer's CLIP
+notebook), the Compare window with the prompts side by side.
+
 The model: ``--model PATH`` (any checkpoint), else ``../shared/weights/vit_tiny_*.safetensors`` when present, else the
 bundled demo model. The image: ``--image PATH``, else scikit-image's ``chelsea`` photo, else a demo sample.
 """
@@ -67,12 +72,83 @@ def _feature_model(model):
     return f.eval()
 
 
+def _random_clip(folder: Path) -> Path:
+    """A random-weight CLIP in open_clip's folder layout (``open_clip_config.json`` + safetensors): a ViT image tower
+    (224 px, 16-px patches, 6 blocks of width 256) and a small text tower with CLIP's vocabulary. No network."""
+    import json
+
+    import open_clip
+    import torch
+    from safetensors.torch import save_file
+
+    cfg = dict(embed_dim=128, quick_gelu=True,
+               vision_cfg=dict(layers=6, width=256, head_width=64, patch_size=16, image_size=224),
+               text_cfg=dict(context_length=77, vocab_size=49408, width=128, heads=2, layers=2))
+    torch.manual_seed(0)
+    model = open_clip.CLIP(**cfg).eval()
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "open_clip_model.safetensors"))
+    (folder / "open_clip_config.json").write_text(json.dumps({"model_cfg": cfg, "preprocess_cfg": {
+        "mean": [0.48145466, 0.4578275, 0.40821073], "std": [0.26862954, 0.26130258, 0.27577711]}}))
+    return folder
+
+
+def prompt_shots(app, settings, out: Path, tmp: Path, image: str, size: tuple[int, int], wait) -> list[str]:
+    """The text-prompt pictures (issue 24) on a random-weight CLIP; returns the errors the window showed."""
+    from vitviz.document.comparison import CompareSpec
+    from vitviz.gui.main_window import MainWindow
+    from vitviz.pipeline import Pipeline
+
+    folder = _random_clip(tmp / "random-clip")
+    win = MainWindow(settings=settings, model=Pipeline.open(f"file:{folder}"), model_key=f"file:{folder}")
+    win.resize(*size)
+    win.show()
+    errors: list[str] = []
+    win.errorShown.connect(lambda t, m: errors.append(f"{t}: {m}"))
+    win.dialogs.error = lambda t, m, d="": None
+    win.open_images([image])
+    wait(lambda: win.session.result is not None)
+
+    def shot(name: str, widget=None) -> None:
+        for _ in range(5):
+            app.processEvents()
+        path = out / f"{name}.png"
+        (widget or win).grab().save(str(path))
+        print(path)
+
+    first = win.session.result
+    edit = win.predictions.prompt_box.edit
+    edit.setText("a cat; a dog; a sofa")
+    edit.returnPressed.emit()
+    wait(lambda: win.session.result is not first and win.session.options.view == "legrad")
+    shot("23_prompt_legrad_random_clip")
+    r = win.session.result
+    other = next(i for i, _, _ in r.top_k(3) if i != r.target)
+    win.set_target(other)
+    wait(lambda: win.session.result is not r)
+    shot("24_prompt_legrad_another_prompt")
+    win.set_view("relevance")
+    shot("25_prompt_relevance_last_layer")
+    win.set_view("legrad")
+    cw = win.show_compare(CompareSpec(layout="classes", views=("legrad",)))
+    cw.resize(1200, 520)
+    wait(lambda: cw.comparison is not None and len(cw.comparison.cells) == 3 and len(cw.panels) == 3)
+    wait(lambda: False, timeout=0.5)
+    shot("26_compare_prompts_side_by_side", cw)
+    cw.close()
+    win.close()
+    win.deleteLater()
+    app.processEvents()
+    return errors
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="/tmp/shots")
     ap.add_argument("--model", default=None)
     ap.add_argument("--image", default=None)
     ap.add_argument("--size", default="1600x1000")
+    ap.add_argument("--only", choices=("all", "prompts"), default="all", help="prompts: only the text-prompt pictures")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -88,6 +164,20 @@ def main(argv: list[str] | None = None) -> int:
 
     app = make_app()
     settings = QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat)
+    if args.only == "prompts":
+        def wait_for(cond, timeout=120.0):
+            t0 = time.time()
+            while not cond() and time.time() - t0 < timeout:
+                app.processEvents()
+                time.sleep(0.01)
+            for _ in range(5):
+                app.processEvents()
+
+        size = tuple(int(x) for x in args.size.split("x"))
+        errors = prompt_shots(app, settings, out, tmp, args.image or _default_image(tmp), size, wait_for)
+        if errors:
+            print("errors:", errors)
+        return 1 if errors else 0
     model = args.model or _default_model()
     key = parse_model_ref(model) if model else "demo"
     if key and key.startswith("file:") and "augreg" in key:

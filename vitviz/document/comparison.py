@@ -43,6 +43,7 @@ __all__ = ["LAYOUTS", "Cell", "CompareSpec", "Comparison", "build_comparison", "
            "default_classes", "default_layers", "needed_runs"]
 
 LAYOUTS: tuple[str, ...] = ("views", "layers", "classes")
+PROMPT_PANELS = 8  # prompts laid out side by side by default (the "classes" layout over a model's prompts)
 LAYOUT_TITLES = {"views": "Images × views", "layers": "One view over layers", "classes": "One view per class"}
 MAX_PANELS = 64
 SHORT_TITLES = {"cls": "[CLS] attention", "query": "Patch attention", "rollout": "Rollout",
@@ -155,6 +156,8 @@ def default_classes(result: InferenceResult, n: int = 4) -> tuple[int, ...]:
     """The ``n`` most probable classes of ``result`` (its target first when it is not among them)."""
     if result.attention_grads is None:
         return ()
+    if getattr(result, "head_kind", "") == "prompts":  # the prompts, side by side (as many as a grid shows)
+        n = max(n, min(int(result.logits.shape[-1]), PROMPT_PANELS))
     top = [i for i, _, _ in result.top_k(n)]
     if result.target is not None and result.target not in top:
         top = [result.target] + top[:n - 1]
@@ -291,11 +294,12 @@ def build_comparison(spec: CompareSpec, base: Session,
                              f"has {n_cls} classes (0 .. {n_cls - 1})")
         _check_count(len(classes))
         probs = r.probabilities
+        prompts = getattr(r, "head_kind", "") == "prompts"
         for c in classes:
             res = get(r.source, c)
-            label = f"{r.label(c)} ({float(probs[c]):.0%})"
+            label = f"“{r.label(c)}” ({float(probs[c]):.0%})" if prompts else f"{r.label(c)} ({float(probs[c]):.0%})"
             cells.append(Cell(_cell_session(res, replace(o, view=v.key), pool, base), 0, 0, label))
-        title = f"{v.title} per class"
+        title = f"{v.title} per prompt ({r.probability})" if prompts else f"{v.title} per class"
     if spec.layout != "views":
         nrows, ncols = grid_shape(len(cells), r.image_size)
         for i, c in enumerate(cells):

@@ -125,7 +125,7 @@ class CompareBar(QWidget):
             menu.addAction("this model has no classifier").setEnabled(False)
             return
         chosen = self.spec.classes or cmp.default_classes(r)
-        offered = [i for i, _, _ in r.top_k(10)]
+        offered = [i for i, _, _ in r.top_k(20 if getattr(r, "head_kind", "") == "prompts" else 10)]
         offered += [c for c in chosen if c not in offered]
         probs = r.probabilities
         for c in offered:
@@ -175,3 +175,5 @@ class CompareBar(QWidget):
         self.view_combo.setVisible(not views_layout)
         self.layers_button.setVisible(s.layout == "layers")
         self.classes_button.setVisible(s.layout == "classes")
+        r = self.session.result
+        self.classes_button.setText("Prompts" if getattr(r, "head_kind", "") == "prompts" else "Classes")

@@ -26,6 +26,7 @@ from vitviz.model.sources.refs import describe_ref
 
 EVALUATIONS_KEPT = 32  # faithfulness tables kept (a few KB each)
 EVALUATION_BATCH = 32  # at most this many perturbed images per forward in the window
+TOWERS_KEPT = 2  # text towers kept for models used before (prompts typed again on them open none)
 
 
 class Controller(QObject):
@@ -64,6 +65,8 @@ class Controller(QObject):
         super().__init__(parent)
         self.runner = TaskRunner(self)
         self.pipeline = None  # a vitviz.pipeline.Pipeline once a model is loaded (torch is imported then)
+        self.image_pipeline = None  # the image tower's pipeline under prompts (the pipeline itself without any)
+        self.towers: dict[str, Any] = {}  # model source -> its text tower, once opened (the newest TOWERS_KEPT)
         self.ref = ""
         self.loading: str | None = None  # the model reference being loaded (the toolbar names it meanwhile)
         device = normalise_device(device)
@@ -108,13 +111,25 @@ class Controller(QObject):
         return getattr(spec, "name", None) or describe_ref(self.ref)
 
     # ------------------------------------------------------------------ models
-    def adopt(self, model: Any, ref: str, note: str | None = None) -> None:
-        """Use ``model`` (already built) now; re-runs the waiting or current image."""
+    def adopt(self, model: Any, ref: str, note: str | None = None, image: Any = None) -> None:
+        """Use ``model`` (already built) now; re-runs the waiting or current image. ``image``: for a prompt pipeline
+        (:func:`vitviz.pipeline.prompt_pipeline`), the image tower's pipeline it was made from (what clearing the
+        prompts returns to; default: the one in use)."""
         from vitviz.pipeline import Pipeline
 
         self.pipeline = model if isinstance(model, Pipeline) else Pipeline(model, device=self.device,
                                                                            precision=self.precision)
+        if not prompts_of(self.pipeline):
+            self.image_pipeline = self.pipeline
+        elif image is not None or self.image_pipeline is None:
+            self.image_pipeline = image if image is not None else self.pipeline
         self.ref = ref
+        tower = attached_tower(self.pipeline) if prompts_of(self.pipeline) else None
+        if tower is not None and self.pipeline.source is not None:  # the tower kept for the model's source
+            self.towers.pop(self.pipeline.source, None)
+            self.towers[self.pipeline.source] = tower
+            while len(self.towers) > TOWERS_KEPT:
+                self.towers.pop(next(iter(self.towers)))
         self._generation += 1
         self.modelChanged.emit(note or "")
         if self._waiting is not None:
@@ -158,7 +173,8 @@ class Controller(QObject):
             self.device, self.precision = device, precision
             self.modelChanged.emit("")
             return
-        model, ref = self.pipeline.model, self.ref
+        model, ref, shown = self.pipeline.model, self.ref, self.pipeline
+        image = self.image_pipeline if prompts_of(shown) else None  # under prompts: the image tower moves too
         old = (self.pipeline.device, self.pipeline.precision)  # what the model is in now ("auto" resolved)
 
         def work(job: Job):
@@ -173,12 +189,77 @@ class Controller(QObject):
             except BaseException:
                 cast_model(model, old[0], DTYPES[old[1]])
                 raise
-            return ref, p, None
+            if image is None:
+                return ref, p, None
+            moved = Pipeline(image.model, device=device, precision=precision)  # (its weights moved with p's)
+            carry_prompts(image, moved)
+            carry_prompts(shown, p)
+            if p.source is not None:
+                moved.attach_text_tower(attached_tower(shown))
+            return ref, p, None, moved
 
         self._yield_evaluation("the model is being moved")
         self.busy.emit(f"Moving the model to {device} ({precision})…", False)
         self.runner.submit("model", work, subject=f"{self.title()} on {device} ({precision})",
                            title="Could not change device or precision")
+
+    # ------------------------------------------------------------------ prompts (CLIP / SigLIP)
+    @property
+    def prompts(self) -> list[str]:
+        """The prompts the shown model classifies into (an image tower made a zero-shot classifier), or []."""
+        return prompts_of(self.pipeline)
+
+    def use_prompts(self, text: str) -> None:
+        """Put the prompts of ``text`` (``"a cat; a dog"``; "": none) on the image tower, on the worker: the text
+        tower opened from the model's source the first time (a download is cancellable; the tower is kept with the
+        image tower's pipeline), the prompts encoded, the zero-shot pipeline adopted (the shown image re-runs). An
+        error (an empty prompt, no text tower, a missing tokenizer file) is one message, the window unchanged."""
+        image, ref = self.image_pipeline, self.ref
+        if image is None:
+            return
+        if not str(text).strip():  # no prompts: back to the image tower (on the device the model is on now)
+            if self.prompts:
+                self._image_again(image)
+            return
+        here = (self.pipeline.device, self.pipeline.precision) if self.pipeline is not None else None
+        stale = here is not None and here != (image.device, image.precision)
+        tower = self.towers.get(image.source) if image.source is not None else None  # opened once per model
+
+        def work(job: Job):
+            from vitviz.pipeline import Pipeline, prompt_pipeline
+
+            base = image
+            if stale:  # moved with the prompts since: the image tower's pipeline where the weights are
+                base = Pipeline(image.model, device=here[0], precision=here[1])
+                carry_prompts(image, base)
+            try:
+                p = prompt_pipeline(base, text, progress=job.report, tower=tower)
+            except Exception as e:  # noqa: BLE001 - one line: the prompt or the source, and the cause
+                if job.cancelled:
+                    raise
+                raise ValueError((str(e).strip() or type(e).__name__).splitlines()[0]) from None
+            p.precision_choice = base.precision_choice
+            return ref, p, None, base
+
+        source = str(getattr(image, "source", "") or "")
+        self._yield_evaluation("prompts were typed")
+        self.busy.emit("Encoding the prompts…", source.startswith(("pretrained:", "hub:")))  # a download cancels
+        self.runner.submit("model", work, subject="", title="Could not use the prompts")
+
+    def _image_again(self, image: Any) -> None:
+        here = (self.pipeline.device, self.pipeline.precision)
+        if here == (image.device, image.precision):
+            self.adopt(image, self.ref)
+            return
+
+        def work(job: Job):
+            from vitviz.pipeline import Pipeline
+
+            p = Pipeline(image.model, device=here[0], precision=here[1])
+            carry_prompts(image, p)
+            return self.ref, p, None
+
+        self.runner.submit("model", work, subject=self.title(), title="Could not clear the prompts")
 
     # ------------------------------------------------------------------ images
     def run(self, source: str, pil: Any = None, *, target: Any = None, remember: bool = True) -> None:
@@ -281,10 +362,10 @@ class Controller(QObject):
             return
         if kind == "model":
             self.loading = None
-            ref, pipeline, note = result
+            ref, pipeline, note = result[:3]
             self.device, self.precision = pipeline.device, pipeline.precision_choice
             self.busy.emit("", False)
-            self.adopt(pipeline, ref, note)
+            self.adopt(pipeline, ref, note, image=result[3] if len(result) > 3 else None)
         elif kind == "infer":
             res, remember, generation, digest, made = result
             self.requested = None
@@ -312,7 +393,8 @@ class Controller(QObject):
         if standing:  # made for this model: kept for the next images
             self._target = (generation, target)
             return
-        keep = choice.kind not in ("top", "class")  # a class chosen in the window is for this image only
+        # a class chosen in the window is for this image only; a prompt (a class of the prompts) for the next too
+        keep = choice.kind != "top" and (choice.kind != "class" or bool(self.prompts))
         changed = (choice if keep else None) != self.target_choice
         self.target_choice = choice if keep else None
         self._target = (generation, target) if keep else None
@@ -421,13 +503,43 @@ class Controller(QObject):
         document.)"""
         self._closing = True
         self.runner.shutdown()
-        self.pipeline = None
+        self.pipeline = self.image_pipeline = None
+        self.towers.clear()
         self._waiting = None
         self.memory_images.clear()
         self.target_choice, self._target = None, None
         self.evaluations.clear()
         self.evaluating = None
         self._made_by.clear()
+
+
+def prompts_of(pipeline: Any) -> list[str]:
+    """The prompts a pipeline's model classifies into (:func:`vitviz.pipeline.prompt_pipeline`), or []."""
+    spec = getattr(pipeline, "spec", None) if pipeline is not None else None
+    if getattr(spec, "head_kind", "") != "prompts":
+        return []
+    return [str(s) for s in (spec.labels or ())]
+
+
+def carry_prompts(old: Any, new: Any) -> None:
+    """What a pipeline made again for the same model (another device or precision) keeps: the source its text tower
+    comes from, the text tower once opened, SigLIP's neutral prompt."""
+    new.source = old.source
+    new.legrad_neutral = old.legrad_neutral
+    tower = attached_tower(old)
+    if tower is not None:
+        new.attach_text_tower(tower)
+
+
+def attached_tower(pipeline: Any) -> Any:
+    """The text tower a pipeline holds without opening one (a prompt pipeline's; one attached to a model handed
+    over in memory), or None."""
+    if pipeline is None or (pipeline.source is not None and not prompts_of(pipeline)):
+        return None  # (text_tower() would open it from the source)
+    try:
+        return pipeline.text_tower()
+    except Exception:  # noqa: BLE001 - none attached
+        return None
 
 
 def pixel_digest(rgb: np.ndarray) -> str:

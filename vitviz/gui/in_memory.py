@@ -16,6 +16,7 @@ import numpy as np
 from PIL import Image
 
 from vitviz import imaging
+from vitviz.model.sources.refs import parse_model_ref
 
 __all__ = ["show"]
 
@@ -118,13 +119,44 @@ def _check_target(pipe: Any, target: Any, items: list[tuple[str, Any]]) -> Any:
     return t
 
 
+def _with_text(pipe: Any, model: Any, text: Any, text_tower: Any) -> Any:
+    """The pipeline over the prompts ``text`` (checked before any window opens): the text tower given, else the one
+    of the model's source (a model opened from a folder, a file or by name).
+
+    Raises:
+        TargetError: no prompts, an empty one, no text tower (a module handed over without ``text_tower``, a model
+            whose source has none), one line naming it.
+    """
+    from vitviz.capture.targets import TargetError
+    from vitviz.pipeline import prompt_pipeline
+
+    if text_tower is not None:
+        pipe.attach_text_tower(text_tower)
+    elif pipe.source is None:
+        source = getattr(getattr(model, "spec", None), "source_path", None)
+        if source is None:
+            raise TargetError("vitviz.show(text=...): this model was handed over as a module, so vitviz does not know "
+                              "its text tower: pass text_tower=vitviz.model.text.open_text_tower(SOURCE), or give the "
+                              "model's folder, file or name instead of the module")
+        pipe.source = str(source)
+    prompts = list(text) if not isinstance(text, str) else text
+    try:
+        return prompt_pipeline(pipe, prompts)
+    except TargetError as e:
+        raise TargetError(f"vitviz.show(text=...): {e}") from None
+    except Exception as e:  # noqa: BLE001 - no text tower (why), a tokenizer file missing, another model's tower
+        raise TargetError(f"vitviz.show(text=...): {str(e).strip().splitlines()[0]}") from None
+
+
 def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None, preprocess: Any = None,
-         target: Any = None, block: bool | None = None, settings: Any = None, **adapter_options: Any) -> Any:
+         target: Any = None, text: Any = None, text_tower: Any = None, block: bool | None = None,
+         settings: Any = None, **adapter_options: Any) -> Any:
     """Open the vitviz window on an in-memory model.
 
     Args:
         model: a :class:`vitviz.model.ViT`, or any ViT ``nn.Module`` (timm, Hugging Face, ``nn.MultiheadAttention``
-            based, hand-written; see :mod:`vitviz.capture.foreign`). Used on its own device and precision.
+            based, hand-written; see :mod:`vitviz.capture.foreign`), used on its own device and precision; or a
+            model's folder, file or name (opened on the CPU, as ``vitviz.open_model`` would).
         images: image files, PIL images, uint8 arrays ``[H, W, 3]`` or tensors ``[3, H, W]`` in 0..1 (one or a list;
             PageDown / PageUp step through them); none: the bundled samples.
         labels: class names in output order.
@@ -134,6 +166,11 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
             ``[K]`` returning a 0-d tensor (``lambda out: out[3] - out[5]``), or a target of
             :mod:`vitviz.capture.targets` (``vitviz.SimilarityTarget``, ``vitviz.reference_target(...)``); None:
             each image's top class. A function is tried on the first image before the window opens.
+        text: text prompts for a CLIP or SigLIP image tower (``["a cat", "a dog"]`` or ``"a cat; a dog"``): the
+            model becomes a zero-shot classifier over them (the predictions show their probabilities, one map per
+            prompt, LeGrad by default; the prompt box of the window holds them).
+        text_tower: the text tower (:func:`vitviz.model.text.open_text_tower`) for a module handed over in memory;
+            a model opened from a folder, a file or by name finds its own.
         block: wait until the window is closed (default: yes, unless a Qt event loop already runs, as in IPython or
             Jupyter after ``%gui qt``).
         settings: a ``QSettings`` (default: the user's vitviz settings).
@@ -146,11 +183,19 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
     Raises:
         CaptureError, ValueError: the model's attention cannot be captured, or bad images / labels / preprocess;
             raised before any window opens.
+        TargetError: prompts that cannot be used (an empty one, a model without a text tower, a module without
+            ``text_tower``), one line; raised before any window opens.
         TargetError: a ``target`` that cannot be used (not a target, a class the model lacks, a function that raises
             or returns no scalar on the first image), one line naming it; raised before any window opens.
     """
     from vitviz.capture.foreign import adapt
 
+    source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
+    if source is not None:  # a folder, a file or a name: opened here (its text tower comes from it)
+        from vitviz.pipeline import Pipeline
+
+        source = parse_model_ref(source)
+        model = Pipeline.open(source, show_bar=False).model
     m = adapt(model, labels=labels, preprocess=preprocess, **adapter_options)
     items = _as_images(images)
 
@@ -169,9 +214,18 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
     device = str(first.device) if first is not None else "cpu"
     precision = next((k for k, v in DTYPES.items() if first is not None and v == first.dtype), "fp32")
     pipe = Pipeline(m, device=device, precision=precision)
+    pipe.source = source
+    image = pipe
+    if text is not None:
+        pipe = _with_text(pipe, model, text, text_tower)
+        pipe.precision_choice = precision
+    elif text_tower is not None:
+        pipe.attach_text_tower(text_tower)  # the prompt box offers prompts
     standing = _check_target(pipe, target, items) if target is not None else None
-    win = MainWindow(settings=settings, model=pipe, model_key="memory", device=device, load_samples=not items)
+    win = MainWindow(settings=settings, model=pipe, model_key=source or "memory", device=device,
+                     load_samples=not items)
     win.controller.device, win.controller.precision = device, precision
+    win.controller.image_pipeline = image  # (under prompts: what clearing them returns to)
     if standing is not None:
         win.controller.set_standing_target(standing)  # every image is explained by it
     win.controller.modelChanged.emit("")  # the model bar and status bar say so

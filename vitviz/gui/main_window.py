@@ -6,8 +6,8 @@ come from :mod:`vitviz.views`, and every dialog goes through :class:`~vitviz.gui
 The window creates its children and hands each helper only what it needs (the session, the controller, the dialogs,
 the settings, a status callback): the model choices (:mod:`vitviz.gui.model_choice`), the exports of both windows
 (:mod:`vitviz.gui.export_service`), session files (:mod:`vitviz.gui.session_files`), the target
-(:mod:`vitviz.gui.targeting`), the open images' tokens of feature PCA's joint fit (:mod:`vitviz.gui.token_reader`)
-and the Compare window.
+(:mod:`vitviz.gui.targeting`), the text prompts (:mod:`vitviz.gui.prompting`), the open images' tokens of feature
+PCA's joint fit (:mod:`vitviz.gui.token_reader`) and the Compare window.
 Widgets write the user's intent here; the window passes it on and redraws from the session.
 """
 
@@ -42,6 +42,7 @@ from vitviz.gui.menus import LEFT, RIGHT, add_docks, build_menus, build_toolbar,
 from vitviz.gui.model_choice import ModelChoice
 from vitviz.gui.panels import ControlsPanel, PredictionsPanel
 from vitviz.gui.plots import PlotsPanel
+from vitviz.gui.prompting import PromptPicker
 from vitviz.gui.session_files import Sessions, is_session_file
 from vitviz.gui.settings import Prefs, default_settings  # noqa: F401 - default_settings re-exported for callers
 from vitviz.gui.statusbar import StatusParts
@@ -125,6 +126,8 @@ class MainWindow(QMainWindow):
                                   actions=self.acts, status=say, show_error=error, demo_chosen=model_key == "demo")
         self.targets = TargetPicker(self, session=self.session, controller=self.controller, dialogs=self._dialogs,
                                     prefs=self.prefs, predictions=self.predictions, show_error=error, status=say)
+        self.prompts = PromptPicker(self, session=self.session, controller=self.controller, shown=self.resultShown,
+                                    predictions=self.predictions, set_options=self._set, status=say)
         self.open_tokens = TokenReader(self, session=self.session, controller=self.controller,
                                        redraw=lambda: self.refresh_view(), status=say)  # feature PCA's joint fit
         self._connect()

@@ -37,10 +37,13 @@ from PySide6.QtWidgets import (
 from vitviz import views
 from vitviz.demo import CLASSES
 from vitviz.gui.heads import HeadsPanel  # noqa: F401  (re-exported: it used to live here)
+from vitviz.gui.prompt_box import PromptBox
 from vitviz.gui.scale_panel import ScalePanel
 from vitviz.gui.target_box import TargetBox
 from vitviz.render import colormaps
 from vitviz.views.options import HEAD_REDUCTIONS, option
+
+PROMPT_ROWS = 20  # prompts listed in the predictions table (classes: the top 5)
 
 
 # ====================================================================== controls
@@ -246,6 +249,9 @@ class PredictionsPanel(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         self._build_offer(lay)
+        # text prompts (CLIP / SigLIP): the classes become the prompts (vitviz.gui.prompt_box)
+        self.prompt_box = PromptBox()
+        lay.addWidget(self.prompt_box)
         self.table = QTableWidget(0, 2)
         self.table.setHorizontalHeaderLabels(["Class", "Probability"])
         self.table.verticalHeader().setVisible(False)
@@ -321,14 +327,19 @@ class PredictionsPanel(QWidget):
         r = session.result
         if r is None:
             return
-        top = r.top_k(5)
+        prompts = getattr(r, "head_kind", "") == "prompts"
+        top = r.top_k(PROMPT_ROWS if prompts else 5)
         self._classes = [c for c, _, _ in top]
+        self.table.setHorizontalHeaderLabels(["Prompt", f"p ({r.probability})"] if prompts else
+                                             ["Class", "Probability"])
+        self.table.setToolTip("Click a prompt to explain it (it stays the target for the next images)" if prompts
+                              else "Click a class to make it the target of the gradient views")
         self.table.setVisible(r.num_classes != 0)  # a feature model: no classes (the box says what to choose)
         self.table.blockSignals(True)
         self.table.setRowCount(len(top))
         for i, (c, label, p) in enumerate(top):
             item = QTableWidgetItem(f"{label}" if r.labels else f"class {c}")
-            item.setToolTip(f"class index {c}")
+            item.setToolTip(f"prompt {c + 1}: {label}" if prompts else f"class index {c}")
             item.setData(Qt.ItemDataRole.UserRole, c)
             if c == r.target:
                 f = item.font()

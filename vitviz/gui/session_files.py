@@ -164,8 +164,10 @@ class Sessions(QObject):
         if new_model and not confirm_download(self.dialogs, ref):
             self.status("Session not opened: its model was not downloaded", 8000)
             return False
-        current = c.pipeline
+        current = c.image_pipeline  # (the image tower's, when prompts are in use)
         device, precision = c.device, c.precision
+        tower = c.towers.get(str(current.source)) if current is not None and not new_model else None
+        prompts_now = bool(c.prompts)
 
         def work(job: Job):
             from vitviz.imaging import load_image
@@ -179,6 +181,14 @@ class Sessions(QObject):
                                          show_bar=False)
                 note = "; ".join(filter(None, [pipeline.note, st.with_preprocess(pipeline.model, state)]))
             load_image(state.image.path)  # readable (the window reads it again to run it)
+            base = pipeline
+            try:  # the prompts encoded by the model's text tower
+                pipeline = st.state_pipeline(state, base, progress=job.report, tower=tower)
+                pipeline.precision_choice = base.precision_choice
+            except Exception as e:  # noqa: BLE001 - no text tower, a tokenizer file missing: one line
+                if job.cancelled:
+                    raise
+                raise ValueError(f"{path}: its prompts cannot be used: {str(e).strip().splitlines()[0]}") from None
             n = int(getattr(pipeline.model, "num_classes", 0) or 0)
             if state.target is not None and not 0 <= state.target < n:
                 raise ValueError(f"its target class {state.target} ({state.target_label or 'unnamed'}) does not "
@@ -189,7 +199,8 @@ class Sessions(QObject):
             except ValueError as e:  # TargetError: names the reference and the cause
                 raise ValueError(f"{path}: its target cannot be used: {e}") from None
             note = "; ".join(filter(None, [note, target_note]))
-            return pipeline if new_model else None, note, st.changed_images(state, [state.current]), target
+            other = new_model or bool(state.prompts) or prompts_now  # a pipeline to adopt (not the shown one)
+            return pipeline if other else None, note, st.changed_images(state, [state.current]), target, base
 
         self._notes = []
         c.busy.emit(f"Opening the session {Path(path).name}…", False)
@@ -201,7 +212,7 @@ class Sessions(QObject):
         if kind != KIND or self.controller.closing:
             return
         state = self._opening
-        pipeline, note, changed, target = payload
+        pipeline, note, changed, target, base = payload
         c = self.controller
         notes = [note] if note else []
         if changed:
@@ -218,7 +229,7 @@ class Sessions(QObject):
         if pipeline is not None:
             c.requested = source  # the window must not re-run its old image with the new model meanwhile
             c.device, c.precision = pipeline.device, pipeline.precision_choice  # as the controller does for a load
-            c.adopt(pipeline, state.model, note)
+            c.adopt(pipeline, state.model, note, image=base)
         c.run(source, None, target=target, remember=False)
 
     def _on_run_failed(self, kind: str, title: str, message: str, detail: str, subject: str) -> None:

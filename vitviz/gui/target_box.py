@@ -148,6 +148,8 @@ class TargetBox(QWidget):
             self._entries = self.class_entries(r) if self._classifier else {}
             self._completer.model().setStringList(list(self._entries))
         self.search.setVisible(self._classifier)
+        self.search.setPlaceholderText("Target any prompt: type part of it…" if getattr(r, "head_kind", "") ==
+                                       "prompts" else "Target any class: type a name or index…")
         self.search.setEnabled(r.attention_grads is not None or r.target is not None)
         self.label.setText(target_text(r, pending))
 

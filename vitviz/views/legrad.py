@@ -33,6 +33,10 @@ class LeGrad(View):
     def slider_label(self):
         return "Start layer"
 
+    def attention_layer(self, options):
+        """The heads panel shows the start layer's heads (once a result has resolved a start counted from the end)."""
+        return max(0, options.legrad_start)
+
     def unavailable(self, result):
         why = super().unavailable(result)
         if why is None and not result.legrad:

@@ -49,11 +49,16 @@ object naming a target that is not a class (:mod:`vitviz.document.target_choice`
 
 A session with a class target is written as version 1 (older vitviz read it); one with such an object as version 2.
 The reference files are found like the images (absolute path, else relative); a missing one is named.
+
+A session whose model classified text prompts (CLIP / SigLIP) carries them (version 2); ``target`` indexes them and
+reopening encodes them again with the model's text tower::
+
+    "prompts": ["a cat", "a dog"], "target": 1, "target_label": "a dog"
 """
 
 from vitviz.document.state.location import SHOWN_PROBLEMS, changed_images, locate
 from vitviz.document.state.reader import from_dict, parse_state, read_state
-from vitviz.document.state.reopen import apply_state, reproduce, state_target, with_preprocess
+from vitviz.document.state.reopen import apply_state, reproduce, state_pipeline, state_target, with_preprocess
 from vitviz.document.state.schema import (
     FORMAT,
     IMAGE_ENTRY_BYTES,
@@ -77,4 +82,4 @@ __all__ = ["FORMAT", "IMAGE_ENTRY_BYTES", "IN_MEMORY_MODEL", "MAX_BYTES", "MAX_F
            "MAX_NUMBER_CHARS", "METADATA_KEY", "SHOWN_PROBLEMS", "SUFFIX", "TARGET_VERSION", "VERSION", "ImageRef",
            "SessionState", "StateError", "apply_state", "capture_state", "changed_images", "figure_metadata",
            "file_sha256", "from_dict", "locate", "parse_state", "read_state", "readable_json", "reproduce",
-           "save_state", "state_json", "state_target", "to_dict", "with_preprocess"]
+           "save_state", "state_json", "state_pipeline", "state_target", "to_dict", "with_preprocess"]

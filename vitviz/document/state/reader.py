@@ -53,6 +53,8 @@ from vitviz.render.figures.embedded_text import PNG_SIGNATURE
 from vitviz.render.figures.metadata import MetadataError, is_svg, read_metadata
 from vitviz.views.options import Option, ViewOptions, all_options
 
+MAX_PROMPTS = 1000  # prompts a session may carry
+
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.model.preprocess import Preprocess
 
@@ -295,7 +297,7 @@ def _from_dict(d: Any, origin: str) -> SessionState:
                            f"version {VERSION}); update vitviz to open it")
     integer(version, "version", 1, VERSION)
     top = ("format", "version", "written_by", "model", "images", "current", "target", "target_label", "options",
-           "window", "compare")
+           "window", "compare", "prompts")
     json_object(d, "the session", top, ("model", "images", "current", "options"))
     written_by = text(d.get("written_by", ""), "written_by")
     m = json_object(d["model"], "model", ("ref", "relative", "name", "device", "precision", "preprocess"), ("ref",))
@@ -322,6 +324,11 @@ def _from_dict(d: Any, origin: str) -> SessionState:
         raise FieldProblem("images is empty: a session shows at least one image")
     current = integer(d["current"], "current", 0, len(images) - 1)
     target, target_choice, target_relative = _target(d.get("target"))
+    prompts = _prompts(d.get("prompts"))
+    if target is not None and prompts and target >= len(prompts):
+        raise FieldProblem(f"target is {target} but there are {len(prompts)} prompts (it indexes them)")
+    if target_choice is not None and prompts:
+        raise FieldProblem("target: with prompts the target is a prompt's index (or null), not an object")
     target_label = text(d.get("target_label", ""), "target_label")
     options = read_options(d["options"])
     win = json_object(d.get("window", {}), "window", ("heads_all_layers",))
@@ -329,9 +336,25 @@ def _from_dict(d: Any, origin: str) -> SessionState:
     compare = _compare(d.get("compare"), [i.path for i in images])
     return SessionState(model=ref, images=tuple(images), current=current, options=options, target=target,
                         target_label=target_label, target_choice=target_choice, target_relative=target_relative,
+                        prompts=prompts,
                         model_name=model_name, device=device, precision=precision, model_relative=model_relative,
                         preprocess=preprocess, heads_all_layers=heads_all, compare=compare, written_by=written_by,
                         origin=origin)
+
+
+def _prompts(v: Any) -> tuple[str, ...]:
+    """The ``prompts`` field: absent or null (none), or a list of non-empty prompts without ';'."""
+    if v is None:
+        return ()
+    out = []
+    for i, p in enumerate(json_list(v, "prompts", MAX_PROMPTS)):
+        p = text(p, f"prompts[{i}]", empty=False)
+        if not p.strip() or ";" in p or p != p.strip():
+            raise FieldProblem(f"prompts[{i}] is {p[:40]!r}: a prompt is a phrase without ';' or outer spaces")
+        out.append(p)
+    if not out:
+        raise FieldProblem("prompts is empty: leave it out for a session without prompts")
+    return tuple(out)
 
 
 def _target(v: Any) -> tuple[int | None, TargetChoice | None, str | None]:

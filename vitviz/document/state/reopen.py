@@ -15,7 +15,7 @@ from vitviz.imaging import load_image
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.pipeline import InferenceResult, Pipeline
 
-__all__ = ["apply_state", "reproduce", "state_target", "with_preprocess"]
+__all__ = ["apply_state", "reproduce", "state_pipeline", "state_target", "with_preprocess"]
 
 
 def with_preprocess(model: Any, state: SessionState) -> str | None:
@@ -54,6 +54,20 @@ def state_target(state: SessionState, pipeline: Pipeline) -> tuple[Any, str]:
     return c.build(pipeline), ""
 
 
+def state_pipeline(state: SessionState, pipeline: Pipeline, progress: Any = None, tower: Any = None) -> Pipeline:
+    """``pipeline`` (the image tower's), or, for a session with prompts, the zero-shot pipeline over them (the text
+    tower opened from the model's source unless ``tower`` is given; :func:`vitviz.pipeline.prompt_pipeline`).
+
+    Raises:
+        TextTowerError: the model has no text tower (why); TargetError: a prompt the tower cannot take.
+    """
+    if not state.prompts:
+        return pipeline
+    from vitviz.pipeline import prompt_pipeline
+
+    return prompt_pipeline(pipeline, list(state.prompts), progress=progress, tower=tower)
+
+
 def apply_state(state: SessionState, session: Session, result: InferenceResult) -> None:
     """Make ``session`` show ``state`` with ``result`` (the state's image through its model and target): the image
     list, the options (clamped to the model like any option the window sets) and the result."""
@@ -84,6 +98,7 @@ def reproduce(state: SessionState, *, pipeline: Pipeline | None = None, device: 
     if pipeline is None:  # the state's precision where the device has it, else fp32 (Pipeline.open's policy)
         pipeline = Pipeline.open(state.model, device=device, precision=precision or state.precision, show_bar=False)
         with_preprocess(pipeline.model, state)
+    pipeline = state_pipeline(state, pipeline)
     target, _note = state_target(state, pipeline)  # (a function or a pasted reference: the top class)
     result = pipeline.run(load_image(state.image.path), source=state.image.path, target=target)
     session = Session()

@@ -100,6 +100,8 @@ class SessionState:
         target_choice: a target that is not a class (similar to an image, a patch of one, a vector; a function of
             the output, saved by its name only), or None.
         target_relative: ``target_choice``'s file relative to the file's folder (a fallback for :func:`locate`).
+        prompts: the text prompts the model classified into (a CLIP / SigLIP image tower made a zero-shot
+            classifier; ``target`` then indexes them), or ``()``.
         model_name, device, precision: for messages (a session opens on the window's own device and precision).
         model_relative: the checkpoint relative to the file's folder (``file:`` models), a fallback for
             :func:`locate`.
@@ -120,6 +122,7 @@ class SessionState:
     target_label: str = ""
     target_choice: TargetChoice | None = None
     target_relative: str | None = None
+    prompts: tuple[str, ...] = ()
     model_name: str = ""
     device: str = "cpu"
     precision: str = "fp32"

@@ -62,7 +62,9 @@ def capture_state(session: Session, model_ref: str, *, model_name: str = "", dev
     if choice is not None and choice.is_similarity and Path(choice.path).is_file():
         choice = replace(choice, path=str(Path(choice.path).resolve()))
     label = choice.describe() if choice is not None else r.label(r.target) if r.target is not None else ""
+    prompts = tuple(str(p) for p in r.labels) if getattr(r, "head_kind", "") == "prompts" else ()
     return SessionState(model=model_ref, images=tuple(refs), current=current, options=session.options,
+                        prompts=prompts,
                         target=r.target if choice is None else None, target_label=label, target_choice=choice,
                         model_name=model_name or r.model_name, device=device, precision=precision,
                         preprocess=preprocess, heads_all_layers=bool(heads_all_layers), compare=compare,

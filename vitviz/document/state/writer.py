@@ -79,9 +79,13 @@ def to_dict(state: SessionState, base: str | os.PathLike | None = None) -> dict[
     version = 1  # a class target: what older vitviz read too
     if state.target_choice is not None:
         target, version = target_dict(state, b), TARGET_VERSION
+    extra: dict[str, Any] = {}
+    if state.prompts:  # the target indexes the prompts: older vitviz cannot read it
+        extra, version = {"prompts": list(state.prompts)}, TARGET_VERSION
     return {"format": FORMAT, "version": version, "written_by": state.written_by or software(), "model": model,
             "images": images, "current": state.current, "target": target, "target_label": state.target_label,
-            "options": options, "window": {"heads_all_layers": bool(state.heads_all_layers)}, "compare": compare}
+            "options": options, "window": {"heads_all_layers": bool(state.heads_all_layers)}, "compare": compare,
+            **extra}
 
 
 def target_dict(state: SessionState, base: Path | None) -> dict[str, Any]:
