@@ -10,7 +10,9 @@ preprocessed into tensors on the device (so they pay nothing for reading, prepro
 (a) forward-only views ([CLS] attention of the last layer, rollout) against timm's batched forward under
     ``inference_mode``;
 (b) gradient views (gradient rollout, relevance: one forward and one backward per batch) against timm's forward and
-    the backward of the top class's logit to the input (``torch.autograd.grad``);
+    the backward of the top class's logit to the input (``torch.autograd.grad``); streamed as chosen by the memory
+    available (here: every block's graph kept) and with each block recomputed at its backward step (what a streamed
+    pass does when memory is short: one block's graph alive at a time, about one more forward's work);
 (c) the loaders alone: images/s of reading and preprocessing (:func:`vitviz.batch.inputs.stream_batches`) 128 JPEG
     photos of 500x375 px (ImageNet's typical size) with 1, 2 and 4 worker threads, to set against the model's
     images/s: decoding bounds a run only when it is slower than the model.
@@ -124,13 +126,15 @@ def main() -> None:
     batches = list(xs.split(BATCH))
     run_no = [0]
 
-    def export(views: tuple[str, ...], streaming: bool | None):
+    def export(views: tuple[str, ...], streaming: bool | None, keep_graph: bool | None = None):
         def run():
             run_no[0] += 1
             opts = ExportOptions(views=views, format="npy", batch_size=BATCH, precision=args.precision, quiet=True,
                                  device=dev)
-            s = Exporter(pipe, opts, tmp / f"out{run_no[0]}", model_ref="bench", log=lambda _: None,
-                         streaming=streaming).run(items)
+            ex = Exporter(pipe, opts, tmp / f"out{run_no[0]}", model_ref="bench", log=lambda _: None,
+                          streaming=streaming)
+            ex.passes.keep_graph = keep_graph
+            s = ex.run(items)
             assert s.written == len(items) and s.failed == 0, s.failures
             sync(dev)
         return run
@@ -160,6 +164,9 @@ def main() -> None:
         runs["timm fwd+bwd"] = peer["timm fwd+bwd"]
         runs["export grad views (streamed)"] = export(GRADIENT_VIEWS, None)
         pairs.append(("(b) gradient views, streamed", "export grad views (streamed)", "timm fwd+bwd"))
+        runs["export grad views (streamed, blocks recomputed)"] = export(GRADIENT_VIEWS, None, keep_graph=False)
+        pairs.append(("(b) gradient views, streamed, blocks recomputed (the low-memory backward)",
+                      "export grad views (streamed, blocks recomputed)", "timm fwd+bwd"))
         if args.stored:
             runs["export grad views (stored)"] = export(GRADIENT_VIEWS, False)
             pairs.append(("(b) gradient views, stored", "export grad views (stored)", "timm fwd+bwd"))

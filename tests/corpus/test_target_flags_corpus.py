@@ -110,7 +110,8 @@ def argv_of(world: World, command: str, model: str, target: str | None) -> list[
 # (id, model, the --target value ({root}: tmp_path), what the line says after "--target VALUE: ")
 CASES = [
     ("missing image", "features", "similar:{root}/nope.png", "reference image {root}/nope.png: no such file"),
-    ("a folder", "features", "similar:{root}/refs/folder.png", "reference image {root}/refs/folder.png: is a folder, not an image file"),
+    ("a folder", "features", "similar:{root}/refs/folder.png",
+     "reference image {root}/refs/folder.png: is a folder, not an image file"),
     ("a fifo", "features", "similar:{root}/refs/fifo.png", "reference image {root}/refs/fifo.png: not a regular file"),
     ("not an image", "features", "similar:{root}/refs/broken.png",
      "reference image: {root}/refs/broken.png: not an image file, or a format vitviz cannot read"),

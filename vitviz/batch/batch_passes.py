@@ -37,6 +37,10 @@ class BatchPasses:
             (:func:`vitviz.capture.streaming.streamable`; anything else that offers ``run_batch`` is called as it
             is); False: the stored capture always; True: streamed, an error when it cannot be.
         note: told once each time the route or the batch size changes (``"vitviz export: note: ..."``).
+
+    Attributes:
+        keep_graph: how a streamed backward treats the blocks' graphs (:func:`vitviz.document.streamed.stream_images`:
+            None chooses by the memory available; True keeps them, False recomputes each block).
     """
 
     def __init__(self, pipeline: Any, *, batch_size: int, target: Any = None, gradients: bool = True,
@@ -49,6 +53,7 @@ class BatchPasses:
         self.statistics = bool(statistics)
         self.note = note or (lambda line: None)
         self.sizer = BatchSizer(batch_size, note=self.note)
+        self.keep_graph: bool | None = None
         why = streamable(pipeline.model) if isinstance(pipeline, Pipeline) else \
             f"{type(pipeline).__name__} is not a vitviz Pipeline"
         if streaming and why:
@@ -67,7 +72,7 @@ class BatchPasses:
             try:
                 return stream_images(self.pipeline, prepared, sources=sources, target=self.target,
                                      gradients=self.gradients, demands=self.demands, statistics=self.statistics,
-                                     sizer=self.sizer)
+                                     sizer=self.sizer, keep_graph=self.keep_graph)
             except NotStreamable as e:
                 self.streaming = False
                 self.note(f"every layer's attention is stored for each batch ({e})")

@@ -48,7 +48,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +82,9 @@ from vitviz.batch.manifest import (
     source_key,
 )
 from vitviz.batch.parts import plan_shard, write_json
+from vitviz.batch.prompt_passes import PromptPasses, per_prompt, prompt_word
 from vitviz.batch.rerun import check_folder
-from vitviz.batch.target_flags import describe_target, read_target
+from vitviz.batch.target_flags import describe_prompts, describe_target, read_prompts, read_target, text_digest
 from vitviz.devices import precision_reason
 from vitviz.document import panel
 from vitviz.imaging import ExportError, write_atomic
@@ -146,6 +147,8 @@ class Exporter:
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ValueError(f"workers (image-reading threads) must be a whole number of at least 1, got {workers!r}")
         self.workers = workers
+        if options.text:  # prompts: the zero-shot classifier over them, one map per prompt (--text)
+            pipeline = self.pipeline = read_prompts(pipeline, options.text, options.templates, target=options.target)
         spec = pipeline.spec
         self.num_classes = int(getattr(pipeline.model, "num_classes", 0) or 0)
         self.labels = getattr(spec, "labels", None)
@@ -157,8 +160,12 @@ class Exporter:
         self.passes = BatchPasses(pipeline, batch_size=options.batch_size, target=self.target,
                                   gradients=self.gradients, demands=lambda r: map_demands(r, options),
                                   streaming=streaming, note=lambda m: self.log(f"vitviz export: note: {m}"))
+        if options.text and self.gradients:  # each image once per prompt, copy k explaining prompt k
+            self.passes = PromptPasses(self.passes, self.num_classes)
         self.model_sha256 = model_sha256(pipeline.model)  # the model by content: once per run
         self.request = options.request(self.model_sha256, pipeline.precision)
+        if options.text:  # the prompts' embeddings by content (the text tower, the templates)
+            self.request["text_embeddings"] = text_digest(pipeline.model)
         if getattr(self.target, "kind", None) == "similarity":  # the reference by content, as the model
             self.request["target_reference"] = self.target.key[2]
         self.request_id = request_id(self.request)
@@ -388,8 +395,11 @@ class Exporter:
         write_failed = False
         if job.error is None and job.result is not None:
             try:
-                record.update(self._describe(result_of(job.result)))
-                record["maps"] = self._write_maps(job.result, item, written)
+                items = per_prompt(job.result)  # (--text: one per prompt, the gradient views' maps of each)
+                record.update(self._describe(result_of(items[0])))
+                record["maps"] = [m for k, done in enumerate(items) for m in self._write_maps(
+                    done, item, written, self.options if k == 0 else replace(self.options, views=tuple(
+                        v for v in self.options.views if needs_gradients([v]))))]
                 record["status"] = "ok"
             except Exception as e:  # noqa: BLE001 - this image failed; the run goes on
                 job.error, write_failed = e, isinstance(e, OSError)
@@ -417,15 +427,18 @@ class Exporter:
     def _describe(self, r: Any) -> dict[str, Any]:
         top = r.top_k(5) if r.logits.ndim == 1 and self.num_classes > 0 else []
         target = describe_target(r)
+        if self.options.text:  # every prompt, each the target of its own maps
+            target = {"kind": "prompts", "prompts": describe_prompts(r), "templates": self.options.templates}
         return {"size": [int(r.image_size[1]), int(r.image_size[0])], "model": r.model_name,
                 "precision": r.precision, "grid": list(r.grid),
                 "predictions": [{"class": c, "label": lab, "p": round(p, 6)} for c, lab, p in top],
                 "target": target}
 
-    def _write_maps(self, done: Any, item: InputImage, written: list[str]) -> list[dict[str, Any]]:
+    def _write_maps(self, done: Any, item: InputImage, written: list[str],
+                    options: ExportOptions | None = None) -> list[dict[str, Any]]:
         """Every requested map of one image's result (stored or streamed, :meth:`BatchPasses.run`) through a
-        :class:`~vitviz.document.session.Session`, as the window makes it."""
-        o = self.options
+        :class:`~vitviz.document.session.Session`, as the window makes it (``options``: default the run's)."""
+        o = options or self.options
         session = self.passes.session(done)
         r = session.result
         session.set_options(**dict(o.display))
@@ -436,6 +449,8 @@ class Exporter:
             session.set_options(**changes)
             v = session.view
             entry: dict[str, Any] = {"view": key}
+            if o.text and needs_gradients([key]):
+                entry["prompt"] = r.target_text()
             for k in ("layer", "head"):
                 if k in changes:
                     entry[k] = changes[k]
@@ -461,16 +476,16 @@ class Exporter:
                 entry["npy" if rel.endswith(".npy") else "png"] = rel
             maps.append(entry)
         if o.animate:
-            maps += self._write_animations(session, base, r, item, written)
+            maps += self._write_animations(session, base, r, item, written, o)
         return maps
 
     def _write_animations(self, session: Any, base: Any, r: Any, item: InputImage,
-                          written: list[str]) -> list[dict[str, Any]]:
+                          written: list[str], o: ExportOptions) -> list[dict[str, Any]]:
         """``--animate``: each requested view that has a layer slider over every layer, one file per view (and head,
-        query as for its maps): ``<name>_<view>[_<head>]_layers.<gif|apng|mp4>``."""
+        query as for its maps): ``<name>_<view>[_<head>][_<prompt>]_layers.<gif|apng|mp4>``."""
         out = []
         done = set()
-        for key, changes in map_requests(r, self.options):
+        for key, changes in map_requests(r, o):
             changes = {k: v for k, v in changes.items() if k != "layer"}
             session.options = base
             session.set_options(**changes)
@@ -492,7 +507,8 @@ class Exporter:
                                             fps=self.options.fps)
             head = changes.get("head")
             head_part = "" if "head" not in v.reads else f"_{head}" if isinstance(head, str) else f"_h{head}"
-            rel = f"{item.rel}_{key}{head_part}_layers{fmt}"
+            prompt = f"_{prompt_word(r)}" if o.text and needs_gradients([key]) else ""
+            rel = f"{item.rel}_{key}{head_part}{prompt}_layers{fmt}"
             self._write_file(rel, data, written)
             entry.update(animation=rel, frames=len(specs))
             out.append(entry)

@@ -12,6 +12,7 @@ from vitviz.views.options import HEAD_REDUCTIONS, cli_flags
 from vitviz.views.presets import STANDARD_VIEWS
 
 DEFAULT_VIEWS = STANDARD_VIEWS
+PROMPT_VIEWS: tuple[str, ...] = ("legrad",)  # the default of an export with prompts (--text): LeGrad, one map each
 FORMATS = ("png", "npy", "both")
 HEAD_WORDS = HEAD_REDUCTIONS
 

@@ -12,7 +12,7 @@ from typing import Any
 from vitviz.batch.batch_passes import BatchPasses
 from vitviz.document.session import Session
 
-__all__ = ["PromptItems", "PromptPasses", "per_prompt"]
+__all__ = ["PromptItems", "PromptPasses", "per_prompt", "prompt_word"]
 
 
 class PromptItems:
@@ -26,6 +26,14 @@ class PromptItems:
 def per_prompt(item: Any) -> list[Any]:
     """The items of one image, one per prompt (``[item]`` for an image of an ordinary pass)."""
     return item.items if isinstance(item, PromptItems) else [item]
+
+
+def prompt_word(result: Any) -> str:
+    """The prompt a result explains as a file-name word, as the views' file names write a target ("a red car" ->
+    ``a-red-car``: letters and digits kept, anything else one ``-``, at most 40 characters)."""
+    text = result.target_text() or ""
+    word = "-".join("".join(c if c.isalnum() else " " for c in text).split())
+    return word[:40] or f"class{result.target}"
 
 
 class PromptPasses:

@@ -15,13 +15,14 @@ No Qt; torch and the pipeline are imported when a target is read (the commands' 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
 from vitviz.batch.export_plan import resolve_target
 
 __all__ = ["SIMILAR", "TEXT_FLAG", "describe_prompts", "describe_target", "read_prompts", "read_target",
-           "text_problem"]
+           "text_digest", "text_problem"]
 
 SIMILAR = "similar:"
 FORMS = "top, a class index or name, similar:IMAGE, similar:IMAGE@ROW,COL or similar:VECTOR.npy"
@@ -103,6 +104,14 @@ def describe_target(result: Any) -> dict[str, Any] | None:
     return out
 
 
+def _target_conflict(target: str | None) -> str | None:
+    """Why ``--text`` cannot go with ``--target TARGET`` (None: the target is the default, ``top``)."""
+    t = "" if target is None else str(target).strip()
+    if t.lower() in ("", "top"):
+        return None
+    return f"{TEXT_FLAG} and --target {t}: give one of them (with {TEXT_FLAG} each prompt is the target of its maps)"
+
+
 def text_problem(text: str, model_ref: str, target: str | None = "top") -> tuple[list[str], str | None]:
     """``(prompts, problem)`` of ``--text TEXT`` for the model ``model_ref``, read before the model is loaded (names
     and JSON only: :func:`vitviz.model.text.text_tower_reason`): the problem is one line naming the flag and the
@@ -111,10 +120,9 @@ def text_problem(text: str, model_ref: str, target: str | None = "top") -> tuple
     from vitviz.model.text import text_tower_reason
     from vitviz.pipeline import split_prompts
 
-    t = "" if target is None else str(target).strip()
-    if t.lower() not in ("", "top"):
-        return [], (f"{TEXT_FLAG} and --target {t}: give one of them (with {TEXT_FLAG} each prompt is the target "
-                    "of its own maps)")
+    conflict = _target_conflict(target)
+    if conflict:
+        return [], conflict
     try:
         prompts = split_prompts(text)
     except TargetError as e:
@@ -123,16 +131,20 @@ def text_problem(text: str, model_ref: str, target: str | None = "top") -> tuple
     return prompts, (f"{TEXT_FLAG}: {reason}" if reason else None)
 
 
-def read_prompts(pipeline: Any, prompts: str | list[str] | tuple[str, ...], templates: str | None = None) -> Any:
+def read_prompts(pipeline: Any, prompts: str | list[str] | tuple[str, ...], templates: str | None = None, *,
+                 target: str | None = "top") -> Any:
     """The pipeline over ``prompts`` (:func:`vitviz.pipeline.prompt_pipeline`; the text tower opened from
     ``pipeline.source``): its classes are the prompts, its probabilities the family's zero-shot ones.
 
     Raises:
-        ValueError: naming ``--text`` and the cause (an empty prompt, no text tower, a tokenizer file missing,
-            a text tower that does not fit the image tower).
+        ValueError: naming ``--text`` and the cause (``target`` other than ``top``, an empty prompt, no text tower,
+            a tokenizer file missing, a text tower that does not fit the image tower).
     """
     from vitviz.pipeline import prompt_pipeline
 
+    conflict = _target_conflict(target)
+    if conflict:
+        raise ValueError(conflict)
     try:
         return prompt_pipeline(pipeline, prompts, templates=templates)
     except ValueError as e:  # TargetError, TextTowerError, PromptError: one line each
@@ -147,3 +159,10 @@ def describe_prompts(result: Any) -> list[dict[str, Any]]:
     probs = result.probabilities.float().reshape(-1).tolist()
     return [{"class": k, "prompt": result.label(k), "score": round(s, 6), "p": round(p, 6)}
             for k, (s, p) in enumerate(zip(scores, probs))]
+
+
+def text_digest(model: Any) -> str:
+    """The prompts' text embeddings of a prompt pipeline's model by content (16 hex digits of their SHA-1): they are
+    not in its state dict, and they change with the text tower and the templates."""
+    text = model.head.text.detach().float().cpu().contiguous().numpy()
+    return hashlib.sha1(text.tobytes()).hexdigest()[:16]

@@ -11,7 +11,8 @@ import textwrap
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("CHECKPOINT ...", "describe checkpoints or named models: format, architecture, parameters, "
                                "preprocessing"),
-    "predict": ("CHECKPOINT IMAGE ...", "print the top classes for images"),
+    "predict": ("CHECKPOINT IMAGE ...", "print the top classes for images, or the zero-shot probabilities over text "
+                                        "prompts (--text, CLIP and SigLIP)"),
     "models": ("", "list the named models (curated Hugging Face Hub models, torchvision's weights), their download "
                    "size and whether they are cached"),
     "evaluate": ("CHECKPOINT IMAGE ...", "faithfulness of the maps: deletion and insertion AUC per view against "

@@ -17,10 +17,10 @@ from vitviz import views as view_registry
 from vitviz.batch.failures import error_text
 from vitviz.batch.inputs import inputs_for_cli, take_shard
 from vitviz.batch.parts import plan_shard
-from vitviz.batch.target_flags import read_target
+from vitviz.batch.target_flags import read_prompts, read_target, text_problem
 from vitviz.cli.batch_flags import add_shard_argument, announce, join_signed, shard_and_device
 from vitviz.cli.commands import summary
-from vitviz.cli.shared import Reporter, add_debug, add_load_options, load
+from vitviz.cli.shared import Reporter, add_debug, add_load_options, add_text_options, check_templates, load
 from vitviz.evaluate.protocol import BASELINES, DEFAULT_VIEWS
 from vitviz.evaluate.report import check_writable, format_mean_table, write_csv
 from vitviz.evaluate.table_parts import TablePart, part_path, write_part
@@ -59,6 +59,8 @@ def add_parser(sub) -> None:
                          "(its probability is read), similar:IMAGE, similar:IMAGE@ROW,COL or similar:VECTOR.npy (the "
                          "cosine similarity of the pooled embedding to the reference is read: a feature model's "
                          "curves follow it)")
+    add_text_options(ev, "the faithfulness of the maps of each prompt, the curves following that prompt's "
+                         "zero-shot probability (CLIP: softmax over the prompts; SigLIP: sigmoid) (not with --target)")
     ev.add_argument("--csv", metavar="FILE", help="also write the AUCs as CSV (never replaces a file unless "
                                                   "--overwrite)")
     ev.add_argument("--overwrite", action="store_true", help="replace an existing --csv file")
@@ -91,6 +93,12 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     for opt, v in (("--steps", args.steps), ("--seeds", args.seeds), ("--batch-size", args.batch_size)):
         if v is not None and v < 1:
             raise ValueError(f"{opt} {v}: must be at least 1")
+    check_templates(args)
+    prompts = None
+    if args.text is not None:  # before the model is loaded: --target too, empty prompts, no text tower
+        prompts, problem = text_problem(args.text, args.checkpoint, args.target)
+        if problem:
+            raise ValueError(problem)
     part = part_path(args.csv, shard) if sharded else None
     if args.csv:
         check_writable(part or args.csv, overwrite=args.overwrite)  # before minutes of work, not after
@@ -102,8 +110,12 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     paths = [im.path for im in take_shard(images, *shard)]
     model = load(args, args.checkpoint)
     pipe = Pipeline(model, device=device)
-    target = read_target(pipe, args.target)  # ValueError naming --target, before any image
-    if target is None and is_feature_model(model):
+    if prompts is not None:  # each prompt a class of the zero-shot model, its probability read by the curves
+        pipe.source = args.checkpoint
+        pipe = read_prompts(pipe, prompts, args.templates)
+        model = pipe.model
+    targets = list(range(len(prompts))) if prompts is not None else [read_target(pipe, args.target)]
+    if targets == [None] and is_feature_model(model):  # (read_target: ValueError naming --target, before any image)
         raise ValueError(f"{model.spec.name}: the model has no classifier, so there is no class probability to "
                          "perturb: give --target similar:IMAGE, similar:IMAGE@ROW,COL or similar:VECTOR.npy (the "
                          "curves then read the similarity)")
@@ -113,15 +125,16 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total} images [{elapsed}<{remaining}]")
     try:
         for i, path in enumerate(paths):
-            def progress(done: int, total: int, i: int = i) -> None:
-                bar.n = i + done / max(total, 1)
+            def progress(done: int, total: int, i: int = i, k: int = 0) -> None:
+                bar.n = i + (k + done / max(total, 1)) / len(targets)
                 bar.refresh()
 
             try:
                 loaded = load_image(path)
-                table = evaluate_views(pipe, loaded, names, steps=args.steps, baseline=args.baseline,
+                done = [evaluate_views(pipe, loaded, names, steps=args.steps, baseline=args.baseline,
                                        target=target, seeds=args.seeds, batch_size=args.batch_size,
-                                       progress=progress)
+                                       progress=lambda d, n, k=k, i=i: progress(d, n, i, k))
+                        for k, target in enumerate(targets)]
             except Exception as e:  # noqa: BLE001 - reported on one line, the next image still evaluated
                 bar.clear()
                 status = report(e, path)
@@ -130,17 +143,24 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
             finally:
                 bar.n = i + 1
                 bar.refresh()
-            table.source = path
-            tables.append(table)
-            tqdm.write(("\n" if len(tables) > 1 else "") + table.format(), file=sys.stdout)
+            for table in done:
+                table.source = path
+                tables.append(table)
+                tqdm.write(("\n" if len(tables) > 1 else "") + table.format(), file=sys.stdout)
             sys.stdout.flush()
     finally:
         bar.close()
-    if len(tables) > 1:
+    for k, prompt in enumerate(prompts or []):  # the mean over the images of each prompt
+        group = [t for t in tables if t.target == k]
+        if len(group) > 1:
+            print(f"\nprompt {prompt!r}: " + format_mean_table(group), flush=True)
+    if prompts is None and len(tables) > 1:
         print("\n" + format_mean_table(tables), flush=True)
     if part is not None and plan is not None:  # a shard: its tables, for vitviz merge
         settings = {"model_sha256": model_sha256(model), "model": args.checkpoint, "views": names,
                     "steps": args.steps, "baseline": args.baseline, "seeds": args.seeds, "target": args.target}
+        if prompts is not None:
+            settings.update(text=prompts, templates=args.templates)
         written = write_part(part, TablePart(plan.to_json(), Path(args.csv).name, tables, failures, settings),
                              overwrite=args.overwrite)
         print(f"wrote {written} (shard {shard[0]}/{shard[1]}: 'vitviz merge {written.parent}' joins the shards)",

@@ -11,8 +11,9 @@ from dataclasses import replace
 from vitviz import views as registry
 from vitviz._util.files import output_folder_problem
 from vitviz.batch.export import Exporter
-from vitviz.batch.export_options import DEFAULT_VIEWS, FORMATS, HEAD_WORDS, ExportOptions, is_int
+from vitviz.batch.export_options import DEFAULT_VIEWS, FORMATS, HEAD_WORDS, PROMPT_VIEWS, ExportOptions, is_int
 from vitviz.batch.inputs import inputs_for_cli, parse_shard
+from vitviz.batch.target_flags import text_problem
 from vitviz.cli.batch_flags import (
     add_batch_arguments,
     add_shard_argument,
@@ -22,7 +23,7 @@ from vitviz.cli.batch_flags import (
     shard_and_device,
 )
 from vitviz.cli.commands import summary
-from vitviz.cli.shared import Reporter, add_debug, add_load_options, load
+from vitviz.cli.shared import Reporter, add_debug, add_load_options, add_text_options, check_templates, load
 from vitviz.imaging import ExportError
 from vitviz.model.sources.refs import parse_model_ref
 from vitviz.render.figures import mp4_problem, parse_scale
@@ -70,6 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "name (or a unique part of one), similar:IMAGE (the cosine similarity of each image's pooled "
                         "embedding to IMAGE's), similar:IMAGE@ROW,COL (to that patch's token of IMAGE) or "
                         "similar:VECTOR.npy (to a stored vector); a feature model (DINO, CLIP) needs a similar: target")
+    add_text_options(p, "one map per prompt of each gradient view (default view: legrad), the prompt named in the "
+                        "file names, captions and manifest (not with --target)")
     p.add_argument("--format", choices=FORMATS, default="png",
                    help="png: the overlay as the window exports it; npy: the raw map at patch resolution (float32); "
                         "both")
@@ -92,7 +95,14 @@ def words(values: Sequence[str] | None) -> list[str]:
 
 def options_from_args(args: argparse.Namespace) -> ExportOptions:
     """:class:`ExportOptions` from parsed flags, checked (ValueError naming the flag and the problem)."""
-    names = words(args.views) or list(DEFAULT_VIEWS)
+    prompts: tuple[str, ...] = ()
+    if getattr(args, "text", None) is not None:  # before the model is loaded: --target too, empty prompts, no tower
+        found, problem = text_problem(args.text, args.model, args.target)
+        if problem:
+            raise ValueError(problem)
+        prompts = tuple(found)
+    check_templates(args)
+    names = words(args.views) or list(PROMPT_VIEWS if prompts else DEFAULT_VIEWS)
     valid = [v.key for v in registry.all_views()]
     unknown = [n for n in names if n not in valid]
     if unknown:
@@ -129,7 +139,7 @@ def options_from_args(args: argparse.Namespace) -> ExportOptions:
                          target=str(args.target).strip(), format=args.format, scale=scale, display=display,
                          batch_size=args.batch_size, device=args.device,
                          precision=args.precision, shard=shard, overwrite=args.overwrite, quiet=args.quiet,
-                         animate=animate, fps=fps)
+                         animate=animate, fps=fps, text=prompts, templates=getattr(args, "templates", None))
 
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
@@ -151,5 +161,6 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     ref = parse_model_ref(args.model)
     model = load(args, args.model)
     pipeline = Pipeline(model, device=device, precision=options.precision)
+    pipeline.source = args.model  # where a text tower is (--text)
     summary = Exporter(pipeline, options, args.out, model_ref=ref, origin=origin).run(images)
     return summary.exit_status or status

@@ -1,36 +1,66 @@
-"""``vitviz predict CHECKPOINT IMAGE ...``: the top classes of each image; an image that cannot be read is one line
-on stderr and the next one follows."""
+"""``vitviz predict CHECKPOINT IMAGE ...``: the top classes of each image, or with ``--text "a cat; a dog"`` the
+zero-shot probabilities over the prompts (CLIP: softmax over the prompts; SigLIP: the sigmoid of each); an image that
+cannot be read is one line on stderr and the next one follows."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from vitviz.batch.target_flags import read_prompts, text_problem
 from vitviz.cli.commands import summary
-from vitviz.cli.shared import Reporter, add_debug, add_load_options, load
+from vitviz.cli.shared import Reporter, add_debug, add_load_options, add_text_options, check_templates, load
 from vitviz.imaging import ImageError, load_image
+
+FAMILIES = {"clip": ("CLIP", "p = softmax over the prompts of logit_scale * cos(image, text)"),
+            "siglip": ("SigLIP", "p = sigmoid(logit_scale * cos(image, text) + logit_bias), each prompt on its own")}
 
 
 def add_parser(sub) -> None:
     pred = sub.add_parser("predict", help=summary("predict"))
     pred.add_argument("checkpoint", help="checkpoint file or directory, or a pretrained name")
     pred.add_argument("images", nargs="+", metavar="IMAGE")
-    pred.add_argument("--top", type=int, default=5, help="how many classes to print (default 5)")
+    pred.add_argument("--top", type=int, default=None,
+                      help="how many classes to print (default 5; with --text: every prompt)")
     pred.add_argument("--device", default="cpu")
+    add_text_options(pred, "print each image's zero-shot probabilities over the prompts (CLIP: softmax; SigLIP: "
+                           "sigmoid) and scores")
     add_load_options(pred)
     add_debug(pred)
 
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
-    """The top classes of each image; an image that cannot be read is one line on stderr and the next one follows."""
+    """The top classes (or prompts) of each image; an image that cannot be read is one line on stderr and the next
+    one follows."""
     import torch  # when the command runs, not for its --help
 
-    if args.top < 1:
+    if args.top is not None and args.top < 1:
         raise ValueError(f"--top {args.top}: must be at least 1")
+    check_templates(args)
+    prompts = None
+    if args.text is not None:  # before the model is loaded: empty prompts, no text tower
+        prompts, problem = text_problem(args.text, args.checkpoint)
+        if problem:
+            raise ValueError(problem)
     model = load(args, args.checkpoint).to(args.device)
+    if prompts is not None:
+        from vitviz.pipeline import Pipeline
+
+        pipeline = Pipeline(model, device=args.device)
+        pipeline.source = args.checkpoint  # where the text tower is
+        prompted = read_prompts(pipeline, prompts, args.templates)
+        family, rule = FAMILIES.get(prompted.text_tower().family, FAMILIES["clip"])
+        templates = f", templates: {args.templates}" if args.templates else ""
+        print(f"{family} zero-shot over {len(prompts)} prompt(s){templates}: {rule}")
+        model = prompted.model
     spec = model.spec
     if not spec.config.num_classes:
-        raise ValueError(f"{spec.name}: the model has no classification head (num_classes=0)")
+        from vitviz.model.text import text_tower_reason
+
+        hint = "" if text_tower_reason(args.checkpoint) else \
+            "; it has a text tower: --text 'a cat; a dog' prints zero-shot probabilities over prompts"
+        raise ValueError(f"{spec.name}: the model has no classification head (num_classes=0){hint}")
+    top = args.top if args.top is not None else (len(prompts) if prompts is not None else 5)
     status = 0
     for path in args.images:
         try:
@@ -46,11 +76,13 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         except Exception as e:  # noqa: BLE001 - reported on one line, the next image still predicted
             status = report(e, path)
             continue
-        probs = logits.softmax(-1)
-        k = min(args.top, probs.numel())
-        top = probs.topk(k)
+        probs = logits.sigmoid() if getattr(spec, "probability", "softmax") == "sigmoid" else logits.softmax(-1)
+        best = probs.topk(min(top, probs.numel()))
         print(path)
-        for p, i in zip(top.values.tolist(), top.indices.tolist()):
-            print(f"  {i:>5d}  {p:6.3f}  {spec.label(i)}")
+        for p, i in zip(best.values.tolist(), best.indices.tolist()):
+            if prompts is not None:  # the probability to 4 places and the family's score (its logit)
+                print(f"  {i:>5d}  {p:6.4f}  {float(logits[i]):9.4f}  {spec.label(i)}")
+            else:
+                print(f"  {i:>5d}  {p:6.3f}  {spec.label(i)}")
         sys.stdout.flush()
     return status

@@ -10,6 +10,7 @@ import sys
 import traceback
 
 from vitviz.model.sources.name_errors import ModelNameError  # (plain strings: no torch)
+from vitviz.model.text.templates import TEMPLATE_SETS  # (plain strings: no torch)
 
 
 class Parser(argparse.ArgumentParser):
@@ -31,6 +32,22 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--img-size", type=int, help="nominal input size (position embeddings are resampled)")
     p.add_argument("--preprocess", choices=("imagenet", "inception"),
                    help="normalisation: ImageNet mean/std, or Inception's mean = std = 0.5")
+
+
+def add_text_options(p: argparse.ArgumentParser, what: str) -> None:
+    """``--text "a cat; a dog"`` (``what`` it does in the command) and ``--templates`` (CLIP, SigLIP prompts)."""
+    p.add_argument("--text", metavar="PROMPTS",
+                   help="text prompts separated by ';' (a CLIP or SigLIP model with its text tower: an open_clip or "
+                        f"Hugging Face CLIPModel / SiglipModel folder, or a named model that has one): {what}")
+    p.add_argument("--templates", choices=tuple(TEMPLATE_SETS),
+                   help="with --text: each prompt as typed (none, default), in CLIP's 'a photo of a {}.' (photo), or "
+                        "averaged over the 80 ImageNet templates of CLIP's zero-shot code (imagenet)")
+
+
+def check_templates(args: argparse.Namespace) -> None:
+    """``--templates`` only with ``--text`` (ValueError naming the flag otherwise)."""
+    if getattr(args, "templates", None) and getattr(args, "text", None) is None:
+        raise ValueError(f"--templates {args.templates}: give --text too (the templates are put around its prompts)")
 
 
 def one_line(text: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from vitviz.evaluate.view_rows import resolve_view
 from vitviz.imaging import load_image
 from vitviz.pipeline import DTYPES, InferenceResult, Pipeline
 from vitviz.views.presets import PRESETS
+from vitviz.views.relevance import clip_prompt_changes
 
 
 def evaluate_views(
@@ -136,7 +138,7 @@ def evaluate_views(
     rows: list[ViewScore] = []
     blocks: list[np.ndarray] = []
     for name in views:
-        v, opts, title = resolve_view(name, result.num_layers)
+        v, opts, title = _resolve(name, result)
         why = v.unavailable(result)
         m = None if why else v.compute(result, opts) if compute is None else compute(v, opts)
         if m is None:
@@ -174,6 +176,15 @@ def evaluate_views(
                              measure="similarity" if isinstance(tgt, SimilarityTarget) else "value")
 
 
+def _resolve(name: str, result: Any) -> tuple[Any, Any, str]:
+    """:func:`~vitviz.evaluate.view_rows.resolve_view` for ``result``, with relevance on CLIP prompts at the last
+    layer only, as Chefer's CLIP notebook shows it (:func:`vitviz.views.relevance.clip_prompt_changes`)."""
+    v, opts, title = resolve_view(name, result.num_layers)
+    if name == "relevance":
+        opts = replace(opts, **clip_prompt_changes(result))
+    return v, opts, title
+
+
 def _explains(result: InferenceResult, want: Any) -> bool:
     """Whether ``result``'s gradients explain the target ``want`` (then its maps are reused)."""
     if isinstance(want, ClassTarget):
@@ -201,7 +212,7 @@ def _streamed(pipe: Pipeline, pil: Image.Image, source: str, target: Any, views:
         return None, None
 
     def demands(r: Any) -> list[tuple[Any, Any]]:
-        return [resolve_view(name, r.num_layers)[:2] for name in views]
+        return [_resolve(name, r)[:2] for name in views]
 
     try:
         done = stream_images(pipe, [pil], sources=[source], target=target, demands=demands)[0]

@@ -19,6 +19,7 @@ from torch import nn
 from vitviz.capture.foreign.layout_finder import Pattern, find_layout, is_vitviz_model, patch_convs
 from vitviz.capture.foreign.recording import call_forward, logits_of, module_origin, record_module
 from vitviz.capture.results import Capture, CaptureError
+from vitviz.capture.targets import Text
 from vitviz.model.checkpoints.common import imagenet_labels, resolve_preprocess
 from vitviz.model.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from vitviz.model.spec import ModelSpec
@@ -56,6 +57,8 @@ def capture_module(
         ForwardError: the module's own forward raised (naming its file and class, keeping its exception's text).
         ValueError: bad ``images`` or ``target``.
     """
+    if isinstance(target, Text):  # the prompt's embedding, with the text tower of the module's source
+        target = target.resolve(model)
     features = False
     if isinstance(model, AdaptedModel):
         features = model.features

@@ -111,6 +111,8 @@ def _result(pipeline: Any, prepared: PreparedImage, cap: ImageCapture, source: s
     extra = {}
     if "probability" in _RESULT_FIELDS:  # how class probabilities are read (SigLIP prompts: sigmoid)
         extra["probability"] = getattr(pipeline.spec, "probability", "softmax")
+    if "head_kind" in _RESULT_FIELDS:  # prompts: relevance on CLIP prompts from the last layer (Chefer's rule)
+        extra["head_kind"] = getattr(pipeline.spec, "head_kind", "classifier")
     return InferenceResult(
         source=source, rgb=prepared.rgb, geometry=prepared.geometry, capture=cap,
         model_data=pipeline.model_data(cap.grid), model_name=getattr(pipeline.spec, "name", "model"),
@@ -157,8 +159,9 @@ def _run(pipeline: Any, prepared: list[PreparedImage], sources: list[str], want:
     x = torch.stack([p.x for p in prepared]).to(device=pipeline.device, dtype=DTYPES[pipeline.precision])
     obs = _observers(plan, shape, gradients)
     flat = [o[1] if isinstance(o, tuple) else o for o in obs.values()]
+    neutral = getattr(pipeline, "legrad_neutral", None) if plan.legrad else None  # SigLIP prompts' correction
     sp = stream_pass(model, x, flat, target=want if gradients else None, legrad=sorted(plan.legrad),
-                     gradcam=plan.gradcam, keep_graph=keep_graph)
+                     gradcam=plan.gradcam, keep_graph=keep_graph, legrad_neutral=neutral)
     for o in flat:
         finish = getattr(o, "finish", None)
         if finish is not None:
