@@ -296,6 +296,29 @@ def test_statistics_of_a_streamed_pass_equal_the_sessions():
         assert np.array_equal(ss.artefact_grid(), s.artefact_grid())
 
 
+def test_legrad_of_a_similarity_target_with_the_neutral_prompts_correction():
+    """A feature model explained by a similarity target, LeGrad corrected by a neutral target's maps (SigLIP's
+    prompts: the pipeline carries ``legrad_neutral``): the streamed maps are the stored ones."""
+    from vitviz.capture.targets import SimilarityTarget
+
+    pipe = Pipeline(_model("features"))
+    torch.manual_seed(1)
+    target = SimilarityTarget(torch.randn(32), "reference")
+    pipe.legrad_neutral = SimilarityTarget(torch.randn(32), "neutral")
+    legrad = views.get("legrad")
+    options = [ViewOptions(view="legrad", legrad_correction=c, legrad_start=s) for c in (True, False) for s in (0, 2)]
+    photos = _photos(2)
+    got = stream_images(pipe, photos, target=target, demands=lambda r: [(legrad, o) for o in options])
+    want = pipe.run_batch(photos, target=target)
+    for si, sr in zip(got, want):
+        assert "mean|neutral" in si.result.legrad and "mean|neutral" in sr.legrad
+        s = Session()
+        s.set_result(sr)
+        for o in options:
+            np.testing.assert_allclose(si.map(legrad, o), s.map_for(legrad, o), rtol=1e-5, atol=1e-7)
+        assert si.result.target_score == pytest.approx(sr.target_score, rel=1e-6)
+
+
 def test_what_was_not_gathered_or_cannot_be_streamed_is_said():
     pipe = Pipeline(_model("cls"))
     photo = _photos(1)[0]

@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from vitviz.batch.batch_passes import BatchPasses
 from vitviz.batch.failures import error_text
 from vitviz.batch.fixed_point import FixedSum, mean_and_sd
 from vitviz.batch.inputs import InputImage, progress_bar, stream_batches
@@ -195,6 +194,8 @@ def compute_stats(pipeline: Any, images: Sequence[InputImage], *, batch_size: in
                   log: Callable[[str], None] | None = None, indices: Sequence[int] | None = None) -> StatsRun:
     """The statistics of ``images`` (bad images are reported through ``log`` and skipped); ``indices``: each
     image's place in the whole input list when ``images`` are a shard of it (default: their own order)."""
+    from vitviz.batch.batch_passes import BatchPasses  # torch: when statistics are computed, not when merged
+
     acc = StatsAccumulator()
     # streamed passes where the model allows (one layer's attention in memory; the numbers of the stored route)
     passes = BatchPasses(pipeline, batch_size=batch_size, gradients=False, statistics=True,
