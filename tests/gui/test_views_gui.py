@@ -113,3 +113,13 @@ def test_feature_pca_is_drawn_in_its_own_colours(qtbot, window, image_path):
     c.grab()  # drawn without error
     window.set_view("token_norm")  # another view: the colour map is back, the RGB picture gone
     assert c.overlay_item.isVisible() and not c.rgb_item.isVisible()
+
+
+def test_legrads_pooling_switches_without_a_new_pass(qtbot, window, image_path):
+    r = open_and_wait(qtbot, window, image_path)
+    assert set(r.legrad) == {"mean", "model"}  # the window takes both poolings in its one pass
+    window.set_view("legrad")
+    shown = np.asarray(window.canvas.overlay_values).copy()
+    window.session.set_options(legrad_pooling="model")
+    assert window.session.result is r and window.session.current_map() is not None
+    assert not np.array_equal(window.session.current_map(), shown)

@@ -23,6 +23,7 @@ from vitviz.devices import available_devices, available_precisions, normalise_de
 from vitviz.document.target_choice import TargetChoice, as_choice
 from vitviz.gui.worker import Job, TaskRunner, split_detail
 from vitviz.model.sources.refs import describe_ref
+from vitviz.views.options import option
 
 EVALUATIONS_KEPT = 32  # faithfulness tables kept (a few KB each)
 EVALUATION_BATCH = 32  # at most this many perturbed images per forward in the window
@@ -298,13 +299,13 @@ class Controller(QObject):
             try:
                 if choice is not None:
                     t = made if made is not None else choice.build(pipeline, reference=reference)
-                res = pipeline.run(image, source=source, target=t)
+                res = pipeline.run(image, source=source, target=t, legrad=option("legrad_pooling").choices)
             except TargetError as e:
                 if not remade:  # chosen now, or made for this model already: the window stays as it was
                     raise
                 # the standing target made again for another model does not fit it: dropped, the top class instead
                 t, note = None, f"The target ({choice.describe()}) was dropped: {e}"
-                res = pipeline.run(image, source=source, target=None)
+                res = pipeline.run(image, source=source, target=None, legrad=option("legrad_pooling").choices)
             return res, remember, generation, pixel_digest(res.rgb), None if choice is None else (choice, t, note,
                                                                                                     standing)
 

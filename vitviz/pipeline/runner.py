@@ -146,7 +146,8 @@ class Pipeline:
         x, geometry = self.spec.preprocess.apply(rgb_image)
         return PreparedImage(x=x, geometry=geometry, rgb=np.ascontiguousarray(np.asarray(rgb_image, dtype=np.uint8)))
 
-    def run(self, image: Any, *, source: str = "image", target: Any = None) -> InferenceResult:
+    def run(self, image: Any, *, source: str = "image", target: Any = None,
+            legrad: Sequence[str] = ("mean",)) -> InferenceResult:
         """Preprocess one image with the model's spec, capture attention and gradients, return the result.
 
         Args:
@@ -158,7 +159,7 @@ class Pipeline:
         Returns:
             An :class:`InferenceResult` with tensors on the CPU in float32.
         """
-        return self.run_batch([image], sources=[source], target=target)[0]
+        return self.run_batch([image], sources=[source], target=target, legrad=legrad)[0]
 
     def run_batch(self, images: Sequence[Any], *, sources: Sequence[str] | None = None,
                   target: Any = None, gradients: bool = True, legrad: Sequence[str] = ("mean",),
