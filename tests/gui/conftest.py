@@ -42,6 +42,35 @@ def window(qtbot, tiny_model, settings):
     w.close()
 
 
+# a saved checkpoint of the tiny model and two images (files), and a window on that checkpoint (win): the session tests
+@pytest.fixture
+def files(tmp_path, tiny_model):
+    from vitviz.model import save_checkpoint
+
+    ckpt = save_checkpoint(tiny_model, tmp_path / "tiny.safetensors")
+    images = []
+    for i in range(2):
+        make_image(tmp_path / f"im{i}.png", seed=i)
+        images.append(str(tmp_path / f"im{i}.png"))
+    return {"ckpt": ckpt, "images": images, "folder": tmp_path}
+
+
+@pytest.fixture
+def win(qtbot, tiny_model, settings, files):
+    from vitviz.gui.app import make_app
+    from vitviz.gui.main_window import MainWindow
+
+    make_app()
+    w = MainWindow(settings=settings, model=tiny_model, model_key=f"file:{files['ckpt']}")
+    w.dialogs = Recorder()
+    qtbot.addWidget(w)
+    w.resize(1300, 850)
+    w.show()
+    qtbot.waitExposed(w)
+    yield w
+    w.close()
+
+
 @pytest.fixture(autouse=True)
 def _private_settings(tmp_path, monkeypatch):
     """No GUI test ever touches the user's real settings."""

@@ -5,38 +5,9 @@ maps), a function saved by its name and reopened as the top class with a note, a
 import json
 
 import numpy as np
-import pytest
-from gui_helpers import Recorder, make_image, open_and_wait
+from gui_helpers import open_and_wait
 
 from vitviz.document.target_choice import TargetChoice
-
-
-@pytest.fixture
-def files(tmp_path, tiny_model):
-    from vitviz.model import save_checkpoint
-
-    ckpt = save_checkpoint(tiny_model, tmp_path / "tiny.safetensors")
-    images = []
-    for i in range(2):
-        make_image(tmp_path / f"im{i}.png", seed=i)
-        images.append(str(tmp_path / f"im{i}.png"))
-    return {"ckpt": ckpt, "images": images, "folder": tmp_path}
-
-
-@pytest.fixture
-def win(qtbot, tiny_model, settings, files):
-    from vitviz.gui.app import make_app
-    from vitviz.gui.main_window import MainWindow
-
-    make_app()
-    w = MainWindow(settings=settings, model=tiny_model, model_key=f"file:{files['ckpt']}")
-    w.dialogs = Recorder()
-    qtbot.addWidget(w)
-    w.resize(1300, 850)
-    w.show()
-    qtbot.waitExposed(w)
-    yield w
-    w.close()
 
 
 def _choose(qtbot, w, choice):

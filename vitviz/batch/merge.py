@@ -38,7 +38,7 @@ from vitviz.batch.parts import (
     parse_part_name,
     read_json,
 )
-from vitviz.batch.rerun import MODEL_KEY
+from vitviz.batch.rerun import MODEL_KEY, setting_text
 from vitviz.batch.stats import StatsAccumulator
 from vitviz.batch.stats_files import PART_STEM, PART_SUFFIX, check_outputs, read_part, write_outputs
 from vitviz.imaging import write_atomic
@@ -99,19 +99,13 @@ def settings_differ(parts: list[tuple[str, dict[str, Any]]], flags: dict[str, st
         for key in list(first) + [k for k in other if k not in first]:
             if key in (MODEL_KEY, "model") or json.dumps(first.get(key)) == json.dumps(other.get(key)):
                 continue
-            diff.append(f"{flags.get(key, '--' + key.replace('_', '-'))} {_text(first.get(key))} in {label0}, "
-                        f"{_text(other.get(key))} in {label}")
+            diff.append(f"{flags.get(key, '--' + key.replace('_', '-'))} {setting_text(first.get(key))} in {label0}, "
+                        f"{setting_text(other.get(key))} in {label}")
         if diff:
             return f"{label} was made with other settings than {label0}: {'; '.join(diff)} (run every shard alike)"
     return None
 
 
-def _text(v: Any) -> str:
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    if isinstance(v, (list, tuple)):
-        return ",".join(_text(x) for x in v) or "(none)"
-    return "(none)" if v is None else str(v)
 
 
 # ---------------------------------------------------------------------------------------------------- export

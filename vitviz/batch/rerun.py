@@ -30,11 +30,12 @@ class ResumeMismatch(ValueError):
     """The output folder holds maps made with other settings (the message names the folder and what changed)."""
 
 
-def _text(v: Any) -> str:
+def setting_text(v: Any) -> str:
+    """A setting's value in words ("on", "off", "a,b", "(none)"), for messages that compare settings."""
     if isinstance(v, bool):
         return "on" if v else "off"
     if isinstance(v, (list, tuple)):
-        return ",".join(_text(x) for x in v) or "(none)"
+        return ",".join(setting_text(x) for x in v) or "(none)"
     return "(none)" if v is None else str(v)
 
 
@@ -49,9 +50,9 @@ def changes(old: Mapping[str, Any], new: Mapping[str, Any], flags: Mapping[str, 
                 for x, r in zip((old, new), refs))
         out.append(f"the model changed (sha256 {a} before, {b} now)")
     for key in list(new) + [k for k in old if k not in new]:  # in the order of the settings
-        if key in (MODEL_KEY, "model") or _text(old.get(key)) == _text(new.get(key)):
+        if key in (MODEL_KEY, "model") or setting_text(old.get(key)) == setting_text(new.get(key)):
             continue
-        out.append(f"{flags.get(key, key)} {_text(old.get(key))} before, {_text(new.get(key))} now")
+        out.append(f"{flags.get(key, key)} {setting_text(old.get(key))} before, {setting_text(new.get(key))} now")
     return out
 
 
