@@ -115,11 +115,17 @@ def test_feature_pca_is_drawn_in_its_own_colours(qtbot, window, image_path):
     assert c.overlay_item.isVisible() and not c.rgb_item.isVisible()
 
 
-def test_legrads_pooling_switches_without_a_new_pass(qtbot, window, image_path):
+def test_legrads_pooling_control_takes_a_new_pass_for_the_other_pooling(qtbot, window, image_path):
     r = open_and_wait(qtbot, window, image_path)
-    assert set(r.legrad) == {"mean", "model"}  # the window takes both poolings in its one pass
+    assert set(r.legrad) == {"mean"}  # the pass takes LeGrad for the pooling shown only
     window.set_view("legrad")
+    combo = window.controls.legrad_pooling
+    assert combo.isEnabled() and combo.currentData() == "mean"
     shown = np.asarray(window.canvas.overlay_values).copy()
-    window.session.set_options(legrad_pooling="model")
-    assert window.session.result is r and window.session.current_map() is not None
-    assert not np.array_equal(window.session.current_map(), shown)
+    combo.setCurrentIndex(combo.findData("model"))  # the model's own pooling: the image is analysed again
+    qtbot.waitUntil(lambda: window.session.result is not r and "model" in window.session.result.legrad, timeout=20000)
+    assert window.session.options.legrad_pooling == "model" and window.session.current_map() is not None
+    assert not np.array_equal(np.asarray(window.canvas.overlay_values), shown)
+    assert window.session.result.target == r.target
+    window.set_view("cls")
+    assert not combo.isEnabled()

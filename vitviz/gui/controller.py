@@ -23,7 +23,6 @@ from vitviz.devices import available_devices, available_precisions, normalise_de
 from vitviz.document.target_choice import TargetChoice, as_choice
 from vitviz.gui.worker import Job, TaskRunner, split_detail
 from vitviz.model.sources.refs import describe_ref
-from vitviz.views.options import option
 
 EVALUATIONS_KEPT = 32  # faithfulness tables kept (a few KB each)
 EVALUATION_BATCH = 32  # at most this many perturbed images per forward in the window
@@ -78,6 +77,7 @@ class Controller(QObject):
         self.precision = precision if precision in available_precisions(self.device) else "auto"
         self.requested: str | None = None  # the image most recently asked for (PageDown counts from it)
         self.memory_images: dict[str, Any] = {}  # name -> PIL image, for images given in memory (vitviz.show)
+        self.legrad_poolings: tuple[str, ...] = ("mean",)  # LeGrad's pooling the view shows (another one: a new pass)
         self._waiting: tuple[str, Any, Any, bool] | None = None  # an image waiting for a model
         self.target_choice: TargetChoice | None = None  # the standing target (None: each image's top class)
         self._target: tuple[int, Any] | None = None  # (generation, the standing target made for that model)
@@ -299,13 +299,13 @@ class Controller(QObject):
             try:
                 if choice is not None:
                     t = made if made is not None else choice.build(pipeline, reference=reference)
-                res = pipeline.run(image, source=source, target=t, legrad=option("legrad_pooling").choices)
+                res = pipeline.run(image, source=source, target=t, legrad=self.legrad_poolings)
             except TargetError as e:
                 if not remade:  # chosen now, or made for this model already: the window stays as it was
                     raise
                 # the standing target made again for another model does not fit it: dropped, the top class instead
                 t, note = None, f"The target ({choice.describe()}) was dropped: {e}"
-                res = pipeline.run(image, source=source, target=None, legrad=option("legrad_pooling").choices)
+                res = pipeline.run(image, source=source, target=None, legrad=self.legrad_poolings)
             return res, remember, generation, pixel_digest(res.rgb), None if choice is None else (choice, t, note,
                                                                                                     standing)
 

@@ -188,6 +188,7 @@ class MainWindow(QMainWindow):
         c.export_caption.toggled.connect(lambda b: self._set(caption=b))
         c.mask_background.toggled.connect(lambda b: self._set(mask_background=b))
         c.pca_joint.toggled.connect(lambda b: self._set(pca_joint=b))
+        c.legrad_pooling.currentIndexChanged.connect(lambda i: self._set(legrad_pooling=c.legrad_pooling.itemData(i)))
         self.viewRefreshed.connect(self.open_tokens.follow)
         self.heads.headSelected.connect(self._on_head_tile)
         self.heads.grid_toggle.toggled.connect(self.acts.grid.setChecked)
@@ -377,6 +378,10 @@ class MainWindow(QMainWindow):
     def _set(self, **changes: Any) -> None:
         self.session.set_options(**changes)
         self.refresh_view()
+        r, pooling = self.session.result, self.session.options.legrad_pooling
+        self.controller.legrad_poolings = (pooling,)  # LeGrad is taken in the pass for the pooling shown
+        if "legrad_pooling" in changes and r is not None and r.legrad and pooling not in r.legrad:
+            self.controller.rerun(r, r.target)
 
     def set_view(self, key: str) -> None:
         self._set(view=key)

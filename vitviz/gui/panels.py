@@ -111,6 +111,11 @@ class ControlsPanel(QWidget):
         self.pca_joint = QCheckBox(option("pca_joint").label)  # feature PCA only
         self.pca_joint.setToolTip(option("pca_joint").help)
         form.addRow(self.pca_joint)
+        self.legrad_pooling = QComboBox()  # LeGrad only
+        for value, words in option("legrad_pooling").labelled():
+            self.legrad_pooling.addItem(words, value)
+        self.legrad_pooling.setToolTip(option("legrad_pooling").help)
+        form.addRow(option("legrad_pooling").label, self.legrad_pooling)
         lay.addWidget(lh)
 
         ro = QGroupBox("Rollout")
@@ -177,7 +182,8 @@ class ControlsPanel(QWidget):
         r = session.result
         v = session.view
         widgets = (self.view_group, self.layer_slider, self.head_combo, self.fusion_combo, self.discard_spin,
-                   self.cmap_combo, self.opacity_slider, self.interp_combo, self.mask_background, self.pca_joint)
+                   self.cmap_combo, self.opacity_slider, self.interp_combo, self.mask_background, self.pca_joint,
+                   self.legrad_pooling)
         for w in widgets:
             w.blockSignals(True)
         try:
@@ -223,6 +229,8 @@ class ControlsPanel(QWidget):
             self.mask_background.setEnabled("mask_background" in reads)
             self.pca_joint.setChecked(bool(o.pca_joint))
             self.pca_joint.setEnabled("pca_joint" in reads)
+            self.legrad_pooling.setCurrentIndex(max(0, self.legrad_pooling.findData(o.legrad_pooling)))
+            self.legrad_pooling.setEnabled("legrad_pooling" in reads)
         finally:
             for w in widgets:
                 w.blockSignals(False)
