@@ -111,7 +111,9 @@ class ControlsPanel(QWidget):
         self.pca_joint = QCheckBox(option("pca_joint").label)  # feature PCA only
         self.pca_joint.setToolTip(option("pca_joint").help)
         form.addRow(self.pca_joint)
-        self.legrad_pooling = QComboBox()  # LeGrad only
+        self.legrad_pooling = QComboBox()  # LeGrad only; as narrow as its words (the dock must not widen)
+        self.legrad_pooling.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.legrad_pooling.setMinimumContentsLength(8)
         for value, words in option("legrad_pooling").labelled():
             self.legrad_pooling.addItem(words, value)
         self.legrad_pooling.setToolTip(option("legrad_pooling").help)

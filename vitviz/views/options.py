@@ -183,7 +183,7 @@ BUILTIN_OPTIONS: tuple[Option, ...] = (
            from_end=True, help="LeGrad: the first layer summed (negative: from the end; -2, the last two layers, is "
            "the official default)"),
     Option("legrad_pooling", "choice", "mean", choices=("mean", "model"), label="LeGrad pooling", analysis=True,
-           labels=("Mean of all tokens (LeGrad's)", "The model's own pooling"),
+           labels=("Mean of all tokens", "Model's own"),
            help="LeGrad: how each layer's tokens are pooled before the head"),
     Option("legrad_correction", "bool", True, label="Neutral-prompt correction", analysis=True,
            help="LeGrad on SigLIP prompts: zero the patches a neutral prompt ('a photo of a') lights up, as the "
