@@ -64,6 +64,15 @@ def _int(env: Mapping[str, str], name: str, who: str) -> int:
         raise LaunchError(f"{name}={text!r}: not an integer ({who} sets a whole number; {OVERRIDE})") from None
 
 
+
+def _checked_rank(rank: int, rank_name: str, size: int, size_name: str) -> tuple[int, int]:
+    """``(rank, size)`` once ``size >= 1`` and ``0 <= rank < size``; else LaunchError naming the variable."""
+    if size < 1:
+        raise LaunchError(f"{size_name}={size}: must be at least 1 ({OVERRIDE})")
+    if not 0 <= rank < size:
+        raise LaunchError(f"{rank_name}={rank}: must be between 0 and {size_name} - 1 = {size - 1} ({OVERRIDE})")
+    return rank, size
+
 def _torchrun(env: Mapping[str, str]) -> tuple[int, int] | None:
     """``(rank, world size)`` (0-based rank) of torchrun, or None when neither variable is set."""
     if _value(env, "RANK") is None and _value(env, "WORLD_SIZE") is None:
@@ -71,11 +80,7 @@ def _torchrun(env: Mapping[str, str]) -> tuple[int, int] | None:
     who = "torchrun"
     world = _int(env, "WORLD_SIZE", who)
     rank = _int(env, "RANK", who)
-    if world < 1:
-        raise LaunchError(f"WORLD_SIZE={world}: must be at least 1 ({OVERRIDE})")
-    if not 0 <= rank < world:
-        raise LaunchError(f"RANK={rank}: must be between 0 and WORLD_SIZE - 1 = {world - 1} ({OVERRIDE})")
-    return rank, world
+    return _checked_rank(rank, "RANK", world, "WORLD_SIZE")
 
 
 def _slurm_array(env: Mapping[str, str]) -> tuple[int, int, str] | None:
@@ -119,11 +124,7 @@ def _slurm_tasks(env: Mapping[str, str]) -> tuple[int, int] | None:
         ntasks = _int(env, "SLURM_NPROCS", who)
     else:
         ntasks = _int(env, "SLURM_NTASKS", who)
-    if ntasks < 1:
-        raise LaunchError(f"SLURM_NTASKS={ntasks}: must be at least 1 ({OVERRIDE})")
-    if not 0 <= rank < ntasks:
-        raise LaunchError(f"SLURM_PROCID={rank}: must be between 0 and SLURM_NTASKS - 1 = {ntasks - 1} ({OVERRIDE})")
-    return rank, ntasks
+    return _checked_rank(rank, "SLURM_PROCID", ntasks, "SLURM_NTASKS")
 
 
 def _torchrun_device(env: Mapping[str, str], device: str) -> str:

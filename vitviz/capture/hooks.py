@@ -42,7 +42,7 @@ from vitviz.capture.gradient_maps import gradcam_layers, legrad_layers
 from vitviz.capture.model_head import LEGRAD_POOLINGS, embedding_of, is_feature_model
 from vitviz.capture.preflight import CAPTURE_LOCK, check_capture_memory, model_device_dtype, resolve_target
 from vitviz.capture.results import Capture, CaptureError
-from vitviz.capture.targets import Target, TargetError, Text, as_target, target_scores
+from vitviz.capture.targets import Target, Text, as_target, differentiable_scores, target_scores
 
 
 def _check_model(model: Any) -> list[nn.Module]:
@@ -258,10 +258,7 @@ def capture(
 
                     # the pooled embedding: the classifier's input (first call of the head: the model's own pass)
                     embedding = embedding_of(model, logits, live_head_in[0] if live_head_in else None)
-                    scores = score(logits, embedding)
-                    if not scores.requires_grad:
-                        raise TargetError(f"target {spec.describe()}: its value does not depend on the model's output, "
-                                          "so it has no gradient")
+                    scores = differentiable_scores(spec, logits, embedding, tgt)
                     scores_out = scores.detach().float().to(store_device)
                     norm1 = [t for t in live_norm1 if t is not None] if want_gradcam else []
                     sel = scores.sum()

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 __all__ = ["CallableTarget", "ClassTarget", "SimilarityTarget", "Target", "TargetError", "Text", "as_target",
-           "target_scores"]
+           "differentiable_scores", "target_scores"]
 
 
 class TargetError(ValueError):
@@ -265,3 +265,18 @@ def target_scores(target: Target, output: torch.Tensor, embedding: torch.Tensor 
             values.append(y.reshape(()))
         return torch.stack(values)
     raise TargetError(f"unknown target {target!r}")
+
+
+def differentiable_scores(target: Target, output: torch.Tensor, embedding: torch.Tensor | None,
+                          classes: torch.Tensor | None = None, *, owner: str = "model") -> torch.Tensor:
+    """:func:`target_scores`, checked to be in the autograd graph of ``output`` (a gradient to explain).
+
+    Raises:
+        TargetError: as :func:`target_scores`, or a value that does not depend on the ``owner``'s output (a constant,
+            a detached tensor).
+    """
+    scores = target_scores(target, output, embedding, classes)
+    if not scores.requires_grad:
+        raise TargetError(f"target {target.describe()}: its value does not depend on the {owner}'s output, so it has "
+                          "no gradient")
+    return scores

@@ -87,7 +87,7 @@ def _check_target(pipe: Any, target: Any, items: list[tuple[str, Any]]) -> Any:
     """``target`` as the window's standing target, checked before any window opens: a function of the output is
     called on the first image's output (one forward pass, with autograd on), so that one that raises, returns no
     tensor, no scalar or a value that does not depend on the output is one :class:`TargetError` naming it."""
-    from vitviz.capture.targets import CallableTarget, TargetError, as_target, target_scores
+    from vitviz.capture.targets import CallableTarget, TargetError, as_target, differentiable_scores
     from vitviz.document.target_choice import as_choice
 
     try:
@@ -112,10 +112,7 @@ def _check_target(pipe: Any, target: Any, items: list[tuple[str, Any]]) -> Any:
     with torch.enable_grad():
         out = pipe.model(x)
         out = out[0] if isinstance(out, (tuple, list)) else out
-        value = target_scores(t, out, None)
-    if not value.requires_grad:
-        raise TargetError(f"target {t.describe()}: its value does not depend on the model's output, so it has no "
-                          "gradient to explain")
+        differentiable_scores(t, out, None)  # TargetError: raises, not a scalar, not of the output
     return t
 
 

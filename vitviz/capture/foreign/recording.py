@@ -24,7 +24,7 @@ from vitviz.capture.foreign.explicit_attention import SDPA_ARGS, mha_forward, sd
 from vitviz.capture.foreign.layout_finder import Layout, Pattern, find_layout, patch_convs, short_paths
 from vitviz.capture.preflight import CAPTURE_LOCK, check_capture_memory, model_device_dtype, resolve_target
 from vitviz.capture.results import Capture, CaptureError
-from vitviz.capture.targets import TargetError, target_scores
+from vitviz.capture.targets import TargetError, differentiable_scores
 
 _OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
@@ -488,10 +488,7 @@ def record_module(
                     if spec is None:
                         raise TargetError("the module's output is features, not class scores: give a similarity "
                                           "target or a function of the output")
-                    scores = target_scores(spec, logits, logits if features else None, tgt)
-                    if not scores.requires_grad:
-                        raise TargetError(f"target {spec.describe()}: its value does not depend on the module's "
-                                          "output, so it has no gradient")
+                    scores = differentiable_scores(spec, logits, logits if features else None, tgt, owner="module")
                     scores_out = scores.detach().float().to(run.store_device)
                     sel = scores.sum()
                     grads = torch.autograd.grad(sel, live, allow_unused=True)

@@ -47,7 +47,7 @@ from vitviz.capture.model_head import LEGRAD_POOLINGS, embedding_of, is_feature_
 from vitviz.capture.preflight import CAPTURE_LOCK, model_device_dtype, resolve_target
 from vitviz.capture.results import CaptureError
 from vitviz.capture.streaming.budget import graph_fits
-from vitviz.capture.targets import Target, TargetError, as_target, target_scores
+from vitviz.capture.targets import Target, as_target, differentiable_scores, target_scores
 from vitviz.model.vit import ViT
 
 __all__ = ["StreamedPass", "stream_pass", "streamable"]
@@ -278,10 +278,7 @@ def stream_pass(model: nn.Module, images: torch.Tensor, observers: Sequence[Any]
 
                 with torch.enable_grad():
                     embedding = embedding_of(model, logits, head_in[0] if head_in else None)
-                    scores = score(logits, embedding)
-                    if not scores.requires_grad:
-                        raise TargetError(f"target {spec.describe()}: its value does not depend on the model's "
-                                          "output, so it has no gradient")
+                    scores = differentiable_scores(spec, logits, embedding, classes)
                     scores_out = scores.detach().float().to(store_device)
                     wrt = [z_last] + ([pool_live] if pool_live is not None else [])
                     grads = torch.autograd.grad(scores.sum(), wrt, allow_unused=True)
