@@ -32,9 +32,16 @@ default, and with ``MALLOC_MMAP_THRESHOLD_=65536`` (glibc returns every large fr
 the peak is what was alive; by default glibc raises that threshold as blocks are freed and keeps some freed memory,
 tens of MiB here, which makes the default figures wobble by about that much).
 
+``--window``: what the window holds for its open images: ViT-B/16 at 384 px (577 tokens) run in bf16 (what ``auto``
+chooses on a CPU or GPU that multiplies bf16 natively), 1 .. 8 images opened one after another and kept (every layer's
+attention, tokens and attention gradients, as the window keeps them to switch layers), then the window's maps of each
+(the [CLS] attention of every layer, rollout, relevance, the distance and entropy plots). Two ways of storing: in the
+model's precision (bf16, what the window does) and promoted to float32 (what it did before); each cell a new process.
+
 Usage:
     .venv/bin/python bench/memory.py [--only imports,create_h14,...] [--keep DIR]
     .venv/bin/python bench/memory.py --depth [--depths 1,2,4,8,12]
+    .venv/bin/python bench/memory.py --window [--images 1,4,8]
 
 The 2.5 GB checkpoint and the 20000 x 20000 JPEG are written to a temporary folder (or ``--keep DIR``, reused when
 present). Numbers are MiB; on a 2-core machine the whole run takes a few minutes (the ViT-H passes dominate).
@@ -130,10 +137,66 @@ def _depth_child(name: str) -> dict:
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
+def _window_child(name: str) -> dict:
+    """``window_bf16_N`` / ``window_float32_N``: N images opened in a bf16 pipeline and kept, then their maps."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from vitviz.document.session import Session
+    from vitviz.model import create_model
+    from vitviz.pipeline import Pipeline
+
+    store, n = name.split("_")[1], int(name.split("_")[2])
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    torch.manual_seed(0)
+    if store == "float32":  # what the window stored before: the bf16 model's values promoted to float32
+        Pipeline.store_dtype = property(lambda self: torch.float32)
+    pipe = Pipeline(create_model("vit_base_patch16_384").eval(), precision="bf16")
+    rng = np.random.default_rng(0)
+    base = _status_mib("VmRSS")
+    t0 = time.perf_counter()
+    results = [pipe.run(Image.fromarray((rng.random((400, 400, 3)) * 255).astype(np.uint8)), source=f"{i}.png")
+               for i in range(n)]
+    opened = round(_status_mib("VmHWM") - base)
+    for r in results:  # what the window computes as the user looks at each image
+        s = Session()
+        s.set_result(r)
+        for layer in range(r.num_layers):
+            s.set_options(view="cls", layer=layer)
+            s.current_map()
+        for view in ("rollout", "relevance"):
+            s.set_options(view=view, layer=0)
+            s.current_map()
+        s.mean_distances()
+        s.entropies()
+    stored = sum(t.numel() * t.element_size() for r in results
+                 for t in (r.attentions, r.tokens, r.attention_grads))
+    return {"scenario": name, "base_mib": round(base), "peak_mib": round(_status_mib("VmHWM")),
+            "opened_mib": opened, "stored_mib": round(stored / 2**20), "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _window_table(counts: list[int], folder: Path) -> None:
+    print("\nThe window's open images: ViT-B/16 at 384 px in bf16, every layer kept; MiB above the resident size with "
+          "the model built (stored: the results' tensors; peak: after each image's maps), each cell a new process")
+    print("| images | stored, float32 | stored, bf16 | peak, float32 | peak, bf16 | peak float32 / bf16 |")
+    print("|---|---|---|---|---|---|")
+    for n in counts:
+        f32, b16 = (_run_child(f"window_{k}_{n}", folder) for k in ("float32", "bf16"))
+        if isinstance(f32, str) or isinstance(b16, str):
+            print(f"| {n} | {f32} | {b16} | | | |", flush=True)
+            continue
+        pf, pb = f32["peak_mib"] - f32["base_mib"], b16["peak_mib"] - b16["base_mib"]
+        print(f"| {n} | {f32['stored_mib']} | {b16['stored_mib']} | {pf} | {pb} | {pf / max(pb, 1):.2f}x |",
+              flush=True)
+
+
 def _child(name: str, folder: Path) -> dict:
     """Run one scenario in this (fresh) process; return its numbers."""
     if name.startswith("depth_"):
         return _depth_child(name)
+    if name.startswith("window_"):
+        return _window_child(name)
     import torch
 
     import vitviz.analysis  # imported by the pipeline: part of the floor, not of the scenario
@@ -239,6 +302,8 @@ def main() -> int:
     ap.add_argument("--keep", help="folder for the big files (kept and reused)")
     ap.add_argument("--depth", action="store_true", help="the stored against the streamed route by depth")
     ap.add_argument("--depths", default="1,2,4,8,12", help="depths of --depth (default 1,2,4,8,12)")
+    ap.add_argument("--window", action="store_true", help="the window's open images: bf16 against float32 storage")
+    ap.add_argument("--images", default="1,4,8", help="image counts of --window (default 1,4,8)")
     args = ap.parse_args()
     if args.scenario:
         print(json.dumps(_child(args.scenario, Path(args.folder))))
@@ -258,6 +323,9 @@ def main() -> int:
             depths = [int(d) for d in args.depths.split(",")]
             _depth_table(depths, folder)
             _depth_table(depths, folder, {"MALLOC_MMAP_THRESHOLD_": "65536"})
+            return 0
+        if args.window:
+            _window_table([int(n) for n in args.images.split(",")], folder)
             return 0
         _prepare(folder, names)
         print("MiB of peak resident memory (VmHWM), each in a new process")

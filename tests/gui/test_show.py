@@ -214,3 +214,14 @@ def test_show_refuses_a_prompt_without_a_text_tower_before_any_window(tiny_model
     with pytest.raises(TargetError, match="its text tower is unknown"):
         vitviz.show(tiny_model, _sample(), target=Text("a cat"), block=False, settings=settings)
     assert not errors
+
+
+def test_show_takes_image_tensors_in_reduced_precision(qtbot, style_c, settings, errors):
+    """A [C, H, W] tensor in [0, 1] is an image in any float precision (bfloat16 has no numpy dtype)."""
+    x = torch.rand(3, 30, 40)
+    w = vitviz.show(style_c, [x.to(torch.bfloat16), x.to(torch.float16)], block=False, settings=settings)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: errors or w.session.result is not None, timeout=30000)
+    assert not errors and w.session.result.image_size == (30, 40)
+    want = np.clip(np.round(x.to(torch.bfloat16).double().permute(1, 2, 0).numpy() * 255), 0, 255).astype(np.uint8)
+    np.testing.assert_array_equal(w.session.result.rgb, want)

@@ -16,7 +16,7 @@ class Squared(views.View):
 
     def compute(self, result, options):
         p = result.num_prefix_tokens
-        return views.as_grid(result.attentions[-1].mean(0)[p + options.query, p:] ** 2, result.grid)
+        return views.as_grid(result.attentions[-1].float().mean(0)[p + options.query, p:] ** 2, result.grid)
 
 
 def test_a_registered_view_is_listed_and_drawn(qtbot, tiny_model, settings, image_path):
@@ -33,7 +33,7 @@ def test_a_registered_view_is_listed_and_drawn(qtbot, tiny_model, settings, imag
         w.controls.view_buttons["toy_square"].click()  # the user picks it
         assert w.session.options.view == "toy_square"
         w.set_query(5)
-        ref = (r.attentions[-1].mean(0)[1 + 5, 1:] ** 2).reshape(r.grid).numpy()
+        ref = (r.attentions[-1].float().mean(0)[1 + 5, 1:] ** 2).reshape(r.grid).numpy()
         np.testing.assert_allclose(np.asarray(w.canvas.overlay_values), ref, rtol=1e-6)
         # it reads only the query: layer, head and rollout controls are disabled
         assert not w.controls.layer_slider.isEnabled() and not w.controls.head_combo.isEnabled()

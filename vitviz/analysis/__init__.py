@@ -5,7 +5,9 @@ One image's tensors: ``attn [L, H, N, N]``, ``grads [L, H, N, N]``, ``tokens [L+
 ``capture.attentions.transpose(0, 1)``) and return ``[B, ...]`` equal to per-image calls. Maps are ``[gh, gw]``
 over the patch tokens, raw (not normalised for display).
 
-Plain torch: float32 and float64, CPU or CUDA, run the same code.
+Plain torch: float32 and float64, CPU or CUDA, run the same code. float16 / bfloat16 inputs (a model's precision, in
+which results keep their layers) are computed in float32: the attention functions promote each layer or row they read
+(:func:`vitviz.analysis.basics.compute_dtype`), never the whole stack at once.
 """
 
 from __future__ import annotations

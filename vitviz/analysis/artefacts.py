@@ -26,7 +26,7 @@ from typing import Any, Literal
 import torch
 
 from vitviz.analysis.attention_maps import check_grads
-from vitviz.analysis.basics import as_float, check_attn, with_batch_dim
+from vitviz.analysis.basics import as_float, as_floating, check_attn, compute_dtype, with_batch_dim
 
 __all__ = [
     "ArtefactTokens", "artefact_attention_share", "exclude_tokens", "high_norm_tokens", "register_attention_share",
@@ -253,15 +253,17 @@ Query = Literal["cls", "patches"]
 
 
 def _query_rows(a: torch.Tensor, query: Query | int, p: int) -> torch.Tensor:
-    """``a [B, L, H, N, N]`` -> the chosen query rows averaged: ``[B, L, H, N]``."""
+    """``a [B, L, H, N, N]`` -> the chosen query rows averaged: ``[B, L, H, N]`` in :func:`compute_dtype` (only the
+    rows read are promoted)."""
+    dt = compute_dtype(a)
     if query == "cls":
         if p < 1:
             raise ValueError("query='cls' needs a [CLS] token (num_prefix_tokens >= 1)")
-        return a[..., 0, :]
+        return a[..., 0, :].to(dt)
     if query == "patches":
-        return a[..., p:, :].mean(-2)
+        return torch.stack([a[:, l, :, p:, :].to(dt).mean(-2) for l in range(a.shape[1])], dim=1)
     if isinstance(query, int) and not isinstance(query, bool) and -a.shape[-1] <= query < a.shape[-1]:
-        return a[..., query, :]
+        return a[..., query, :].to(dt)
     raise ValueError(f"query={query!r}; valid: 'cls', 'patches' or a token index")
 
 
@@ -284,7 +286,7 @@ def register_attention_share(
     Returns:
         ``[L]`` or ``[L, H]`` (``[B, ...]`` for a batch), in [0, 1].
     """
-    a, batched = check_attn(as_float(attn, "attn"))
+    a, batched = check_attn(as_floating(attn, "attn"))
     p, R = int(num_prefix_tokens), int(num_registers)
     if not 0 <= R <= p <= a.shape[-1]:
         raise ValueError(f"need 0 <= num_registers ({R}) <= num_prefix_tokens ({p}) <= {a.shape[-1]} tokens")
@@ -311,11 +313,11 @@ def artefact_attention_share(
     Returns:
         ``[L]`` or ``[L, H]`` (``[B, ...]`` for a batch), in [0, 1].
     """
-    a, batched = check_attn(as_float(attn, "attn"))
+    a, batched = check_attn(as_floating(attn, "attn"))
     B, N, p = a.shape[0], a.shape[-1], int(num_prefix_tokens)
     if not 0 <= p <= N:
         raise ValueError(f"num_prefix_tokens={p} must be in [0, {N}]")
-    m = _patch_mask(mask, B, N - p, batched).to(device=a.device, dtype=a.dtype)  # [B, P]
+    m = _patch_mask(mask, B, N - p, batched).to(device=a.device, dtype=compute_dtype(a))  # [B, P]
     rows = _query_rows(a, query, p)[..., p:]  # [B, L, H, P]
     share = (rows * m[:, None, None, :]).sum(-1)
     share = share if per_head else share.mean(-1)

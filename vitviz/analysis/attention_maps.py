@@ -19,9 +19,11 @@ from vitviz.analysis.basics import (
     Head,
     HeadFusion,
     as_float,
+    as_floating,
     check_attn,
     check_choice,
     check_layer,
+    compute_dtype,
     discard_count,
     fuse_heads,
     resolve_grid,
@@ -53,12 +55,12 @@ def query_attention(
     Returns:
         ``[gh, gw]`` (or ``[B, gh, gw]``).
     """
-    a, batched = check_attn(as_float(attn, "attn"))
+    a, batched = check_attn(as_floating(attn, "attn"))
     B, L, H, N, _ = a.shape
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     layer = check_layer(layer, L)
     q = check_layer(query, N, "query")
-    row = a[:, layer, :, q, num_prefix_tokens:]  # [B, H, M]
+    row = a[:, layer, :, q, num_prefix_tokens:].to(compute_dtype(a))  # [B, H, M]: only this row is promoted
     out = fuse_heads(row, head, dim=1).reshape(B, gh, gw)
     return out if batched else out[0]
 
@@ -117,9 +119,16 @@ def _discard_(A: torch.Tensor, num_prefix_tokens: int, discard_ratio: float) -> 
 
 
 def fused_heads(a: torch.Tensor, head_fusion: HeadFusion) -> torch.Tensor:
-    """``a [B, L, H, R, N]`` -> ``[B, L, R, N]``, heads fused; a new tensor (the caller's is never modified)."""
+    """``a [B, L, H, R, N]`` -> ``[B, L, R, N]``, heads fused, in :func:`compute_dtype`; a new tensor (the caller's
+    is never modified). A float16 / bfloat16 stack is promoted one layer at a time."""
     check_choice(head_fusion, FUSIONS, "head_fusion")
     B, L, H, R, N = a.shape
+    dt = compute_dtype(a)
+    if a.dtype != dt:
+        out = torch.empty((B, L, R, N), dtype=dt, device=a.device)
+        for l in range(L):
+            out[:, l] = fused_heads(a[:, l:l + 1].to(dt), head_fusion)[:, 0]
+        return out
     if head_fusion == "mean" and a.is_contiguous():  # a GEMV over heads: one pass, faster than mean()
         w = torch.full((1, H), 1.0 / H, dtype=a.dtype, device=a.device)
         return torch.matmul(w, a.view(B * L, H, R * N)).view(B, L, R, N)
@@ -160,7 +169,7 @@ def rollout_transitions(
     Returns:
         ``[L, N, N]`` (or ``[B, L, N, N]``) float32 (float64 for float64 input).
     """
-    a, batched = check_attn(as_float(attn, "attn"))
+    a, batched = check_attn(as_floating(attn, "attn"))
     A = transitions_from_fused(fused_heads(a, head_fusion), num_prefix_tokens, discard_ratio)
     return A if batched else A[0]
 
@@ -197,7 +206,8 @@ def pool_row_of_product(T: torch.Tensor, row: torch.Tensor, *, residual: bool) -
 
 
 def check_query_row(a: torch.Tensor, query_row: Any, batched: bool, what: str = "query_row") -> torch.Tensor:
-    """``query_row`` ``[H, N]`` (or ``[B, H, N]``) as float ``[B, H, N]`` matching ``a [B, L, H, N, N]``."""
+    """``query_row`` ``[H, N]`` (or ``[B, H, N]``) as ``[B, H, N]`` in ``a``'s :func:`compute_dtype`, matching
+    ``a [B, L, H, N, N]``."""
     r = as_float(query_row, what)
     if not batched and r.ndim == 2:
         r = r[None]
@@ -205,7 +215,7 @@ def check_query_row(a: torch.Tensor, query_row: Any, batched: bool, what: str = 
     if tuple(r.shape) != (B, H, N):
         raise ValueError(f"{what} must have shape {(H, N) if not batched else (B, H, N)} (heads x tokens of the "
                          f"attention), got {tuple(r.shape)}")
-    return r.to(a.dtype)
+    return r.to(compute_dtype(a))
 
 
 def cls_row(A: torch.Tensor, last: torch.Tensor, num_prefix_tokens: int, discard_ratio: float, *,
@@ -254,7 +264,7 @@ def attention_rollout(
     Returns:
         ``[gh, gw]`` (or ``[B, gh, gw]``) float32 (float64 for float64 input).
     """
-    a, batched = check_attn(as_float(attn, "attn"))
+    a, batched = check_attn(as_floating(attn, "attn"))
     B, L, H, N, _ = a.shape
     if query_row is None and num_prefix_tokens < 1:
         raise ValueError("attention_rollout needs a [CLS] token (num_prefix_tokens >= 1) or a pooling head's "
@@ -266,30 +276,36 @@ def attention_rollout(
         r = fused_heads(check_query_row(a, query_row, batched)[:, None, :, None].contiguous(), head_fusion)[:, 0, 0]
         row = pool_row_of_product(transitions_from_fused(fused_heads(a[:, s:], head_fusion), num_prefix_tokens,
                                                            discard_ratio), r, residual=False)
-        out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
+        out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(compute_dtype(a))
         return out if batched else out[0]
     A = fused_heads(a[:, s:-1], head_fusion)
     # only the [CLS] row of the last layer (made contiguous: the same GEMV over heads as the other layers)
     last = fused_heads(a[:, -1:, :, :1].contiguous(), head_fusion)[:, 0, 0]
     row = cls_row(A, last, num_prefix_tokens, discard_ratio)
-    out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
+    out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(compute_dtype(a))
     return out if batched else out[0]
 
 
 def grad_weighted(a: torch.Tensor, g: torch.Tensor, clamp: GradClamp) -> torch.Tensor:
-    """``[B, L, H, R, N]`` x2 -> ``[B, L, R, N]``: mean_h(A*G) clamped at 0 after or before the mean.
+    """``[B, L, H, R, N]`` x2 -> ``[B, L, R, N]``: mean_h(A*G) clamped at 0 after or before the mean, in ``a``'s
+    :func:`compute_dtype`.
 
-    One (image, layer) at a time so that the ``[H, R, N]`` product stays in cache; the mean over heads is a GEMV with
-    weights 1/H (faster than a sum and a division).
+    One (image, layer) at a time so that the ``[H, R, N]`` product stays in cache (and a float16 / bfloat16 stack is
+    promoted one layer at a time); the mean over heads is a GEMV with weights 1/H (faster than a sum and a division).
     """
     check_choice(clamp, CLAMPS, "clamp")
     B, L, H, R, N = a.shape
-    out = torch.empty((B, L, R, N), dtype=a.dtype, device=a.device)
-    buf = torch.empty((H, R, N), dtype=a.dtype, device=a.device)
-    w = torch.full((1, H), 1.0 / H, dtype=a.dtype, device=a.device)
+    dt = compute_dtype(a)
+    same = a.dtype == g.dtype == dt
+    out = torch.empty((B, L, R, N), dtype=dt, device=a.device)
+    buf = torch.empty((H, R, N), dtype=dt, device=a.device)
+    w = torch.full((1, H), 1.0 / H, dtype=dt, device=a.device)
     for b in range(B):
         for l in range(L):
-            torch.mul(a[b, l], g[b, l], out=buf)
+            if same:
+                torch.mul(a[b, l], g[b, l], out=buf)
+            else:  # both promoted exactly, then the same float product
+                buf.copy_(a[b, l]).mul_(g[b, l])
             if clamp == "before_mean":
                 buf.clamp_(min=0)
             torch.mm(w, buf.view(H, R * N), out=out[b, l].view(1, R * N))
@@ -299,13 +315,15 @@ def grad_weighted(a: torch.Tensor, g: torch.Tensor, clamp: GradClamp) -> torch.T
 
 
 def check_grads(a: torch.Tensor, grads: Any, batched: bool) -> torch.Tensor:
-    g = as_float(grads, "grads")
+    """``grads`` with ``a``'s shape ``[B, L, H, N, N]``; float16 / bfloat16 kept (promoted where they are read), else
+    in ``a``'s :func:`compute_dtype`."""
+    g = as_floating(grads, "grads")
     if not batched and g.ndim == 4:
         g = g[None]
     if tuple(g.shape) != tuple(a.shape):
         raise ValueError(f"grads must have the shape of attn {tuple(a.shape)}, got {tuple(g.shape)}")
-    if g.dtype != a.dtype:
-        g = g.to(a.dtype)
+    if g.dtype in (torch.float32, torch.float64) and g.dtype != compute_dtype(a):
+        g = g.to(compute_dtype(a))
     return g
 
 
@@ -348,7 +366,7 @@ def gradient_rollout(
     Returns:
         ``[gh, gw]`` (or ``[B, gh, gw]``) float32 (float64 for float64 input).
     """
-    a, batched = check_attn(as_float(attn, "attn"))
+    a, batched = check_attn(as_floating(attn, "attn"))
     if query_row is None and num_prefix_tokens < 1:
         raise ValueError("gradient_rollout needs a [CLS] token (num_prefix_tokens >= 1) or a pooling head's "
                          "query_row")
@@ -365,10 +383,10 @@ def gradient_rollout(
         v = grad_weighted(r.contiguous(), rg.contiguous(), clamp)[:, 0, 0]
         T = transitions_from_fused(grad_weighted(a[:, s:], g[:, s:], clamp), num_prefix_tokens, discard_ratio)
         row = pool_row_of_product(T, v, residual=False)
-        out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
+        out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(compute_dtype(a))
         return out if batched else out[0]
     A = grad_weighted(a[:, s:-1], g[:, s:-1], clamp)
     last = grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], clamp)[:, 0, 0]  # only its [CLS] row is needed
     row = cls_row(A, last, num_prefix_tokens, discard_ratio)
-    out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
+    out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(compute_dtype(a))
     return out if batched else out[0]

@@ -22,6 +22,24 @@ def check_choice(value: Any, valid: tuple[str, ...], name: str) -> None:
         raise ValueError(f"{name}={value!r}; valid: " + ", ".join(repr(v) for v in valid))
 
 
+def as_floating(x: Any, name: str) -> torch.Tensor:
+    """``x`` (torch tensor or numpy array) as a floating tensor in its own precision: float16 / bfloat16 are kept
+    (a stack stored in a model's reduced precision is then never copied whole: the analyses promote each slice they
+    read to :func:`compute_dtype`); other dtypes -> float32."""
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(np.ascontiguousarray(x))
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
+    x = x.detach()
+    return x if x.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) else x.float()
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the analyses compute ``x`` in: float64 for float64, float32 for everything else (float16 and
+    bfloat16 are promoted, exactly, before any arithmetic)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
 def as_float(x: Any, name: str) -> torch.Tensor:
     """``x`` (torch tensor or numpy array) as a floating tensor: float16/bfloat16 -> float32, float64 kept."""
     if isinstance(x, np.ndarray):

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from vitviz.analysis.basics import as_float, check_attn, resolve_grid
+from vitviz.analysis.basics import as_floating, check_attn, compute_dtype, resolve_grid
 
 __all__ = ["attention_entropy", "mean_attention_distance", "patch_distances"]
 
@@ -82,19 +82,20 @@ def mean_attention_distance(
     Returns:
         ``[L, H]`` (or ``[B, L, H]``) float32 pixels.
     """
-    a, batched = check_attn(as_float(attn, "attn"))
+    a, batched = check_attn(as_floating(attn, "attn"))
     N = a.shape[-1]
     gh, gw = resolve_grid(N, grid, num_prefix_tokens)
     p = int(num_prefix_tokens)
-    dist = _patch_distances(gh, gw, float(patch_size), a.dtype).to(a.device)
+    dt = compute_dtype(a)
+    dist = _patch_distances(gh, gw, float(patch_size), dt).to(a.device)
     B, L, H = a.shape[:3]
     M = N - p
-    num = torch.empty((B, L, H, M), dtype=a.dtype, device=a.device)
+    num = torch.empty((B, L, H, M), dtype=dt, device=a.device)
     den = torch.empty_like(num)
-    buf = torch.empty((H, M, M), dtype=a.dtype, device=a.device)
-    for b in range(B):  # one (image, layer) at a time: the [H, M, M] product stays in cache
+    buf = torch.empty((H, M, M), dtype=dt, device=a.device)
+    for b in range(B):  # one (image, layer) at a time: the [H, M, M] product stays in cache (and is promoted alone)
         for l in range(L):
-            _distance_sums_(a[b, l], p, dist, buf, num[b, l], den[b, l])
+            _distance_sums_(a[b, l].to(dt), p, dist, buf, num[b, l], den[b, l])
     out = _distance_from_sums(num, den)
     return out if batched else out[0]
 
@@ -110,12 +111,13 @@ def attention_entropy(attn: Any) -> torch.Tensor:
     Returns:
         ``[L, H]`` (or ``[B, L, H]``) float32.
     """
-    a, batched = check_attn(as_float(attn, "attn"))
+    a, batched = check_attn(as_floating(attn, "attn"))
     B, L, H, N, _ = a.shape
-    heads = torch.empty((B, L, H), dtype=a.dtype, device=a.device)  # sum over rows and keys of a log2 a
-    buf = torch.empty((H, N, N), dtype=a.dtype, device=a.device)
-    for b in range(B):  # one (image, layer) at a time: the [H, N, N] temporary stays in cache
+    dt = compute_dtype(a)
+    heads = torch.empty((B, L, H), dtype=dt, device=a.device)  # sum over rows and keys of a log2 a
+    buf = torch.empty((H, N, N), dtype=dt, device=a.device)
+    for b in range(B):  # one (image, layer) at a time: the [H, N, N] temporary stays in cache (and is promoted alone)
         for l in range(L):
-            _entropy_sum_(a[b, l], buf, heads[b, l])
+            _entropy_sum_(a[b, l].to(dt), buf, heads[b, l])
     out = _entropy_from_sums(heads, N)
     return out if batched else out[0]

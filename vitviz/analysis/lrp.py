@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from vitviz.analysis.attention_maps import check_grads, check_query_row, cls_row, grad_weighted, pool_row_of_product
-from vitviz.analysis.basics import as_float, check_attn, check_layer, resolve_grid
+from vitviz.analysis.basics import as_floating, check_attn, check_layer, compute_dtype, resolve_grid
 
 __all__ = ["relevance"]
 
@@ -43,7 +43,7 @@ def relevance(
     Returns:
         ``[gh, gw]`` (or ``[B, gh, gw]``) float32 (float64 for float64 input).
     """
-    a, batched = check_attn(as_float(attn, "attn"))
+    a, batched = check_attn(as_floating(attn, "attn"))
     if query_row is None and num_prefix_tokens < 1:
         raise ValueError("relevance needs a [CLS] token (num_prefix_tokens >= 1) or a pooling head's query_row")
     g = check_grads(a, grads, batched)
@@ -57,11 +57,11 @@ def relevance(
         rg = check_query_row(a, query_grads, batched, "query_grads")[:, None, :, None]
         v = grad_weighted(r.contiguous(), rg.contiguous(), "before_mean")[:, 0, 0]
         row = pool_row_of_product(grad_weighted(a[:, s:], g[:, s:], "before_mean"), v, residual=True)
-        out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
+        out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(compute_dtype(a))
         return out if batched else out[0]
     Abar = grad_weighted(a[:, s:-1], g[:, s:-1], "before_mean")
     last = grad_weighted(a[:, -1:, :, :1], g[:, -1:, :, :1], "before_mean")[:, 0, 0]  # its [CLS] row only
     # row 0 of (I + Abar_{L-1}) ... (I + Abar_s), which is R after the loop above
     row = cls_row(Abar, last, num_prefix_tokens, 0.0, residual=True)
-    out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(a.dtype)
+    out = row[:, num_prefix_tokens:].reshape(B, gh, gw).to(compute_dtype(a))
     return out if batched else out[0]

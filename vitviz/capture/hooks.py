@@ -105,7 +105,8 @@ def capture(
             ``"POOLING|neutral"`` (SigLIP's neutral-prompt correction: :func:`vitviz.analysis.legrad_map`).
         store_dtype: dtype of the stored attentions and tokens (float16 halves their memory).
         grad_dtype: dtype of the stored gradients (default: ``store_dtype``). float16 flushes magnitudes below
-            ~6e-8 to zero; prefer float32 or bfloat16 for gradients of large models.
+            ~6e-8 to zero; prefer float32 or bfloat16 for gradients of large models. LeGrad's and GradCAM's maps
+            (computed in float32, one value per layer and patch) are stored in float32 whatever these say.
         store_device: where the results are stored (default CPU).
 
     Returns:
@@ -266,11 +267,11 @@ def capture(
                                                 retain_graph=want_legrad)
                     if want_gradcam:
                         gradcam_maps = gradcam_layers(norm1, grads[len(grads) - len(norm1):],
-                                                      P).to(store_device, grad_dtype)
+                                                      P).to(store_device, torch.float32)
                     if want_legrad:
                         for pooling in legrad:
                             legrad_maps[pooling] = legrad_layers(model, score, live_tok, live_attn, P,
-                                                                 pooling).to(store_device, grad_dtype)
+                                                                 pooling).to(store_device, torch.float32)
                         if legrad_neutral is not None:
                             neutral = as_target(legrad_neutral)
 
@@ -279,7 +280,8 @@ def capture(
 
                             for pooling in legrad:
                                 legrad_maps[f"{pooling}|neutral"] = legrad_layers(
-                                    model, neutral_score, live_tok, live_attn, P, pooling).to(store_device, grad_dtype)
+                                    model, neutral_score, live_tok, live_attn, P, pooling
+                                ).to(store_device, torch.float32)
                 grad_buf = torch.empty((L, B, H, N, N), dtype=grad_dtype, device=store_device)
                 for i, g in enumerate(grads[:L]):
                     if g is None:

@@ -1,11 +1,11 @@
 """The patch tokens of the open images, for fits over all of them (feature PCA's "Fit over all open images").
 
 A fit over every open image needs each one's patch tokens at the layer shown. :class:`OpenImageTokens` keeps them
-for one model at a time: every layer's patch tokens of each image (float32 ``[L+1, gh*gw, D]``, prefix tokens
-dropped), for at most :data:`MAX_IMAGES` images and :data:`MAX_BYTES`. The window reads the other images on its worker
-(one forward pass each, without gradients) and adds them here; a session adds its own result's. The fits made over
-them (:func:`vitviz.analysis.fit_feature_pca`) are kept per (layer, images, mask): a joint fit is the same whichever
-of its images is shown, so stepping through the images fits once.
+for one model at a time: every layer's patch tokens of each image (``[L+1, gh*gw, D]`` in the model's precision,
+prefix tokens dropped), for at most :data:`MAX_IMAGES` images and :data:`MAX_BYTES`. The window reads the other
+images on its worker (one forward pass each, without gradients) and adds them here; a session adds its own
+result's. The fits made over them (:func:`vitviz.analysis.fit_feature_pca`) are kept per (layer, images, mask): a
+joint fit is the same whichever of its images is shown, so stepping through the images fits once.
 
 No Qt; torch only through the tensors handed in (imported when a fit is made).
 """
@@ -65,10 +65,13 @@ class OpenImageTokens:
 
     def add(self, source: str, tokens: Any, *, grid: tuple[int, int], num_prefix_tokens: int) -> None:
         """Hold ``tokens [L+1, N, D]`` (every layer, prefix first) of the image ``source``: its patch tokens, copied
-        as float32 on the CPU. Tokens of another shape than those held (another model) replace them all."""
+        on the CPU in their own precision (a bf16 model's take half the bytes; the fits promote them). Tokens of another
+        shape than those held (another model) replace them all."""
         source = str(source)
         p = int(num_prefix_tokens)
-        patches = tokens[:, p:].detach().to("cpu").float().clone()
+        patches = tokens[:, p:].detach().to("cpu").clone()
+        if not patches.is_floating_point():
+            patches = patches.float()
         if patches.shape[1] != int(grid[0]) * int(grid[1]):
             raise ValueError(f"{source}: {patches.shape[1]} patch tokens do not fill a {grid[0]}x{grid[1]} grid")
         held = next(iter(self._tokens.values()), None)
@@ -90,7 +93,7 @@ class OpenImageTokens:
         """The images a fit over all open ``images`` goes over: the first ones in order, as many as the limits allow
         (:data:`MAX_IMAGES`; :data:`MAX_BYTES` at the shown result's size), the shown result's image always among
         them, those that could not be read left out. The same set whichever of them is shown: one fit serves all."""
-        per_image = max(1, int(shown.tokens[:, shown.num_prefix_tokens:].numel()) * 4)
+        per_image = max(1, int(shown.tokens[:, shown.num_prefix_tokens:].numel()) * int(shown.tokens.element_size()))
         most = max(1, min(self.max_images, self.max_bytes // per_image))
         src = str(shown.source)
         out: list[str] = []

@@ -49,7 +49,7 @@ def _as_images(images: Any) -> list[tuple[str, Any]]:
             t = item.detach().cpu()
             if t.ndim == 3 and t.shape[0] in (1, 3, 4):
                 t = t.permute(1, 2, 0)
-            arr = t.numpy()
+            arr = (t.double() if t.is_floating_point() else t).numpy()  # bfloat16 has no numpy dtype
             if arr.dtype != np.uint8:
                 arr = np.clip(np.round(arr.astype(np.float64) * 255.0), 0, 255).astype(np.uint8)
             item = arr.squeeze(-1) if arr.ndim == 3 and arr.shape[-1] == 1 else arr

@@ -93,7 +93,12 @@ class PreparedImage:
 
 @dataclass
 class InferenceResult:
-    """One image through one model: everything the views need, on the CPU in float32.
+    """One image through one model: everything the views need, on the CPU.
+
+    Attentions, tokens and attention gradients are in the model's precision (:attr:`Pipeline.store_dtype`: float32,
+    or bfloat16 / float16 for a model run in it); logits, scores and LeGrad's and GradCAM's maps are float32. The
+    :mod:`vitviz.analysis` functions take either (they promote what they read); call ``.float()`` before
+    ``.numpy()`` on a reduced-precision tensor.
 
     The per-image tensors are those of :meth:`vitviz.capture.Capture.image` (``capture``); the properties below
     read them from there.

@@ -45,6 +45,12 @@ class Pipeline:
             (:func:`vitviz.devices.resolve_precision`). ``precision`` is then the one chosen, ``precision_choice``
             what was asked for.
 
+    The results keep every layer's attentions, tokens and attention gradients in the model's precision
+    (:attr:`store_dtype`: bfloat16 under ``auto`` on a device that multiplies it natively, so the window's open
+    images take half the memory of float32): the model computed them in that precision, so nothing is lost, and the
+    analyses promote each slice they read to float32 exactly (:func:`vitviz.analysis.basics.compute_dtype`): the
+    maps equal those of the same values stored in float32.
+
     Attributes:
         note: what the user should be told about how the model was opened (:meth:`open`: random weights, the CPU
             instead of a missing GPU ...), or None.
@@ -121,6 +127,12 @@ class Pipeline:
             self._text_tower = tower
 
     @property
+    def store_dtype(self) -> torch.dtype:
+        """The dtype the results keep attentions, tokens and attention gradients in: the model's (logits, scores,
+        LeGrad's and GradCAM's maps are float32 whatever the model's)."""
+        return DTYPES[self.precision]
+
+    @property
     def spec(self):
         return self.model.spec
 
@@ -157,7 +169,7 @@ class Pipeline:
                 similarity target, a function of the output), or None for the top prediction of the same pass.
 
         Returns:
-            An :class:`InferenceResult` with tensors on the CPU in float32.
+            An :class:`InferenceResult` with tensors on the CPU, in :attr:`store_dtype` (logits float32).
         """
         return self.run_batch([image], sources=[source], target=target, legrad=legrad)[0]
 
@@ -221,7 +233,7 @@ class Pipeline:
                 if self.legrad_neutral is not None and legrad:
                     extra["legrad_neutral"] = self.legrad_neutral
             with torch.inference_mode(False):
-                cap = capture(self.model, x, target=want, store_dtype=torch.float32, **extra)
+                cap = capture(self.model, x, target=want, store_dtype=self.store_dtype, **extra)
             for b, i in enumerate(idx):
                 caps[i] = cap.image(b)
             del cap

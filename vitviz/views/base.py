@@ -130,7 +130,11 @@ class View:
         return "embeddings" if layer < 0 else f"layer {layer}"
 
     def compute(self, result: "InferenceResult", options: "ViewOptions") -> np.ndarray | None:
-        """The map, float32 ``[gh, gw]``, or None when the view is unavailable for this result."""
+        """The map, float32 ``[gh, gw]``, or None when the view is unavailable for this result.
+
+        ``result``'s attentions, tokens and gradients are in the model's precision (bfloat16 for a model run in it,
+        the window's ``auto`` on most hardware): promote the slice you read (``result.attentions[l].float()``)
+        before arithmetic, or call the :mod:`vitviz.analysis` functions, which do."""
         raise NotImplementedError
 
     def compute_rgb(self, result: "InferenceResult", options: "ViewOptions") -> np.ndarray | None:
