@@ -246,3 +246,20 @@ def test_manifest_is_route_independent_json(tmp_path):
     _export(pipe, folder, tmp_path / "o", None, views=("cls",))
     lines = (tmp_path / "o" / "manifest.jsonl").read_text().splitlines()
     assert all(json.loads(ln) for ln in lines)
+
+
+@pytest.mark.parametrize("keep", [True, False, None])
+def test_evaluate_hands_its_backward_mode_to_the_streamed_pass(keep, monkeypatch):
+    import vitviz.evaluate.run as run
+
+    seen = []
+    real = run.stream_images
+
+    def spy(*a, **k):
+        seen.append(k.get("keep_graph", "missing"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(run, "stream_images", spy)
+    photo = Image.fromarray((np.random.default_rng(3).random((40, 40, 3)) * 255).astype(np.uint8))
+    table = evaluate_views(_pipe("cls"), photo, ("relevance",), steps=2, seeds=1, keep_graph=keep)
+    assert seen == [keep] and table.views[0].saliency is not None

@@ -367,3 +367,50 @@ def test_help_lists_every_sub_command_from_one_table(capsys):
         assert summary(name)[:30] in " ".join(listed.split())
         # each sub-command's own parser carries the same one-line help
         assert summary(name)[:30] in " ".join(sub_parser(name).format_help().split())
+
+
+def _photos(folder, n=3):
+    folder.mkdir()
+    rng = np.random.default_rng(2)
+    for i in range(n):
+        Image.fromarray((rng.random((40, 44, 3)) * 255).astype(np.uint8)).save(folder / f"p{i}.png")
+    return folder
+
+
+def test_backward_and_workers_flags_change_memory_and_threads_not_the_maps(tiny_ckpt, tmp_path, capsys):
+    """--backward keep / recompute (the streamed gradient pass's memory mode) and --workers (reading threads) give
+    the same files; the first line says how the backward runs."""
+    _, path = tiny_ckpt
+    photos = _photos(tmp_path / "in")
+    first, files = {}, {}
+    for mode, workers in (("keep", "1"), ("recompute", "3"), ("auto", "2")):
+        out = tmp_path / mode
+        capsys.readouterr()
+        assert main(["export", "--model", str(path), str(photos), "--out", str(out), "--quiet", "--format", "npy",
+                     "--views", "rollout,relevance,legrad,grad_rollout", "--precision", "fp32", "--backward", mode,
+                     "--workers", workers]) == 0
+        first[mode] = capsys.readouterr().err.splitlines()[0]
+        files[mode] = {p.relative_to(out): np.load(p) for p in sorted(out.rglob("*.npy"))}
+    assert "(streamed passes, each block recomputed in the backward)" in first["recompute"]
+    assert "(streamed passes, every block's graph kept)" in first["keep"]
+    assert "(streamed passes)" in first["auto"]
+    assert len(files["keep"]) == 12 and files["keep"].keys() == files["recompute"].keys() == files["auto"].keys()
+    for name, m in files["keep"].items():
+        np.testing.assert_array_equal(files["recompute"][name], m, err_msg=str(name))
+        np.testing.assert_array_equal(files["auto"][name], m, err_msg=str(name))
+    # evaluate: the same table whichever backward
+    tables = {}
+    for mode in ("keep", "recompute"):
+        csv = tmp_path / f"{mode}.csv"
+        assert main(["evaluate", str(path), str(photos), "--views", "relevance,legrad", "--steps", "3", "--seeds",
+                     "2", "--backward", mode, "--csv", str(csv)]) == 0
+        tables[mode] = csv.read_text()
+    assert tables["keep"] == tables["recompute"] and "legrad" in tables["keep"]
+    # stats: the same numbers with one reading thread or three
+    outs = []
+    for workers in ("1", "3"):
+        out = tmp_path / f"stats{workers}"
+        assert main(["stats", "--model", str(path), str(photos), "--out", str(out), "--quiet", "--precision", "fp32",
+                     "--workers", workers]) == 0
+        outs.append(sorted((p.name, p.read_bytes()) for p in out.glob("*.csv")))
+    assert outs[0] == outs[1] and outs[0]

@@ -149,6 +149,12 @@ ARGUMENT_CASES = [  # (id, command, extra arguments, what the line must say: the
     ("batch size -1", "export", ["--batch-size", "-1"], ["--batch-size -1: must be at least 1"]),
     ("fps 0", "export", ["--fps", "0"], ["--fps 0: must be more than 0"]),
     ("fps -2", "export", ["--fps", "-2"], ["--fps -2: must be more than 0"]),
+    ("workers 0", "export", ["--workers", "0"], ["--workers 0: must be at least 1"]),
+    ("workers -3", "export", ["--workers=-3"], ["--workers -3: must be at least 1"]),
+    ("workers word", "export", ["--workers", "many"], ["--workers", "invalid int value: 'many'"]),
+    ("backward word", "export", ["--backward", "never"], ["--backward", "invalid choice: 'never'"]),
+    ("stats workers 0", "stats", ["--workers", "0"], ["--workers 0: must be at least 1"]),
+    ("evaluate backward word", "evaluate", ["--backward", "sometimes"], ["--backward", "invalid choice"]),
     ("stats batch size 0", "stats", ["--batch-size", "0"], ["--batch-size 0: must be at least 1"]),
     ("evaluate steps -1", "evaluate", ["--steps", "-1"], ["--steps -1: must be at least 1"]),
 ]

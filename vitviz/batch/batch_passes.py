@@ -45,7 +45,7 @@ class BatchPasses:
 
     def __init__(self, pipeline: Any, *, batch_size: int, target: Any = None, gradients: bool = True,
                  demands: Demands | None = None, statistics: bool = False, streaming: bool | None = None,
-                 note: Callable[[str], None] | None = None):
+                 note: Callable[[str], None] | None = None, keep_graph: bool | None = None):
         self.pipeline = pipeline
         self.target = target
         self.gradients = bool(gradients)
@@ -53,7 +53,7 @@ class BatchPasses:
         self.statistics = bool(statistics)
         self.note = note or (lambda line: None)
         self.sizer = BatchSizer(batch_size, note=self.note)
-        self.keep_graph: bool | None = None
+        self.keep_graph = keep_graph
         why = streamable(pipeline.model) if isinstance(pipeline, Pipeline) else \
             f"{type(pipeline).__name__} is not a vitviz Pipeline"
         if streaming and why:

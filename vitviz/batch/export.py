@@ -133,11 +133,19 @@ class Exporter:
     """One export run (see the module's docstring). ``log(line)`` gets the log lines (default: stderr).
     ``streaming``: None streams the passes where the model and views allow; False stores every layer (the window's
     path); True insists on streaming. ``workers``: image-reading threads (default
-    :func:`vitviz.batch.inputs.default_workers`)."""
+    :func:`vitviz.batch.inputs.default_workers`). ``keep_graph``: how a streamed backward treats the blocks' graphs
+    (:class:`~vitviz.batch.batch_passes.BatchPasses`: None by the memory available, True keeps, False recomputes)."""
+
+    def _backward_words(self) -> str:
+        """How a streamed gradient pass treats the blocks' graphs, for the first line ("" when that is not asked)."""
+        keep = getattr(self.passes, "keep_graph", None)
+        if keep is None or not self.gradients or self.passes.route != "streamed":
+            return ""
+        return ", every block's graph kept" if keep else ", each block recomputed in the backward"
 
     def __init__(self, pipeline: Any, options: ExportOptions, out: str | os.PathLike, *, model_ref: str = "model",
                  log: Callable[[str], None] | None = None, origin: str = "--shard", streaming: bool | None = None,
-                 workers: int | None = None):
+                 workers: int | None = None, keep_graph: bool | None = None):
         self.pipeline = pipeline
         self.options = options
         self.out = Path(out)
@@ -159,7 +167,8 @@ class Exporter:
         self.gradients = needs_gradients(options.views) and (self.num_classes > 0 or self.target is not None)
         self.passes = BatchPasses(pipeline, batch_size=options.batch_size, target=self.target,
                                   gradients=self.gradients, demands=lambda r: map_demands(r, options),
-                                  streaming=streaming, note=lambda m: self.log(f"vitviz export: note: {m}"))
+                                  streaming=streaming, note=lambda m: self.log(f"vitviz export: note: {m}"),
+                                  keep_graph=keep_graph)
         if options.text and self.gradients:  # each image once per prompt, copy k explaining prompt k
             self.passes = PromptPasses(self.passes, self.num_classes)
         self.model_sha256 = model_sha256(pipeline.model)  # the model by content: once per run
@@ -232,7 +241,8 @@ class Exporter:
         self.log(f"vitviz export: {len(todo)} image(s) to do, {s.skipped} already done{shard}; "
                  f"{getattr(self.pipeline.spec, 'name', 'model')} on {self.pipeline.device}, "
                  f"{precision_reason(self.pipeline.precision_choice, self.pipeline.device)}; batch "
-                 f"{o.batch_size} ({self.passes.route} passes); {len(o.views)} view(s) -> {self.out}")
+                 f"{o.batch_size} ({self.passes.route} passes{self._backward_words()}); {len(o.views)} view(s) -> "
+                 f"{self.out}")
         self._manifest = Appender(s.manifest)
         if todo:  # what the files of this run are made with: a later run compares its own settings with these
             self._manifest.write({"run": {"request": self.request_id, "settings": self.request,

@@ -191,9 +191,11 @@ class StatsRun:
 
 
 def compute_stats(pipeline: Any, images: Sequence[InputImage], *, batch_size: int = 16, quiet: bool = True,
-                  log: Callable[[str], None] | None = None, indices: Sequence[int] | None = None) -> StatsRun:
+                  log: Callable[[str], None] | None = None, indices: Sequence[int] | None = None,
+                  workers: int | None = None) -> StatsRun:
     """The statistics of ``images`` (bad images are reported through ``log`` and skipped); ``indices``: each
-    image's place in the whole input list when ``images`` are a shard of it (default: their own order)."""
+    image's place in the whole input list when ``images`` are a shard of it (default: their own order);
+    ``workers``: image-reading threads (default :func:`vitviz.batch.inputs.default_workers`)."""
     from vitviz.batch.batch_passes import BatchPasses  # torch: when statistics are computed, not when merged
 
     acc = StatsAccumulator()
@@ -207,7 +209,7 @@ def compute_stats(pipeline: Any, images: Sequence[InputImage], *, batch_size: in
     say = log or (lambda line: bar.write(line, file=sys.stderr))
     interrupted = False
     try:
-        for batch in stream_batches(pipeline, images, batch_size):
+        for batch in stream_batches(pipeline, images, batch_size, workers=workers):
             ok = [lo for lo in batch if lo.prepared is not None]
             for lo in batch:
                 if lo.error is not None:

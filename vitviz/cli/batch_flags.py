@@ -1,6 +1,7 @@
 """The flags ``vitviz export`` and ``vitviz stats`` share (inputs, model, output folder, batch size, device,
-precision, overwrite, quiet) and the check of the device, precision and batch size they name; the shard of the three
-batch commands (``--shard K/N``, else the launcher's: :mod:`vitviz.batch.launcher`)."""
+precision, overwrite, quiet, reading threads) and the check of the device, precision and batch size they name; the
+gradient pass's memory mode (``--backward``, export and evaluate); the shard of the three batch commands
+(``--shard K/N``, else the launcher's: :mod:`vitviz.batch.launcher`)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ SHARD_HELP = ("do shard K of N (a deterministic 1/N of the images; each shard wr
 def add_batch_arguments(p: argparse.ArgumentParser, out_help: str,
                         overwrite_help: str = "replace existing output files") -> None:
     """The flags ``vitviz export`` and ``vitviz stats`` share: inputs, model, output folder, batch size, device,
-    precision, overwrite, quiet."""
+    precision, overwrite, quiet, reading threads."""
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="image files, folders (searched recursively), glob patterns ('**' recurses) or text files "
                         "listing paths (.txt/.lst/.list, or @FILE)")
@@ -35,6 +36,29 @@ def add_batch_arguments(p: argparse.ArgumentParser, out_help: str,
                    help="auto (default): bf16 where the CPU or GPU multiplies bf16 natively, else fp32")
     p.add_argument("--overwrite", action="store_true", help=overwrite_help)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar (for logs)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="threads that read and preprocess the images while the model runs (default: by the device: "
+                        "vitviz.batch.inputs.default_workers)")
+
+
+BACKWARD: dict[str, bool | None] = {"auto": None, "keep": True, "recompute": False}
+"""``--backward``'s words -> ``keep_graph`` of :func:`vitviz.document.streamed.stream_images`."""
+
+
+def add_backward_argument(p: argparse.ArgumentParser) -> None:
+    """``--backward auto|keep|recompute``: how a streamed backward treats the blocks' graphs."""
+    p.add_argument("--backward", choices=tuple(BACKWARD), default="auto",
+                   help="how the gradient pass treats each block's graph: keep (every block's graph from the "
+                        "forward: fastest, memory grows with depth), recompute (each block again at its backward "
+                        "step: memory of about one layer, about one more forward of time), auto (default: keep when "
+                        "it fits in half the memory available)")
+
+
+def check_workers(workers: int | None) -> int | None:
+    """``--workers``: None (the default) or at least 1 (ValueError naming the flag otherwise)."""
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers {workers}: must be at least 1 (threads that read the images)")
+    return workers
 
 
 def check_device(device: str, precision: str, batch_size: int) -> str:

@@ -18,7 +18,14 @@ from vitviz.batch.failures import error_text
 from vitviz.batch.inputs import inputs_for_cli, take_shard
 from vitviz.batch.parts import plan_shard
 from vitviz.batch.target_flags import read_prompts, read_target, text_problem
-from vitviz.cli.batch_flags import add_shard_argument, announce, join_signed, shard_and_device
+from vitviz.cli.batch_flags import (
+    BACKWARD,
+    add_backward_argument,
+    add_shard_argument,
+    announce,
+    join_signed,
+    shard_and_device,
+)
 from vitviz.cli.commands import summary
 from vitviz.cli.shared import Reporter, add_debug, add_load_options, add_text_options, check_templates, load
 from vitviz.evaluate.protocol import BASELINES, DEFAULT_VIEWS
@@ -66,6 +73,7 @@ def add_parser(sub) -> None:
     ev.add_argument("--overwrite", action="store_true", help="replace an existing --csv file")
     ev.add_argument("--batch-size", type=int, help="perturbed images per forward (default: by the model's size)")
     ev.add_argument("--device", default="cpu")
+    add_backward_argument(ev)
     add_shard_argument(ev)
     add_load_options(ev)
     add_debug(ev)
@@ -133,6 +141,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
                 loaded = load_image(path)
                 done = [evaluate_views(pipe, loaded, names, steps=args.steps, baseline=args.baseline,
                                        target=target, seeds=args.seeds, batch_size=args.batch_size,
+                                       keep_graph=BACKWARD[args.backward],
                                        progress=lambda d, n, k=k, i=i: progress(d, n, i, k))
                         for k, target in enumerate(targets)]
             except Exception as e:  # noqa: BLE001 - reported on one line, the next image still evaluated

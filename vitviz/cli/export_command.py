@@ -15,10 +15,13 @@ from vitviz.batch.export_options import DEFAULT_VIEWS, FORMATS, HEAD_WORDS, PROM
 from vitviz.batch.inputs import inputs_for_cli, parse_shard
 from vitviz.batch.target_flags import text_problem
 from vitviz.cli.batch_flags import (
+    BACKWARD,
+    add_backward_argument,
     add_batch_arguments,
     add_shard_argument,
     announce,
     check_device,
+    check_workers,
     join_signed,
     shard_and_device,
 )
@@ -82,6 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for f in cli_flags():  # the display options of the option table that have a flag: --cmap, --no-colorbar ...
         p.add_argument(f.flag, **f.add_argument_kwargs())
     add_shard_argument(p)
+    add_backward_argument(p)
     p.add_argument("--animate", choices=("gif", "apng", "mp4"),
                    help="also write each view that has a layer (or start layer) over every layer as one animation, "
                         "the layer drawn on each frame, one colour scale across layers (mp4 needs imageio-ffmpeg)")
@@ -150,6 +154,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     shard, device, origin, line = shard_and_device(args.shard, args.device, "export")
     options = replace(options_from_args(args), shard=shard)
     device = check_device(device, options.precision, options.batch_size)
+    workers = check_workers(args.workers)
     options = replace(options, device=device)
     problem = output_folder_problem(args.out)  # (the export checks it again, with the folder's manifests)
     if problem:
@@ -162,5 +167,6 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     model = load(args, args.model)
     pipeline = Pipeline(model, device=device, precision=options.precision)
     pipeline.source = args.model  # where a text tower is (--text)
-    summary = Exporter(pipeline, options, args.out, model_ref=ref, origin=origin).run(images)
+    summary = Exporter(pipeline, options, args.out, model_ref=ref, origin=origin, workers=workers,
+                       keep_graph=BACKWARD[args.backward]).run(images)
     return summary.exit_status or status

@@ -20,6 +20,7 @@ from vitviz.cli.batch_flags import (
     add_shard_argument,
     announce,
     check_device,
+    check_workers,
     join_signed,
     shard_and_device,
 )
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     shard, device, origin, line = shard_and_device(args.shard, args.device, "stats")
     sharded = shard[1] > 1
     device = check_device(device, args.precision, args.batch_size)
+    workers = check_workers(args.workers)
     out = Path(args.out)
     if sharded:
         check_part(out, shard, overwrite=args.overwrite)  # where the results go, before minutes of work
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     part = f", shard {shard[0]}/{shard[1]} of {len(images)}" if sharded else ""
     log(f"vitviz stats: {len(todo)} image(s){part}; {getattr(pipeline.spec, 'name', 'model')} on {device}, "
         f"{precision_reason(pipeline.precision_choice, device)}; batch {args.batch_size}")
-    run = compute_stats(pipeline, todo, batch_size=args.batch_size, quiet=args.quiet,
+    run = compute_stats(pipeline, todo, batch_size=args.batch_size, quiet=args.quiet, workers=workers,
                         log=None if not args.quiet else log,
                         indices=[i for i, _, _ in plan.images] if plan is not None else None)
     if run.interrupted:

@@ -44,6 +44,7 @@ def evaluate_views(
     batch_size: int | None = None,
     progress: Progress | None = None,
     cancel: Cancel | None = None,
+    keep_graph: bool | None = None,
 ) -> FaithfulnessTable:
     """Deletion and insertion curves of several views' maps of one image, and the random baseline.
 
@@ -72,6 +73,9 @@ def evaluate_views(
         batch_size: perturbed images per forward (None: :func:`auto_batch_size`).
         progress: ``progress(done, total)``, images evaluated so far, after each batch (the window's progress bar).
         cancel: ``cancel() -> bool``, checked before each batch; True raises :class:`EvaluationCancelled`.
+        keep_graph: how a streamed capture's backward treats the blocks' graphs
+            (:func:`vitviz.document.streamed.stream_images`: None by the memory available, True keeps, False
+            recomputes each block: the memory of about one layer).
 
     Returns:
         A :class:`FaithfulnessTable` (``.rows()``: ``[(view, deletion AUC, insertion AUC), ..., ("random", ...)]``;
@@ -125,7 +129,7 @@ def evaluate_views(
                              f"{type(image).__name__}")
         pil = pil if pil.mode == "RGB" else pil.convert("RGB")
         source = str(getattr(image, "path", None) or "image")
-        result, compute = _streamed(pipe, pil, source, want, views)
+        result, compute = _streamed(pipe, pil, source, want, views, keep_graph)
         if result is None:
             result = pipe.run(pil, source=source, target=want)
     tgt = _read_target(result)
@@ -205,7 +209,8 @@ def _read_target(result: InferenceResult) -> Any:
 
 
 
-def _streamed(pipe: Pipeline, pil: Image.Image, source: str, target: Any, views: Sequence[str]) -> tuple[Any, Any]:
+def _streamed(pipe: Pipeline, pil: Image.Image, source: str, target: Any, views: Sequence[str],
+              keep_graph: bool | None = None) -> tuple[Any, Any]:
     """``(result, map(view, options))`` of one streamed pass that gathers what the views' maps need, or ``(None,
     None)`` when the model or a view cannot be streamed (the caller captures every layer instead)."""
     if streamable(pipe.model) is not None:
@@ -215,7 +220,7 @@ def _streamed(pipe: Pipeline, pil: Image.Image, source: str, target: Any, views:
         return [_resolve(name, r)[:2] for name in views]
 
     try:
-        done = stream_images(pipe, [pil], sources=[source], target=target, demands=demands)[0]
+        done = stream_images(pipe, [pil], sources=[source], target=target, demands=demands, keep_graph=keep_graph)[0]
     except NotStreamable:
         return None, None
     return done.result, done.map
