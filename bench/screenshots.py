@@ -164,17 +164,19 @@ def main(argv: list[str] | None = None) -> int:
 
     app = make_app()
     settings = QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat)
-    if args.only == "prompts":
-        def wait_for(cond, timeout=120.0):
-            t0 = time.time()
-            while not cond() and time.time() - t0 < timeout:
-                app.processEvents()
-                time.sleep(0.01)
-            for _ in range(5):
-                app.processEvents()
 
+    def wait(cond, timeout=120.0):
+        """Run the event loop until ``cond()`` (or ``timeout`` seconds), then a few more turns for the repaint."""
+        t0 = time.time()
+        while not cond() and time.time() - t0 < timeout:
+            app.processEvents()
+            time.sleep(0.01)
+        for _ in range(5):
+            app.processEvents()
+
+    if args.only == "prompts":
         size = tuple(int(x) for x in args.size.split("x"))
-        errors = prompt_shots(app, settings, out, tmp, args.image or _default_image(tmp), size, wait_for)
+        errors = prompt_shots(app, settings, out, tmp, args.image or _default_image(tmp), size, wait)
         if errors:
             print("errors:", errors)
         return 1 if errors else 0
@@ -196,15 +198,6 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[str] = []
     win.errorShown.connect(lambda t, m: errors.append(f"{t}: {m}"))
     win.dialogs.error = lambda t, m, d="": None
-
-    def wait(cond, timeout=120.0):
-        t0 = time.time()
-        while not cond() and time.time() - t0 < timeout:
-            app.processEvents()
-            time.sleep(0.01)
-        for _ in range(5):
-            app.processEvents()
-
     wait(lambda: win.model is not None)
     image = args.image or _default_image(tmp)
     win.open_images([image])

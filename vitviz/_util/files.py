@@ -1,14 +1,26 @@
 """Small file-system helpers shared by the writers (checkpoints, PNG exports, the batch commands' outputs): file
-modes, why a folder cannot take a new file (or cannot be an output folder), and a failed write's cause in words.
-No Qt."""
+modes, why a folder cannot take a new file (or cannot be an output folder), and a failed write's cause in words; and
+the reading of a JSON file with one error naming it. No Qt."""
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+
+def read_json(path: Path, error: Callable[[str], Exception], what: str = "it") -> Any:
+    """The JSON value of the file ``path``; ``error(f"{path}: cannot read {what} ({cause})")`` is raised when it cannot
+    be read or is not JSON (an I/O error, not UTF-8, bad syntax, nesting too deep)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise error(f"{path}: cannot read {what} ({e})") from None
 
 
 def default_file_mode() -> int:

@@ -128,10 +128,16 @@ def check_outputs(out: str | os.PathLike, *, overwrite: bool) -> None:
     """Refuse, before any work, an output folder that cannot take files (a file in its place or above it, no
     permission: :func:`vitviz._util.files.output_folder_problem`, the check of ``vitviz export`` too) and outputs
     that exist (without ``overwrite``) or are folders. Nothing is created."""
+    _check_paths(out, output_paths(out), overwrite)
+
+
+def _check_paths(out: str | os.PathLike, paths: list[Path], overwrite: bool) -> None:
+    """The output folder's problem, or a folder in the place of one of ``paths``, or one that exists (without
+    ``overwrite``): ExportError / FileExistsError naming it."""
     problem = output_folder_problem(out)
     if problem:
         raise ExportError(out, problem)
-    for p in output_paths(out):
+    for p in paths:
         if p.is_dir():
             raise ExportError(p, "a folder of that name exists")
         if not overwrite and (p.exists() or p.is_symlink()):
@@ -151,14 +157,7 @@ def part_path(out: str | os.PathLike, shard: tuple[int, int]) -> Path:
 def check_part(out: str | os.PathLike, shard: tuple[int, int], *, overwrite: bool) -> None:
     """Refuse, before any work, a shard's part that cannot be written (the output folder's problem) or exists
     (without ``overwrite``)."""
-    problem = output_folder_problem(out)
-    if problem:
-        raise ExportError(out, problem)
-    p = part_path(out, shard)
-    if p.is_dir():
-        raise ExportError(p, "a folder of that name exists")
-    if not overwrite and (p.exists() or p.is_symlink()):
-        raise FileExistsError(f"{p} already exists (pass --overwrite to replace it)")
+    _check_paths(out, [part_path(out, shard)], overwrite)
 
 
 @dataclass

@@ -40,7 +40,7 @@ from vitviz.capture.foreign.adapted import capture_module
 from vitviz.capture.foreign.layout_finder import is_vitviz_model
 from vitviz.capture.gradient_maps import gradcam_layers, legrad_layers
 from vitviz.capture.model_head import LEGRAD_POOLINGS, embedding_of, is_feature_model
-from vitviz.capture.preflight import CAPTURE_LOCK, check_capture_memory, model_device_dtype, resolve_target
+from vitviz.capture.preflight import check_capture_memory, explicit_attention, model_device_dtype, resolve_target
 from vitviz.capture.results import Capture, CaptureError
 from vitviz.capture.targets import Target, Text, as_target, differentiable_scores, target_scores
 
@@ -224,13 +224,9 @@ def capture(
     def head_hook(module: nn.Module, args: tuple) -> None:
         live_head_in.append(args[0])
 
-    with CAPTURE_LOCK:  # one capture at a time (flags and hooks are shared model state)
-        attn_mods = [b.attn for b in blocks] + ([pool] if pool is not None else [])
-        fused_before = [m.fused for m in attn_mods]
-        handles = []
+    attn_mods = [b.attn for b in blocks] + ([pool] if pool is not None else [])
+    with explicit_attention(attn_mods) as handles:  # one capture at a time (flags and hooks are shared model state)
         try:
-            for m in attn_mods:
-                m.fused = False
             handles.append(blocks[0].register_forward_pre_hook(embed_hook))
             if pool is not None:
                 handles.append(pool.attn_map.register_forward_hook(pool_hook))
@@ -304,10 +300,6 @@ def capture(
                     logits = model(x)
                 _check_counts(counts, L, pool is not None)
         finally:
-            for h in handles:
-                h.remove()
-            for m, f in zip(attn_mods, fused_before):
-                m.fused = f
             live_attn.clear()
             live_pool.clear()
             live_tok.clear()

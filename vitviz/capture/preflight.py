@@ -8,7 +8,8 @@ This module never imports Qt.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,26 @@ from vitviz.capture.targets import ClassTarget, TargetError, as_target
 # capture() switches the model's attention path and adds hooks for the duration of a forward pass: two captures of
 # the same model at once (a GUI worker and another thread) would restore each other's flags mid-pass. Serialise them.
 CAPTURE_LOCK = threading.RLock()
+
+
+@contextmanager
+def explicit_attention(modules: Sequence[nn.Module]) -> Iterator[list[Any]]:
+    """One capture's hold on a vitviz ViT's shared state: :data:`CAPTURE_LOCK` held and each attention module of
+    ``modules`` on its explicit path (``fused = False``: its probabilities pass through ``attn_map``, where hooks see
+    them). Yields the list the caller appends its hook handles to; on exit, also on an error, every handle is
+    removed and every module's ``fused`` flag is restored."""
+    with CAPTURE_LOCK:
+        before = [m.fused for m in modules]
+        handles: list[Any] = []
+        try:
+            for m in modules:
+                m.fused = False
+            yield handles
+        finally:
+            for h in handles:
+                h.remove()
+            for m, f in zip(modules, before):
+                m.fused = f
 
 
 def model_device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:

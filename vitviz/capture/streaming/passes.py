@@ -44,7 +44,7 @@ from torch import nn
 
 from vitviz.capture.gradient_maps import gradcam_layers, legrad_layers
 from vitviz.capture.model_head import LEGRAD_POOLINGS, embedding_of, is_feature_model
-from vitviz.capture.preflight import CAPTURE_LOCK, model_device_dtype, resolve_target
+from vitviz.capture.preflight import explicit_attention, model_device_dtype, resolve_target
 from vitviz.capture.results import CaptureError
 from vitviz.capture.streaming.budget import graph_fits
 from vitviz.capture.targets import Target, as_target, differentiable_scores, target_scores
@@ -207,13 +207,9 @@ def stream_pass(model: nn.Module, images: torch.Tensor, observers: Sequence[Any]
         n1 = norm1_slot.take(f"blocks[{i}] norm1 hook") if gradcam else None
         return out, a, n1
 
-    with CAPTURE_LOCK, torch.inference_mode(False):  # flags and hooks are shared model state
-        mods = model.attention_modules()
-        fused_before = [m.fused for m in mods]
-        handles = []
+    # flags and hooks are shared model state: one capture at a time
+    with explicit_attention(model.attention_modules()) as handles, torch.inference_mode(False):
         try:
-            for m in mods:
-                m.fused = False
             for b in blocks:
                 handles.append(b.attn.attn_map.register_forward_hook(attn_hook))
                 if gradcam:
@@ -311,10 +307,6 @@ def stream_pass(model: nn.Module, images: torch.Tensor, observers: Sequence[Any]
                     del gs, ga, out, a, n1, zin
             saved.clear()
         finally:
-            for h in handles:
-                h.remove()
-            for m, f in zip(mods, fused_before):
-                m.fused = f
             head_in.clear()
 
     logits_out = torch.empty(tuple(logits.shape), dtype=torch.float32, device=store_device)

@@ -28,11 +28,10 @@ a test checks it against open_clip's copy), used by open_clip folders and OpenAI
 from __future__ import annotations
 
 import gzip
-import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
+from vitviz._util.files import read_json
 from vitviz.model.text.cleaning import TokenizerError, clean, need
 
 MERGES_FILE = Path(__file__).with_name("clip_bpe_merges.txt.gz")
@@ -72,16 +71,9 @@ def openai_vocab() -> tuple[list[tuple[str, str]], dict[str, int]]:
     return merges, {s: i for i, s in enumerate(symbols)}  # type: ignore[return-value]
 
 
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise TokenizerError(f"{path}: cannot read the tokenizer ({e})") from None
-
-
 def hf_vocab(vocab_json: Path, merges_txt: Path) -> tuple[list[tuple[str, str]], dict[str, int]]:
     """A Hugging Face CLIP folder's ``vocab.json`` and ``merges.txt`` (``#version`` header skipped)."""
-    vocab = _json(vocab_json)
+    vocab = read_json(vocab_json, TokenizerError, "the tokenizer")
     if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
         raise TokenizerError(f"{vocab_json}: not a vocabulary (a JSON object of token -> id)")
     try:
@@ -97,7 +89,7 @@ def hf_vocab(vocab_json: Path, merges_txt: Path) -> tuple[list[tuple[str, str]],
 def fast_vocab(tokenizer_json: Path) -> tuple[list[tuple[str, str]], dict[str, int]]:
     """The BPE model of a ``tokenizer.json`` (``model.vocab``, ``model.merges`` as ``"a b"`` or ``["a", "b"]``), its
     added tokens included."""
-    data = _json(tokenizer_json)
+    data = read_json(tokenizer_json, TokenizerError, "the tokenizer")
     model = data.get("model") if isinstance(data, dict) else None
     if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
         raise TokenizerError(f"{tokenizer_json}: not a BPE tokenizer (CLIP's is one)")

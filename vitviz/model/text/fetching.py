@@ -21,10 +21,10 @@ files, as the image tower's). No Qt.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from vitviz._util.files import read_json
 from vitviz.model.sources import catalog
 from vitviz.model.text.opening import (
     CLIP_VOCAB,
@@ -56,10 +56,7 @@ def snapshot(repo: str) -> Path | None:
 def _json(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise TextTowerError(f"{path}: cannot read it ({e})") from None
+    obj = read_json(path, TextTowerError)
     return obj if isinstance(obj, dict) else {}
 
 

@@ -24,11 +24,12 @@ cause), or names the missing tokenizer file.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from vitviz._util.files import read_json
 
 HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
@@ -72,10 +73,7 @@ class TextSource:
 
 
 def _json_object(path: Path) -> dict[str, Any]:
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise TextTowerError(f"{path}: cannot read it ({e})") from None
+    obj = read_json(path, TextTowerError)
     if not isinstance(obj, dict):
         raise TextTowerError(f"{path}: not a JSON object of settings")
     return obj

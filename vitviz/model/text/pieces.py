@@ -31,10 +31,10 @@ transformers would read them as the token: a prompt is a phrase, not token marku
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from vitviz._util.files import read_json
 from vitviz.model.text.cleaning import TokenizerError, clean, first_line, need
 
 CLEAN_MODES = ("siglip", "canonicalize", "whitespace", "lower")
@@ -47,10 +47,7 @@ def read_settings(folder: Path) -> dict[str, Any]:
         path = folder / name
         if not path.is_file():
             continue
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-            raise TokenizerError(f"{path}: cannot read the tokenizer settings ({e})") from None
+        data = read_json(path, TokenizerError, "the tokenizer settings")
         if not isinstance(data, dict):
             raise TokenizerError(f"{path}: not a JSON object of tokenizer settings")
         for k, v in data.items():
