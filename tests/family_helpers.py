@@ -15,6 +15,24 @@ from vitviz.capture import capture
 
 RTOL = 1e-4
 
+FAMILY_OPTIONS: dict[str, dict] = {
+    "cls": {},
+    "map": {"global_pool": "map", "class_token": False},
+    "registers": {"num_reg_tokens": 2},
+    "distilled": {"distilled": True},
+    "avg": {"global_pool": "avg", "class_token": False},
+    "beit": {"rel_pos_bias": "layer", "pos_embed": "none"},
+    "features": {"num_classes": 0},
+}
+"""``create_model`` options of each family of vitviz's own ViT that the capture treats apart: a [CLS] token, an
+attention-pooling head (SigLIP's "MAP"), registers, a distillation token, mean pooling, BEiT's relative position
+bias, no classifier. Tests take the families they need."""
+
+
+def families(*names: str) -> dict[str, dict]:
+    """The :data:`FAMILY_OPTIONS` of ``names``, in that order."""
+    return {n: FAMILY_OPTIONS[n] for n in names}
+
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| / max |b| (shapes must agree)."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from family_helpers import families
 from PIL import Image
 
 import vitviz.capture.streaming.budget as budget
@@ -26,13 +27,7 @@ from vitviz.evaluate.run import evaluate_views
 from vitviz.model import create_model
 from vitviz.pipeline import Pipeline
 
-FAMILIES = {
-    "cls": {},
-    "map": {"global_pool": "map", "class_token": False},
-    "registers": {"num_reg_tokens": 2},
-    "distilled": {"distilled": True},
-    "avg": {"global_pool": "avg", "class_token": False},
-}
+FAMILIES = families("cls", "map", "registers", "distilled", "avg")
 VIEWS = ("cls", "query", "rollout", "grad_rollout", "relevance", "legrad", "gradcam", "token_sim", "token_norm",
          "pos_sim", "feature_pca")
 

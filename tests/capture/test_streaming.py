@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from family_helpers import FAMILY_OPTIONS
 from PIL import Image
 
 from vitviz import analysis as A
@@ -27,15 +28,7 @@ from vitviz.model import create_model
 from vitviz.pipeline import Pipeline
 from vitviz.views.options import ViewOptions
 
-FAMILIES = {
-    "cls": {},
-    "map": {"global_pool": "map", "class_token": False},
-    "registers": {"num_reg_tokens": 2},
-    "distilled": {"distilled": True},
-    "avg": {"global_pool": "avg", "class_token": False},
-    "beit": {"rel_pos_bias": "layer", "pos_embed": "none"},
-    "features": {"num_classes": 0},
-}
+FAMILIES = FAMILY_OPTIONS
 
 
 def _model(family: str, depth: int = 3) -> torch.nn.Module:

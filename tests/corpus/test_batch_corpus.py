@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from bounded_runs import cli, snapshot
 from PIL import Image
 
-from vitviz.cli import main
 from vitviz.model import save_checkpoint
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -88,27 +88,8 @@ def unwritable(tmp_path, monkeypatch) -> Path:
         ro.chmod(0o755)
 
 
-def cli(argv: list[str], capsys) -> tuple[int, list[str], str]:
-    """``(exit status, stderr lines, stdout)`` of ``vitviz ARGV``."""
-    capsys.readouterr()
-    try:
-        status = main(argv)
-    except SystemExit as e:  # argparse's own errors
-        status = e.code
-    got = capsys.readouterr()
-    return status, [x for x in got.err.splitlines() if x.strip()], got.out
 
 
-def snapshot(root: Path) -> dict[str, tuple[bytes, int] | None]:
-    """Every file (bytes, mtime) and folder under ``root``, hidden ones included."""
-    out: dict[str, tuple[bytes, int] | None] = {}
-    for p in sorted(root.rglob("*")):
-        rel = str(p.relative_to(root))
-        if p.is_symlink() or not p.is_file():
-            out[rel] = None
-        else:
-            out[rel] = (p.read_bytes(), p.stat().st_mtime_ns)
-    return out
 
 
 def outputs(out: Path) -> dict[str, bytes]:

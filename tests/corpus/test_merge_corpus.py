@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from bounded_runs import cli, snapshot
 from PIL import Image
 
 from vitviz.cli import main
@@ -41,23 +42,8 @@ def _tiny_model():
     return m.eval()
 
 
-def cli(argv: list[str], capsys) -> tuple[int, list[str], str]:
-    """``(exit status, stderr lines, stdout)`` of ``vitviz ARGV``."""
-    capsys.readouterr()
-    try:
-        status = main(argv)
-    except SystemExit as e:  # argparse's own errors
-        status = e.code
-    got = capsys.readouterr()
-    return status, [x for x in got.err.splitlines() if x.strip()], got.out
 
 
-def snapshot(root: Path) -> dict[str, tuple[bytes, int] | None]:
-    out: dict[str, tuple[bytes, int] | None] = {}
-    for p in sorted(root.rglob("*")):
-        rel = str(p.relative_to(root))
-        out[rel] = None if p.is_symlink() or not p.is_file() else (p.read_bytes(), p.stat().st_mtime_ns)
-    return out
 
 
 def refused(status: int, err: list[str], stdout: str, command: str, *needles: str) -> str:

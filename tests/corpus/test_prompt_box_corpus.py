@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 
 import numpy as np
 import pytest
 import text_builders as tb
+from bounded_runs import bounded
 from PIL import Image
 from repo_paths import REPO
 
@@ -35,22 +35,6 @@ def _photo(path, seed=0):
     return str(path)
 
 
-def bounded(fn, timeout=TIMEOUT_S):
-    out: dict = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - the case's outcome, checked by the caller
-            out["error"] = e
-
-    t = threading.Thread(target=run, daemon=True, name="corpus-prompts")
-    t0 = time.perf_counter()
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), f"still running after {timeout} s"
-    out["seconds"] = time.perf_counter() - t0
-    return out
 
 
 SESSION_PROMPTS = [
@@ -76,7 +60,7 @@ def test_a_session_with_bad_prompts_is_refused_naming_them(tmp_path, name, promp
            "images": [{"path": image}], "current": 0, "target": target, "options": {"view": "legrad"},
            "prompts": prompts}
     path.write_text(json.dumps(doc), encoding="utf-8")
-    out = bounded(lambda: st.locate(st.read_state(path)))
+    out = bounded(lambda: st.locate(st.read_state(path)), TIMEOUT_S, name="corpus-prompts")
     e = out.get("error")
     assert isinstance(e, st.StateError), (name, out)
     msg = str(e)

@@ -12,17 +12,16 @@ output folder, no CSV). Each call is bounded by a timeout.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import text_builders as tb
 import torch
+from bounded_runs import cli, snapshot
 from family_helpers import write_timm_folder
 from PIL import Image
 
-from vitviz.cli import main
 from vitviz.model import create_model, save_checkpoint
 
 TIMEOUT_S = 60
@@ -62,29 +61,8 @@ def root(tmp_path_factory) -> Path:
     return root
 
 
-def snapshot(root: Path) -> dict[str, tuple[int, int] | None]:
-    """Every file (size, mtime) and folder under ``root``."""
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else None
-            for p in sorted(root.rglob("*"))}
 
 
-def cli(argv: list[str], capsys) -> tuple[int, list[str], str]:
-    """``(exit status, stderr lines, stdout)`` of ``vitviz ARGV``, in a thread bounded by :data:`TIMEOUT_S`."""
-    capsys.readouterr()
-    box: dict[str, object] = {}
-
-    def run():
-        try:
-            box["status"] = main(argv)
-        except SystemExit as e:  # argparse's own errors
-            box["status"] = e.code
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(TIMEOUT_S)
-    assert not t.is_alive(), f"vitviz {' '.join(argv)} still running after {TIMEOUT_S} s"
-    got = capsys.readouterr()
-    return int(box["status"]), [x for x in got.err.splitlines() if x.strip()], got.out
 
 
 def argv_of(root: Path, command: str, model: str, extra: list[str]) -> list[str]:
@@ -126,7 +104,7 @@ CASES = [
 @pytest.mark.parametrize("name,model,text,line", CASES, ids=[c[0] for c in CASES])
 def test_a_bad_prompt_or_source_is_one_line_and_writes_nothing(root, capsys, command, name, model, text, line):
     before = snapshot(root)
-    status, err, out = cli(argv_of(root, command, model, ["--text", text]), capsys)
+    status, err, out = cli(argv_of(root, command, model, ["--text", text]), capsys, TIMEOUT_S)
     assert status == 2, (status, err)
     assert len(err) == 1, err
     assert err[0].startswith(f"vitviz {command}: error: {line.format(root=root)}"), err[0]
@@ -151,7 +129,7 @@ FLAG_CASES = [
 def test_bad_prompt_flags_are_one_line_and_write_nothing(root, capsys, name, commands, extra, line):
     before = snapshot(root)
     for command in commands:
-        status, err, out = cli(argv_of(root, command, "clip_novocab", extra), capsys)
+        status, err, out = cli(argv_of(root, command, "clip_novocab", extra), capsys, TIMEOUT_S)
         assert status == 2, (command, status, err)
         assert len(err) == 1, (command, err)
         assert err[0].startswith(f"vitviz {command}: error: {line}"), (command, err[0])

@@ -26,8 +26,6 @@ import json
 import os
 import struct
 import sys
-import threading
-import time
 import tracemalloc
 import zlib
 from dataclasses import replace
@@ -37,6 +35,7 @@ import numpy as np
 import pytest
 import torch
 from bad_input_builders import Case, chunk, encode, logits_of, png_header, tiny_vit
+from bounded_runs import bounded
 from PIL import Image
 from repo_paths import REPO
 
@@ -325,27 +324,17 @@ def _attempt(case: Case, extra: dict):
     return load_checkpoint(case.path, num_heads=2)
 
 
-def bounded(fn, timeout: float = TIMEOUT_S) -> tuple[dict, float, int]:
-    """``fn()`` in a thread: what it returned or raised, the seconds it took and its traced memory peak (bytes)."""
-    out: dict = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - the case's outcome, checked by the caller
-            out["error"] = e
-
+def traced(fn, timeout: float = TIMEOUT_S) -> tuple[dict, float, int]:
+    """``fn()`` in a thread (:func:`bounded_runs.bounded`): what it returned or raised, the seconds it took and its
+    traced memory peak (bytes)."""
     tracemalloc.start()
     tracemalloc.reset_peak()
-    t = threading.Thread(target=run, daemon=True, name="corpus-case")
-    t0 = time.perf_counter()
-    t.start()
-    t.join(timeout)
-    seconds = time.perf_counter() - t0
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    assert not t.is_alive(), f"still running after {timeout} s"
-    return out, seconds, peak
+    try:
+        out = bounded(fn, timeout)
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return out, out["seconds"], peak
 
 
 def check_refusal(case: Case, msg: str) -> None:
@@ -372,7 +361,7 @@ def test_every_case_through_the_library_bounded_in_time_and_memory(built):
     cases, extra = built
     report = []
     for case in cases:
-        out, seconds, peak = bounded(lambda c=case: _attempt(c, extra))
+        out, seconds, peak = traced(lambda c=case: _attempt(c, extra))
         report.append((case.name, seconds, peak))
         assert peak < MEMORY_BOUND, f"{case.name}: traced memory peak {peak / 2**20:.0f} MiB"
         if case.ok:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from bounded_runs import bounded
 from PIL import Image
 from repo_paths import REPO
 
@@ -160,23 +159,6 @@ def corpus(tmp_path_factory):
     return root, build(root)
 
 
-def bounded(fn, timeout: float = TIMEOUT_S) -> dict:
-    """``fn()`` in a thread: what it returned or raised (no hang: it must end within ``timeout`` seconds)."""
-    out: dict = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - the case's outcome, checked by the caller
-            out["error"] = e
-
-    t = threading.Thread(target=run, daemon=True, name="corpus-target")
-    t0 = time.perf_counter()
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), f"still running after {timeout} s"
-    out["seconds"] = time.perf_counter() - t0
-    return out
 
 
 def _use(pipeline, target, image):
@@ -199,7 +181,7 @@ def test_every_bad_target_is_one_line_naming_it(corpus, models):
     root, cases = corpus
     image = load_image(_photo(root / "photo.png", 2))
     for case in cases:
-        out = bounded(lambda c=case: _use(models[c.model], c.target, image))
+        out = bounded(lambda c=case: _use(models[c.model], c.target, image), TIMEOUT_S, name="corpus-target")
         e = out.get("error")
         assert e is not None, f"{case.name}: accepted"
         assert isinstance(e, TargetError), f"{case.name}: {type(e).__name__}: {e}"
@@ -254,7 +236,7 @@ def test_a_session_with_a_bad_target_field_is_refused_naming_it(tmp_path, name, 
     image = _photo(tmp_path / "photo.png")
     path = tmp_path / f"{name}.vitviz.json"
     path.write_text(json.dumps(_doc(image, target)), encoding="utf-8")
-    out = bounded(lambda: st.locate(st.read_state(path)))
+    out = bounded(lambda: st.locate(st.read_state(path)), TIMEOUT_S, name="corpus-target")
     e = out.get("error")
     assert isinstance(e, st.StateError), (name, e)
     msg = str(e)

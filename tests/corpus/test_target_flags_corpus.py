@@ -12,16 +12,15 @@ CSV). Each call is bounded by a timeout (a reference read from a FIFO must not h
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from bounded_runs import cli, snapshot
 from PIL import Image
 
-from vitviz.cli import main
 from vitviz.model import create_model, save_checkpoint
 
 TIMEOUT_S = 60
@@ -70,32 +69,8 @@ def world(tmp_path, tiny_model) -> World:
     return World(tmp_path, features, classifier, images, ref, tmp_path / "out", tmp_path / "auc.csv")
 
 
-def snapshot(root: Path) -> dict[str, tuple[bytes, int] | None]:
-    """Every file (bytes, mtime) and folder under ``root`` (a FIFO by name only: reading it would block)."""
-    out: dict[str, tuple[bytes, int] | None] = {}
-    for p in sorted(root.rglob("*")):
-        rel = str(p.relative_to(root))
-        out[rel] = (p.read_bytes(), p.stat().st_mtime_ns) if p.is_file() and not p.is_symlink() else None
-    return out
 
 
-def cli(argv: list[str], capsys) -> tuple[int, list[str], str]:
-    """``(exit status, stderr lines, stdout)`` of ``vitviz ARGV``, in a thread bounded by :data:`TIMEOUT_S`."""
-    capsys.readouterr()
-    box: dict[str, object] = {}
-
-    def run():
-        try:
-            box["status"] = main(argv)
-        except SystemExit as e:  # argparse's own errors
-            box["status"] = e.code
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(TIMEOUT_S)
-    assert not t.is_alive(), f"vitviz {' '.join(argv)} still running after {TIMEOUT_S} s"
-    got = capsys.readouterr()
-    return int(box["status"]), [x for x in got.err.splitlines() if x.strip()], got.out
 
 
 def argv_of(world: World, command: str, model: str, target: str | None) -> list[str]:
@@ -165,7 +140,7 @@ CASES = [
 def test_a_bad_target_is_one_line_and_writes_nothing(world, capsys, command, name, model, target, cause):
     target = target.format(root=world.root)
     before = snapshot(world.root)
-    status, err, out = cli(argv_of(world, command, model, target), capsys)
+    status, err, out = cli(argv_of(world, command, model, target), capsys, TIMEOUT_S)
     assert status == 2, (status, err)
     assert len(err) == 1, err
     assert err[0].startswith(f"vitviz {command}: error: --target {target.strip()}: "), err[0]
@@ -178,7 +153,7 @@ def test_a_feature_model_without_a_target(world, capsys):
     """evaluate has nothing to read (one line saying which --target to give); export writes the maps it can and the
     gradient views as unavailable, with the reason (tests/cli/test_targets_cli.py)."""
     before = snapshot(world.root)
-    status, err, out = cli(argv_of(world, "evaluate", "features", None), capsys)
+    status, err, out = cli(argv_of(world, "evaluate", "features", None), capsys, TIMEOUT_S)
     assert status == 2 and len(err) == 1 and out == ""
     assert err[0].startswith("vitviz evaluate: error: ") and "the model has no classifier" in err[0]
     assert "give --target similar:IMAGE, similar:IMAGE@ROW,COL or similar:VECTOR.npy" in err[0]

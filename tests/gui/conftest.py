@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from gui_helpers import Recorder, leftover_threads, make_image  # noqa: E402
+from gui_helpers import Recorder, leftover_threads, make_image, shown_window  # noqa: E402
 
 
 @pytest.fixture
@@ -28,16 +28,8 @@ def settings(tmp_path):
 
 @pytest.fixture
 def window(qtbot, tiny_model, settings):
-    from vitviz.gui.app import make_app
-    from vitviz.gui.main_window import MainWindow
-
-    make_app()
-    w = MainWindow(settings=settings, model=tiny_model)
+    w = shown_window(qtbot, settings, tiny_model)
     w.dialogs_recorder = Recorder()
-    qtbot.addWidget(w)
-    w.resize(1400, 900)
-    w.show()
-    qtbot.waitExposed(w)
     yield w
     w.close()
 
@@ -57,16 +49,8 @@ def files(tmp_path, tiny_model):
 
 @pytest.fixture
 def win(qtbot, tiny_model, settings, files):
-    from vitviz.gui.app import make_app
-    from vitviz.gui.main_window import MainWindow
-
-    make_app()
-    w = MainWindow(settings=settings, model=tiny_model, model_key=f"file:{files['ckpt']}")
-    w.dialogs = Recorder()
-    qtbot.addWidget(w)
-    w.resize(1300, 850)
-    w.show()
-    qtbot.waitExposed(w)
+    w = shown_window(qtbot, settings, tiny_model, model_key=f"file:{files['ckpt']}", dialogs=Recorder(),
+                     size=(1300, 850))
     yield w
     w.close()
 

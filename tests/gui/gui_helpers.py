@@ -50,6 +50,23 @@ class Recorder:
         return None
 
 
+def shown_window(qtbot, settings, model, *, model_key=None, dialogs=None, size=(1400, 900)):
+    """A main window on ``model`` (``model_key``: what it was opened from), its dialogs replaced by ``dialogs`` when
+    given, shown at ``size`` and exposed; closed by qtbot at the end of the test."""
+    from vitviz.gui.app import make_app
+    from vitviz.gui.main_window import MainWindow
+
+    make_app()
+    w = MainWindow(settings=settings, model=model, **({} if model_key is None else {"model_key": model_key}))
+    if dialogs is not None:
+        w.dialogs = dialogs
+    qtbot.addWidget(w)
+    w.resize(*size)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
+
+
 def open_and_wait(qtbot, w, path, timeout=30000):
     with qtbot.waitSignal(w.resultShown, timeout=timeout):
         w.open_images([str(path)])

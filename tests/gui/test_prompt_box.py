@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import text_builders as tb
 import torch
-from gui_helpers import Recorder, make_image, open_and_wait
+from gui_helpers import Recorder, make_image, open_and_wait, shown_window
 
 from vitviz.pipeline import Pipeline, prompt_pipeline
 
@@ -31,23 +31,15 @@ def siglip_folder(tmp_path_factory):
     return tb.write_hf_siglip_folder(root / "siglip", tb.hf_siglip_model(len(SiglipTokenizer(str(sp)))), sp)
 
 
-def _window(qtbot, settings, pipeline, key):
-    from vitviz.gui.app import make_app
-    from vitviz.gui.main_window import MainWindow
-
-    make_app()
-    w = MainWindow(settings=settings, model=pipeline, model_key=key)
-    w.dialogs = Recorder()
-    qtbot.addWidget(w)
-    w.resize(1400, 900)
-    w.show()
-    qtbot.waitExposed(w)
-    return w
+def _window(qtbot, settings, folder):
+    """A window on the model of ``folder`` (opened as the window opens a model), its dialogs recorded."""
+    return shown_window(qtbot, settings, Pipeline.open(f"file:{folder}"), model_key=f"file:{folder}",
+                        dialogs=Recorder())
 
 
 @pytest.fixture
 def clip_window(qtbot, settings, clip_folder):
-    w = _window(qtbot, settings, Pipeline.open(f"file:{clip_folder}"), f"file:{clip_folder}")
+    w = _window(qtbot, settings, clip_folder)
     yield w
     w.close()
 
@@ -166,7 +158,7 @@ def test_a_missing_tokenizer_file_is_one_message(qtbot, settings, siglip_folder,
     broken = tmp_path / "no_tokenizer"
     shutil.copytree(siglip_folder, broken)
     (broken / "spiece.model").unlink()
-    w = _window(qtbot, settings, Pipeline.open(f"file:{broken}"), f"file:{broken}")
+    w = _window(qtbot, settings, broken)
     try:
         r = open_and_wait(qtbot, w, image)
         if w.predictions.prompt_box.reason is None:  # known only when the tower is opened
@@ -182,7 +174,7 @@ def test_a_missing_tokenizer_file_is_one_message(qtbot, settings, siglip_folder,
 
 
 def test_siglip_prompts_are_sigmoid_probabilities(qtbot, settings, siglip_folder, image):
-    w = _window(qtbot, settings, Pipeline.open(f"file:{siglip_folder}"), f"file:{siglip_folder}")
+    w = _window(qtbot, settings, siglip_folder)
     try:
         open_and_wait(qtbot, w, image)
         r = type_prompts(qtbot, w, "a cat; two dogs")
@@ -204,7 +196,7 @@ def test_a_session_keeps_the_prompts_and_the_chosen_one(qtbot, clip_window, imag
     path = w.save_session(str(tmp_path / "s.vitviz.json"))
     d = json.loads(path.read_text())
     assert d["prompts"] == ["a cat", "a dog", "a car"] and d["target"] == 2 and d["target_label"] == "a car"
-    w2 = _window(qtbot, settings, Pipeline.open(f"file:{clip_folder}"), f"file:{clip_folder}")
+    w2 = _window(qtbot, settings, clip_folder)
     try:
         with qtbot.waitSignal(w2.resultShown, timeout=60000):
             assert w2.open_session(str(path))

@@ -5,7 +5,7 @@ vector), the standing target across images, and bad targets that leave the windo
 import numpy as np
 import pytest
 import torch
-from gui_helpers import Recorder, make_image, open_and_wait
+from gui_helpers import Recorder, make_image, open_and_wait, shown_window
 
 from vitviz import views
 from vitviz.capture.targets import SimilarityTarget
@@ -31,16 +31,7 @@ def feature_model():
 
 @pytest.fixture
 def feature_window(qtbot, feature_model, settings):
-    from vitviz.gui.app import make_app
-    from vitviz.gui.main_window import MainWindow
-
-    make_app()
-    w = MainWindow(settings=settings, model=feature_model)
-    w.dialogs = Recorder()
-    qtbot.addWidget(w)
-    w.resize(1400, 900)
-    w.show()
-    qtbot.waitExposed(w)
+    w = shown_window(qtbot, settings, feature_model, dialogs=Recorder())
     yield w
     w.close()
 

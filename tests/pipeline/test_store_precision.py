@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from family_helpers import families
 from PIL import Image
 
 from vitviz import analysis as A
@@ -16,11 +17,7 @@ from vitviz.document.session import Session
 from vitviz.model import create_model
 from vitviz.pipeline import Pipeline
 
-FAMILIES = {
-    "cls": dict(),
-    "attention_pool": dict(class_token=False, global_pool="map"),
-    "registers": dict(num_reg_tokens=2),
-}
+FAMILIES = families("cls", "map", "registers")
 
 
 def _model(family):
