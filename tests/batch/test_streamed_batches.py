@@ -258,3 +258,12 @@ def test_evaluate_hands_its_backward_mode_to_the_streamed_pass(keep, monkeypatch
     photo = Image.fromarray((np.random.default_rng(3).random((40, 40, 3)) * 255).astype(np.uint8))
     table = evaluate_views(_pipe("cls"), photo, ("relevance",), steps=2, seeds=1, keep_graph=keep)
     assert seen == [keep] and table.views[0].saliency is not None
+
+
+@pytest.mark.parametrize("keep", [True, False, None])
+def test_prompt_passes_say_the_backward_mode_of_the_passes_they_repeat(keep):
+    from vitviz.batch.prompt_passes import PromptPasses
+
+    passes = BatchPasses(_pipe("cls"), batch_size=2, keep_graph=keep)
+    wrapped = PromptPasses(passes, 3)
+    assert wrapped.keep_graph is keep and wrapped.route == passes.route == "streamed"

@@ -136,13 +136,6 @@ class Exporter:
     :func:`vitviz.batch.inputs.default_workers`). ``keep_graph``: how a streamed backward treats the blocks' graphs
     (:class:`~vitviz.batch.batch_passes.BatchPasses`: None by the memory available, True keeps, False recomputes)."""
 
-    def _backward_words(self) -> str:
-        """How a streamed gradient pass treats the blocks' graphs, for the first line ("" when that is not asked)."""
-        keep = getattr(self.passes, "keep_graph", None)
-        if keep is None or not self.gradients or self.passes.route != "streamed":
-            return ""
-        return ", every block's graph kept" if keep else ", each block recomputed in the backward"
-
     def __init__(self, pipeline: Any, options: ExportOptions, out: str | os.PathLike, *, model_ref: str = "model",
                  log: Callable[[str], None] | None = None, origin: str = "--shard", streaming: bool | None = None,
                  workers: int | None = None, keep_graph: bool | None = None):
@@ -185,6 +178,13 @@ class Exporter:
         self._stop = threading.Event()
 
     # -------------------------------------------------------------- output
+    def _backward_words(self) -> str:
+        """How a streamed gradient pass treats the blocks' graphs, for the first line ("" when that is not asked)."""
+        keep = self.passes.keep_graph
+        if keep is None or not self.gradients or self.passes.route != "streamed":
+            return ""
+        return ", every block's graph kept" if keep else ", each block recomputed in the backward"
+
     def log(self, line: str) -> None:
         if self._log is not None:
             self._log(line)

@@ -50,6 +50,10 @@ class PromptPasses:
     def route(self) -> str:
         return self.passes.route
 
+    @property
+    def keep_graph(self) -> bool | None:
+        return self.passes.keep_graph
+
     def run(self, prepared: Sequence[Any], sources: Sequence[str]) -> list[PromptItems]:
         """One :class:`PromptItems` per image, in order."""
         n = self.prompts
