@@ -35,6 +35,21 @@ def tiny_model():
 
 
 @pytest.fixture
+def tiny_ckpt(tmp_path):
+    """``(model, path)``: a 2-layer ViT on 32 px (4 heads, classes ant, bee, cat, named "tiny") saved in tmp_path."""
+    from vitviz.model import ViT, save_checkpoint
+    from vitviz.model.preprocess import Preprocess
+    from vitviz.model.spec import ModelSpec
+
+    m = ViT(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=3).eval()
+    m.spec = ModelSpec(config=m.config, preprocess=Preprocess(resize=36, crop=(32, 32)), labels=("ant", "bee", "cat"),
+                       name="tiny")
+    path = tmp_path / "tiny.safetensors"
+    save_checkpoint(m, path)
+    return m, path
+
+
+@pytest.fixture
 def session_of(tiny_model):
     """``make(h=40, w=40, source="x.png")``: a Session showing tiny_model's result on a random photo of ``h x w``."""
     import numpy as np

@@ -188,6 +188,12 @@ def precision_reason(precision: str, device: str = "cpu") -> str:
     return f"auto: {chosen} ({why})"
 
 
+def running_on(model: str, device: str, precision: str) -> str:
+    """What a command says it runs, in its first line: ``"ViT-Ti/16 on cpu, auto: bf16 (the CPU has AVX-512 BF16)"``
+    (``precision`` as asked for, ``auto`` included: :func:`precision_reason`)."""
+    return f"{model} on {device}, {precision_reason(precision, device)}"
+
+
 def device_description(device: str) -> str:
     """A human-readable name of ``device`` (the GPU's model name for CUDA, once torch is loaded)."""
     if device.startswith("cuda") and torch_loaded():

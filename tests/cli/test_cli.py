@@ -10,19 +10,6 @@ from PIL import Image
 
 from vitviz import __version__
 from vitviz.cli import main
-from vitviz.model import ViT, save_checkpoint
-from vitviz.model.preprocess import Preprocess
-from vitviz.model.spec import ModelSpec
-
-
-@pytest.fixture
-def tiny_ckpt(tmp_path):
-    m = ViT(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=3).eval()
-    m.spec = ModelSpec(config=m.config, preprocess=Preprocess(resize=36, crop=(32, 32)), labels=("ant", "bee", "cat"),
-                       name="tiny")
-    path = tmp_path / "tiny.safetensors"
-    save_checkpoint(m, path)
-    return m, path
 
 
 def test_version(capsys):
@@ -59,7 +46,7 @@ def test_predict_prints_topk_with_labels(tiny_ckpt, tmp_path, capsys):
     img = tmp_path / "x.png"
     rng = np.random.default_rng(0)
     Image.fromarray(rng.integers(0, 255, (40, 50, 3), dtype=np.uint8)).save(img)
-    assert main(["predict", str(path), str(img), "--top", "2"]) == 0
+    assert main(["predict", str(path), str(img), "--top", "2", "--precision", "fp32"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == str(img) and len(out) == 3
     # independent: the same preprocessing and forward by hand
@@ -83,15 +70,17 @@ def test_predict_bad_image(tiny_ckpt, tmp_path, capsys):
 def test_gui_handoff(monkeypatch):
     calls = {}
 
-    def run_gui(images, model=None, device=None):
-        calls.update(images=images, model=model, device=device)
+    def run_gui(images, model=None, device=None, precision=None):
+        calls.update(images=images, model=model, device=device, precision=precision)
         return 7
 
     fake = types.ModuleType("vitviz.gui.app")
     fake.run_gui = run_gui
     monkeypatch.setitem(sys.modules, "vitviz.gui.app", fake)
     assert main(["a.png", "b.jpg", "--model", "vit_b_16", "--device", "cpu"]) == 7
-    assert calls == {"images": ["a.png", "b.jpg"], "model": "vit_b_16", "device": "cpu"}
+    assert calls == {"images": ["a.png", "b.jpg"], "model": "vit_b_16", "device": "cpu", "precision": None}
+    assert main(["a.png", "--precision", "fp32"]) == 7  # (None: the window's remembered choice)
+    assert calls == {"images": ["a.png"], "model": None, "device": None, "precision": "fp32"}
 
 
 def test_gui_missing_is_a_clear_message(monkeypatch, capsys):
@@ -195,12 +184,13 @@ def test_predict_reports_each_bad_image_on_its_own_line_and_goes_on(tiny_ckpt, t
     assert main(["predict", str(ckpt), str(good), str(bad), str(missing), str(other), "--top", "1"]) == 2
     out, err = capsys.readouterr()
     assert [line for line in out.splitlines() if not line.startswith(" ")] == [str(good), str(other)]
-    lines = err.strip().splitlines()
+    head, *lines = err.strip().splitlines()  # the first line: what runs where (tests/cli/test_run_flags.py)
+    assert head.startswith("vitviz predict: tiny on cpu, auto: ")
     assert len(lines) == 2 and "Traceback" not in err, err
     assert lines[0].startswith(f"vitviz predict: error: {bad}: ") and "not an image file" in lines[0]
     assert lines[1].startswith(f"vitviz predict: error: {missing}: ") and "does not exist" in lines[1]
     assert main(["predict", str(ckpt), str(good), str(other)]) == 0  # all good: status 0
-    assert not capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines() == [head]
 
 
 def test_info_takes_several_checkpoints_and_reports_each_bad_one(tiny_ckpt, tmp_path, capsys):
@@ -245,7 +235,7 @@ def test_debug_with_predict_and_the_gui_launcher(tiny_ckpt, tmp_path, capsys, mo
 
 def _fake_gui(monkeypatch):
     """A vitviz.gui.app whose run_gui parses --model exactly as the real one does before any window opens."""
-    def run_gui(images, model=None, device=None):
+    def run_gui(images, model=None, device=None, precision=None):
         from vitviz.model.sources.refs import parse_model_ref
 
         if model is not None:

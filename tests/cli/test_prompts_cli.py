@@ -87,7 +87,7 @@ def test_predict_prints_clips_softmax_over_the_prompts(clip, capsys):
     for templates, texts in [([], prompts), (["--templates", "photo"], [f"a photo of a {p}." for p in prompts])]:
         capsys.readouterr()
         assert main(["predict", str(clip["folder"]), str(image), "--num-heads", "2", "--text",
-                     " ; ".join(prompts), *templates]) == 0
+                     " ; ".join(prompts), *templates, "--precision", "fp32"]) == 0
         out = capsys.readouterr().out
         head = out.splitlines()[0]
         assert head.startswith("CLIP zero-shot over 3 prompt(s)") and "softmax over the prompts" in head
@@ -109,7 +109,8 @@ def test_predict_prints_siglips_sigmoid_of_each_prompt(siglip, capsys):
 
     image = siglip["images"][0]
     prompts = ["a cat", "two dogs"]
-    assert main(["predict", str(siglip["folder"]), str(image), "--text", "a cat;two dogs", "--top", "1"]) == 0
+    assert main(["predict", str(siglip["folder"]), str(image), "--text", "a cat;two dogs", "--top", "1",
+                 "--precision", "fp32"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("SigLIP zero-shot over 2 prompt(s)") and "sigmoid" in out.splitlines()[0]
     p = Pipeline.open(siglip["folder"])
@@ -212,7 +213,8 @@ def test_evaluate_measures_each_prompt_by_its_probability(siglip, capsys):
     image = siglip["images"][0]
     table_csv = siglip["root"] / "auc.csv"
     assert main(["evaluate", str(siglip["folder"]), str(image), "--text", "a cat; two dogs", "--views",
-                 "legrad,relevance", "--steps", "3", "--seeds", "2", "--csv", str(table_csv)]) == 0
+                 "legrad,relevance", "--steps", "3", "--seeds", "2", "--csv", str(table_csv), "--precision",
+                 "fp32"]) == 0
     out = capsys.readouterr().out
     assert "target 0 'a cat'" in out and "target 1 'two dogs'" in out
     with table_csv.open() as fh:

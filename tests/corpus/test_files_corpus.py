@@ -519,6 +519,9 @@ def _check_batch(run: _Run, command: str) -> None:
     bad = [c for c in run.cases if not c.ok]
     assert run.code == (2 if bad else 0), (run.code, run.err[-2000:])
     got = [line for line in lines if line.strip()]
+    if command == "predict" and any(c.ok for c in run.cases):  # the first line before the first prediction: what
+        head = next(i for i, line in enumerate(got) if ": error: " not in line)  # runs where, in what precision
+        assert got.pop(head).startswith("vitviz predict: "), got
     assert len(got) == len(bad), (f"{len(got)} error lines for {len(bad)} refused inputs:\n" + "\n".join(got))
     for case, line in zip(bad, got, strict=True):
         head = f"vitviz {command}: error: {_one_line(str(case.path))}"

@@ -504,7 +504,8 @@ def test_cli_evaluate_folder_glob_csv_and_bad_images(tiny_ckpt, tmp_path, capsys
             "--views", "rollout,relevance", "--csv", str(csv_path)]
     assert main(argv) == 2  # one bad image: reported, the others evaluated
     out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
+    head, *lines = err.strip().splitlines()  # the first line: what runs where (tests/cli/test_run_flags.py)
+    assert head.startswith("vitviz evaluate: 3 image(s); tiny test ViT on cpu, auto: ")
     assert len(lines) == 2 and "broken.png" in lines[0] and "Traceback" not in err and "wrote" in lines[1]
     assert lines[0].startswith("vitviz evaluate: error: ")
     assert out.count("deletion AUC") == 3 and "mean over 2 images" in out and "random (2 seeds)" in out
@@ -526,7 +527,8 @@ def test_cli_evaluate_folder_glob_csv_and_bad_images(tiny_ckpt, tmp_path, capsys
     assert main(["evaluate", str(tiny_ckpt), str(tmp_path / "pics" / "**" / "img*.png"), str(tmp_path / "z*.png"),
                  "--steps", "2", "--seeds", "1", "--views", "cls_last"]) == 2
     out, err = capsys.readouterr()
-    assert out.count("deletion AUC") == 3 and "no files match" in err and len(err.strip().splitlines()) == 1
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert out.count("deletion AUC") == 3 and "no files match" in err and len(errors) == 1
 
 
 @pytest.mark.parametrize("extra, needle", [

@@ -85,7 +85,7 @@ from vitviz.batch.parts import plan_shard, write_json
 from vitviz.batch.prompt_passes import PromptPasses, per_prompt, prompt_word
 from vitviz.batch.rerun import check_folder
 from vitviz.batch.target_flags import describe_prompts, describe_target, read_prompts, read_target, text_digest
-from vitviz.devices import precision_reason
+from vitviz.devices import running_on
 from vitviz.document import panel
 from vitviz.imaging import ExportError, write_atomic
 from vitviz.render import figures
@@ -238,9 +238,9 @@ class Exporter:
             todo = [im for im in todo if not is_complete(records.get(source_key(im.path)), self.request_id, self.out)]
             s.skipped = before - len(todo)
         shard = f", shard {o.shard[0]}/{o.shard[1]} of {n_inputs}" if o.shard[1] > 1 else ""
+        pipe = self.pipeline
         self.log(f"vitviz export: {len(todo)} image(s) to do, {s.skipped} already done{shard}; "
-                 f"{getattr(self.pipeline.spec, 'name', 'model')} on {self.pipeline.device}, "
-                 f"{precision_reason(self.pipeline.precision_choice, self.pipeline.device)}; batch "
+                 f"{running_on(getattr(pipe.spec, 'name', 'model'), pipe.device, pipe.precision_choice)}; batch "
                  f"{o.batch_size} ({self.passes.route} passes{self._backward_words()}); {len(o.views)} view(s) -> "
                  f"{self.out}")
         self._manifest = Appender(s.manifest)

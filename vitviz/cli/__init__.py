@@ -2,13 +2,13 @@
 
 Usage::
 
-    vitviz [IMAGE ...] [--model PATH_OR_NAME] [--device DEVICE]   open the GUI
+    vitviz [IMAGE ...] [--model PATH_OR_NAME] [--device DEVICE] [--precision P]   open the GUI
     vitviz SESSION.vitviz.json                                      the GUI showing a saved session
                                                                     (vitviz.document.state)
     vitviz [IMAGE ...] --model FILE.py:CLASS [--weights CKPT] [--init JSON]
                                                                     the GUI on your own model class (runs FILE.py)
     vitviz info CHECKPOINT [CHECKPOINT ...] [--num-heads N] [--preprocess imagenet|inception]
-    vitviz predict CHECKPOINT IMAGE [IMAGE ...] [--top K] [--preprocess ...]
+    vitviz predict CHECKPOINT IMAGE [IMAGE ...] [--top K] [--precision auto|fp32|bf16|fp16] [--preprocess ...]
     vitviz models                                                   named models (curated Hub list, torchvision)
                                                                     and whether they are cached
     vitviz evaluate CHECKPOINT IMAGE|FOLDER|GLOB ... [--views V ...] [--steps N] [--baseline mean|blur|noise]
@@ -31,8 +31,10 @@ package never imports Qt; the GUI is imported lazily.
 
 One module per sub-command (``info_command``, ``predict_command``, ``models_command``, ``evaluate_command``,
 ``export_command``, ``stats_command``, ``merge_command``; the window: ``gui_command``), what they share in
-``shared`` (parser, error reporter, model loading) and ``batch_flags`` (the flags of export and stats, the shard of
-the batch commands), the dispatcher in ``dispatch``, and the
+``shared`` (parser, error reporter, model loading), ``run_flags`` (``--device``, ``--precision``, ``--batch-size`` of
+every command that runs a model, declared once; each such command's first line names what they resolved to, e.g.
+``vitviz predict: tiny on cpu, auto: bf16 (the CPU has AVX-512 BF16)``) and ``batch_flags`` (the other flags of
+export and stats, the shard of the batch commands), the dispatcher in ``dispatch``, and the
 table of sub-commands (names, arguments, one-line help: ``vitviz --help`` lists them all) in ``commands``.
 Building the parser imports neither torch nor numpy: each command imports what it needs when it runs.
 """

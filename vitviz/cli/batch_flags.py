@@ -1,5 +1,5 @@
-"""The flags ``vitviz export`` and ``vitviz stats`` share (inputs, model, output folder, batch size, device,
-precision, overwrite, quiet, reading threads) and the check of the device, precision and batch size they name; the
+"""The flags ``vitviz export`` and ``vitviz stats`` share (inputs, model, output folder, overwrite, quiet, reading
+threads, and the run flags of every model-running command: :mod:`vitviz.cli.run_flags`); the
 gradient pass's memory mode (``--backward``, export and evaluate); the shard of the three batch commands
 (``--shard K/N``, else the launcher's: :mod:`vitviz.batch.launcher`)."""
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from vitviz.batch.inputs import parse_shard
 from vitviz.batch.launcher import launch_from_env
-from vitviz.devices import available_devices, available_precisions, normalise_device
+from vitviz.cli.run_flags import add_run_flags
 
 SHARD_HELP = ("do shard K of N (a deterministic 1/N of the images; each shard writes its own part, 'vitviz merge' "
               "joins them). Default: from torchrun (RANK, WORLD_SIZE; device cuda -> cuda:LOCAL_RANK) or a SLURM "
@@ -22,18 +22,15 @@ SHARD_HELP = ("do shard K of N (a deterministic 1/N of the images; each shard wr
 
 def add_batch_arguments(p: argparse.ArgumentParser, out_help: str,
                         overwrite_help: str = "replace existing output files") -> None:
-    """The flags ``vitviz export`` and ``vitviz stats`` share: inputs, model, output folder, batch size, device,
-    precision, overwrite, quiet, reading threads."""
+    """The flags ``vitviz export`` and ``vitviz stats`` share: inputs, model, output folder, the run flags (batch
+    size 16, device, precision), overwrite, quiet, reading threads."""
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="image files, folders (searched recursively), glob patterns ('**' recurses) or text files "
                         "listing paths (.txt/.lst/.list, or @FILE)")
     p.add_argument("--model", "-m", required=True, metavar="M",
                    help="checkpoint file or folder, a pretrained name, 'demo' or random:ARCH")
     p.add_argument("--out", "-o", required=True, metavar="DIR", help=out_help)
-    p.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default 16)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                   help="auto (default): bf16 where the CPU or GPU multiplies bf16 natively, else fp32")
+    add_run_flags(p, batch_size=16)
     p.add_argument("--overwrite", action="store_true", help=overwrite_help)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar (for logs)")
     p.add_argument("--workers", type=int, metavar="N",
@@ -59,20 +56,6 @@ def check_workers(workers: int | None) -> int | None:
     if workers is not None and workers < 1:
         raise ValueError(f"--workers {workers}: must be at least 1 (threads that read the images)")
     return workers
-
-
-def check_device(device: str, precision: str, batch_size: int) -> str:
-    """The device (``cuda`` -> ``cuda:0``) when it exists here and takes ``precision``, and a batch size of at least
-    one (ValueError naming the flag otherwise)."""
-    if batch_size < 1:
-        raise ValueError(f"--batch-size {batch_size}: must be at least 1")
-    d = normalise_device(device)
-    if d not in available_devices():
-        raise ValueError(f"--device {device}: not available here (available: {', '.join(available_devices())})")
-    if precision not in available_precisions(d):
-        raise ValueError(f"--precision {precision}: not available on {d} (available: "
-                         f"{', '.join(available_precisions(d))})")
-    return d
 
 
 def add_shard_argument(p: argparse.ArgumentParser) -> None:

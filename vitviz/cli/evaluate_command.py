@@ -27,12 +27,15 @@ from vitviz.cli.batch_flags import (
     shard_and_device,
 )
 from vitviz.cli.commands import summary
+from vitviz.cli.run_flags import add_run_flags, resolve_run_flags
 from vitviz.cli.shared import Reporter, add_debug, add_load_options, add_text_options, check_templates, load
 from vitviz.evaluate.protocol import BASELINES, DEFAULT_VIEWS
 from vitviz.evaluate.report import check_writable, format_mean_table, write_csv
 from vitviz.evaluate.table_parts import TablePart, part_path, write_part
 from vitviz.imaging import load_image
 from vitviz.views.presets import PRESETS
+
+BY_SIZE = "by the model's size"
 
 
 def prepare_argv(argv: Sequence[str]) -> list[str]:
@@ -71,8 +74,7 @@ def add_parser(sub) -> None:
     ev.add_argument("--csv", metavar="FILE", help="also write the AUCs as CSV (never replaces a file unless "
                                                   "--overwrite)")
     ev.add_argument("--overwrite", action="store_true", help="replace an existing --csv file")
-    ev.add_argument("--batch-size", type=int, help="perturbed images per forward (default: by the model's size)")
-    ev.add_argument("--device", default="cpu")
+    add_run_flags(ev, batch_size=None, batch_help=f"perturbed images per forward (default: {BY_SIZE})")
     add_backward_argument(ev)
     add_shard_argument(ev)
     add_load_options(ev)
@@ -98,8 +100,8 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     unknown = [n for n in names if n not in valid]
     if unknown or not names:
         raise ValueError(f"--views {' '.join(unknown) or '(none)'}: unknown view; valid: {', '.join(valid)}")
-    for opt, v in (("--steps", args.steps), ("--seeds", args.seeds), ("--batch-size", args.batch_size)):
-        if v is not None and v < 1:
+    for opt, v in (("--steps", args.steps), ("--seeds", args.seeds)):
+        if v < 1:
             raise ValueError(f"{opt} {v}: must be at least 1")
     check_templates(args)
     prompts = None
@@ -107,6 +109,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         prompts, problem = text_problem(args.text, args.checkpoint, args.target)
         if problem:
             raise ValueError(problem)
+    run_flags = resolve_run_flags(args, "evaluate", device=device)
     part = part_path(args.csv, shard) if sharded else None
     if args.csv:
         check_writable(part or args.csv, overwrite=args.overwrite)  # before minutes of work, not after
@@ -117,7 +120,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     plan = plan_shard("evaluate", images, shard, origin) if sharded else None
     paths = [im.path for im in take_shard(images, *shard)]
     model = load(args, args.checkpoint)
-    pipe = Pipeline(model, device=device)
+    pipe = Pipeline(model, device=run_flags.device, precision=run_flags.precision_choice)
     if prompts is not None:  # each prompt a class of the zero-shot model, its probability read by the curves
         pipe.source = args.checkpoint
         pipe = read_prompts(pipe, prompts, args.templates)
@@ -127,6 +130,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         raise ValueError(f"{model.spec.name}: the model has no classifier, so there is no class probability to "
                          "perturb: give --target similar:IMAGE, similar:IMAGE@ROW,COL or similar:VECTOR.npy (the "
                          "curves then read the similarity)")
+    run_flags.announce(model.spec.name, lead=f"{len(paths)} image(s)", batch_words=BY_SIZE)  # the first line
     tables = []
     failures: list[tuple[str, str]] = []
     bar = tqdm(total=len(paths), desc="evaluate", unit="image", file=sys.stderr, disable=None, leave=False,

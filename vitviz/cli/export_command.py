@@ -20,12 +20,12 @@ from vitviz.cli.batch_flags import (
     add_batch_arguments,
     add_shard_argument,
     announce,
-    check_device,
     check_workers,
     join_signed,
     shard_and_device,
 )
 from vitviz.cli.commands import summary
+from vitviz.cli.run_flags import resolve_run_flags
 from vitviz.cli.shared import Reporter, add_debug, add_load_options, add_text_options, check_templates, load
 from vitviz.imaging import ExportError
 from vitviz.model.sources.refs import parse_model_ref
@@ -153,7 +153,8 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
 
     shard, device, origin, line = shard_and_device(args.shard, args.device, "export")
     options = replace(options_from_args(args), shard=shard)
-    device = check_device(device, options.precision, options.batch_size)
+    run_flags = resolve_run_flags(args, "export", device=device)
+    device = run_flags.device
     workers = check_workers(args.workers)
     options = replace(options, device=device)
     problem = output_folder_problem(args.out)  # (the export checks it again, with the folder's manifests)

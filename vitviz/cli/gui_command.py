@@ -8,6 +8,7 @@ import sys
 
 from vitviz import __version__
 from vitviz.cli.commands import listing
+from vitviz.cli.run_flags import add_run_flags
 from vitviz.cli.shared import Parser, Reporter, add_debug
 
 
@@ -33,7 +34,7 @@ def gui_parser() -> argparse.ArgumentParser:
     p.add_argument("--init", metavar="JSON",
                    help="with --model FILE.py:CLASS: the constructor's arguments as a JSON object (or list), or a "
                         ".json file, e.g. '{\"img_size\": 32, \"num_classes\": 10}'")
-    p.add_argument("--device", metavar="DEVICE", help="torch device, e.g. cpu or cuda")
+    add_run_flags(p, remembered=True)  # the window says what it runs on in its status bar
     add_debug(p)
     return p
 
@@ -63,8 +64,9 @@ def launch(argv: list[str], debug: bool) -> int:
     try:
         user = user_model(args)  # your own class: imported, built and checked before any window opens
         if user is not None:
-            return int(run_gui(list(args.images), device=args.device, module=user[0], note=user[1]) or 0)
-        return int(run_gui(list(args.images), model=args.model, device=args.device) or 0)
+            return int(run_gui(list(args.images), device=args.device, precision=args.precision, module=user[0],
+                               note=user[1]) or 0)
+        return int(run_gui(list(args.images), model=args.model, device=args.device, precision=args.precision) or 0)
     except KeyboardInterrupt:
         print("vitviz: interrupted", file=sys.stderr)
         return 130

@@ -9,6 +9,7 @@ import sys
 
 from vitviz.batch.target_flags import read_prompts, text_problem
 from vitviz.cli.commands import summary
+from vitviz.cli.run_flags import add_run_flags, resolve_run_flags
 from vitviz.cli.shared import Reporter, add_debug, add_load_options, add_text_options, check_templates, load
 from vitviz.imaging import ImageError, load_image
 
@@ -22,7 +23,7 @@ def add_parser(sub) -> None:
     pred.add_argument("images", nargs="+", metavar="IMAGE")
     pred.add_argument("--top", type=int, default=None,
                       help="how many classes to print (default 5; with --text: every prompt)")
-    pred.add_argument("--device", default="cpu")
+    add_run_flags(pred)
     add_text_options(pred, "print each image's zero-shot probabilities over the prompts (CLIP: softmax; SigLIP: "
                            "sigmoid) and scores")
     add_load_options(pred)
@@ -34,6 +35,8 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     one follows."""
     import torch  # when the command runs, not for its --help
 
+    from vitviz.pipeline import DTYPES, Pipeline
+
     if args.top is not None and args.top < 1:
         raise ValueError(f"--top {args.top}: must be at least 1")
     check_templates(args)
@@ -42,17 +45,17 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         prompts, problem = text_problem(args.text, args.checkpoint)
         if problem:
             raise ValueError(problem)
-    model = load(args, args.checkpoint).to(args.device)
+    run_flags = resolve_run_flags(args, "predict")
+    pipeline = Pipeline(load(args, args.checkpoint), device=run_flags.device, precision=run_flags.precision_choice)
+    rule_line = None
     if prompts is not None:
-        from vitviz.pipeline import Pipeline
-
-        pipeline = Pipeline(model, device=args.device)
         pipeline.source = args.checkpoint  # where the text tower is
         prompted = read_prompts(pipeline, prompts, args.templates)
         family, rule = FAMILIES.get(prompted.text_tower().family, FAMILIES["clip"])
         templates = f", templates: {args.templates}" if args.templates else ""
-        print(f"{family} zero-shot over {len(prompts)} prompt(s){templates}: {rule}")
-        model = prompted.model
+        rule_line = f"{family} zero-shot over {len(prompts)} prompt(s){templates}: {rule}"
+        pipeline = prompted
+    model = pipeline.model
     spec = model.spec
     if not spec.config.num_classes:
         from vitviz.model.text import text_tower_reason
@@ -61,14 +64,14 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
             "; it has a text tower: --text 'a cat; a dog' prints zero-shot probabilities over prompts"
         raise ValueError(f"{spec.name}: the model has no classification head (num_classes=0){hint}")
     top = args.top if args.top is not None else (len(prompts) if prompts is not None else 5)
-    status = 0
+    status, shown = 0, False
     for path in args.images:
         try:
             # the one image reader of vitviz (the window uses it too): same pixels, same probabilities; bad files
             # are an ImageError naming the file
             image = load_image(path).image
             try:
-                x = spec.preprocess(image)[None].to(args.device)
+                x = spec.preprocess(image)[None].to(run_flags.device, DTYPES[run_flags.precision])
             except ImageError as e:
                 raise ImageError(path, e.problem) from None
             with torch.inference_mode():
@@ -76,6 +79,11 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         except Exception as e:  # noqa: BLE001 - reported on one line, the next image still predicted
             status = report(e, path)
             continue
+        if not shown:  # the first line (stderr) and the rule, before the first prediction (a run whose every image
+            run_flags.announce(spec.name)  # is refused prints only the refusals, one line each)
+            if rule_line:
+                print(rule_line)
+            shown = True
         probs = logits.sigmoid() if getattr(spec, "probability", "softmax") == "sigmoid" else logits.softmax(-1)
         best = probs.topk(min(top, probs.numel()))
         print(path)

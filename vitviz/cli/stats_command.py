@@ -19,14 +19,13 @@ from vitviz.cli.batch_flags import (
     add_batch_arguments,
     add_shard_argument,
     announce,
-    check_device,
     check_workers,
     join_signed,
     shard_and_device,
 )
 from vitviz.cli.commands import summary
+from vitviz.cli.run_flags import resolve_run_flags
 from vitviz.cli.shared import Reporter, add_debug, add_load_options, load
-from vitviz.devices import precision_reason
 
 
 def prepare_argv(argv: Sequence[str]) -> list[str]:
@@ -56,7 +55,8 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
 
     shard, device, origin, line = shard_and_device(args.shard, args.device, "stats")
     sharded = shard[1] > 1
-    device = check_device(device, args.precision, args.batch_size)
+    run_flags = resolve_run_flags(args, "stats", device=device)
+    device = run_flags.device
     workers = check_workers(args.workers)
     out = Path(args.out)
     if sharded:
@@ -76,8 +76,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         print(line, file=sys.stderr, flush=True)
 
     part = f", shard {shard[0]}/{shard[1]} of {len(images)}" if sharded else ""
-    log(f"vitviz stats: {len(todo)} image(s){part}; {getattr(pipeline.spec, 'name', 'model')} on {device}, "
-        f"{precision_reason(pipeline.precision_choice, device)}; batch {args.batch_size}")
+    log(run_flags.line(getattr(pipeline.spec, "name", "model"), lead=f"{len(todo)} image(s){part}"))
     run = compute_stats(pipeline, todo, batch_size=args.batch_size, quiet=args.quiet, workers=workers,
                         log=None if not args.quiet else log,
                         indices=[i for i, _, _ in plan.images] if plan is not None else None)

@@ -71,7 +71,8 @@ def install_excepthook() -> None:
 
 
 def run_gui(images: list[str], model: str | None = None, device: str | None = None,
-            settings: QSettings | None = None, *, module=None, note: str | None = None) -> int:
+            settings: QSettings | None = None, *, module=None, note: str | None = None,
+            precision: str | None = None) -> int:
     """Open the main window with ``images`` (the bundled samples when empty) and run the event loop.
 
     Args:
@@ -79,6 +80,7 @@ def run_gui(images: list[str], model: str | None = None, device: str | None = No
         model: checkpoint path or model name (:func:`vitviz.model.sources.refs.parse_model_ref`; default: the remembered
             model, else the bundled demo).
         device: torch device (default: the remembered one, else CPU).
+        precision: auto, fp32, bf16 or fp16 (default: the remembered one, else auto).
         module: an already-built model to show instead (``vitviz --model file.py:Class``; see
             :func:`vitviz.pipeline.open_adapted`); ``note`` is shown in the status bar.
 
@@ -89,9 +91,11 @@ def run_gui(images: list[str], model: str | None = None, device: str | None = No
     app = make_app()
     install_excepthook()
     if module is not None:
-        win = MainWindow(settings=settings, model=module, model_key="memory", device=device, load_samples=not images)
+        win = MainWindow(settings=settings, model=module, model_key="memory", device=device, precision=precision,
+                         load_samples=not images)
     else:
-        win = MainWindow(settings=settings, model_key=ref, device=device, load_samples=not images)
+        win = MainWindow(settings=settings, model_key=ref, device=device, precision=precision,
+                         load_samples=not images)
     win.show()
     if note:
         win.statusBar().showMessage(note, 15000)

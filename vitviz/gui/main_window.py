@@ -60,7 +60,7 @@ class MainWindow(QMainWindow):
         settings: where preferences persist (default: ``$VITVIZ_SETTINGS`` or the user's settings).
         model: an already-built model to use instead of the remembered one (tests, scripts).
         model_key: a model reference (:mod:`vitviz.model.sources.refs`) to load on start.
-        device: torch device to start on (default: remembered, else CPU).
+        device, precision: torch device and precision to start on (default: remembered, else CPU and auto).
         dialogs: a :class:`Dialogs` replacement.
         load_samples: open the bundled sample images when nothing else is opened.
 
@@ -77,13 +77,15 @@ class MainWindow(QMainWindow):
     viewRefreshed = Signal()
 
     def __init__(self, *, settings: QSettings | None = None, model: Any = None, model_key: str | None = None,
-                 device: str | None = None, dialogs: Dialogs | None = None, load_samples: bool = False):
+                 device: str | None = None, dialogs: Dialogs | None = None, load_samples: bool = False,
+                 precision: str | None = None):
         super().__init__()
         self.prefs = Prefs(settings)
         self.settings = self.prefs.qsettings
         self._dialogs = dialogs or Dialogs(self)
         self.session = Session()
-        self.controller = Controller(self, device=device or self.prefs.device(), precision=self.prefs.precision())
+        self.controller = Controller(self, device=device or self.prefs.device(),
+                                     precision=precision or self.prefs.precision())
         self._closing = False
         self._hover_xy: tuple[float, float] | None = None
         self._logged: set[str] = set()  # start-up log lines printed
