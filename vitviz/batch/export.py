@@ -2,7 +2,8 @@
 
 The maps are made by the window's own code: each image's :class:`~vitviz.pipeline.InferenceResult` goes into a
 :class:`~vitviz.document.session.Session`, the view, layer, head and query are set as the window sets them, and the
-files are ``Session.current_map()`` (npy: float32 ``[gh, gw]`` at patch resolution) and the figure the window's
+files are ``Session.current_map()`` (npy: float32 ``[gh, gw]`` at patch resolution; an RGB view such as feature PCA:
+its colours ``Session.rgb_map()[..., :3]``, float32 ``[gh, gw, 3]`` in [0, 1]) and the figure the window's
 File > Export writes (:func:`vitviz.document.panel.view_figure` encoded by :func:`vitviz.render.figures.encode`:
 PNG, colour bar and caption optional). Nothing here computes a map.
 
@@ -473,9 +474,10 @@ class Exporter:
                 continue
             stem = f"{item.rel}_{v.file_stem(r, session.options)}"
             files: list[tuple[str, bytes]] = []
-            if o.format in ("npy", "both"):
+            if o.format in ("npy", "both"):  # an RGB view's (feature PCA's): its R, G, B [gh, gw, 3], as drawn
+                raw = session.rgb_map()[..., :3] if v.rgb else m
                 buf = io.BytesIO()
-                np.save(buf, np.ascontiguousarray(m, dtype=np.float32))
+                np.save(buf, np.ascontiguousarray(raw, dtype=np.float32))
                 files.append((stem + ".npy", buf.getvalue()))
             if o.format in ("png", "both"):
                 spec = panel.view_figure(session)

@@ -77,7 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_text_options(p, "one map per prompt of each gradient view (default view: legrad), the prompt named in the "
                         "file names, captions and manifest (not with --target)")
     p.add_argument("--format", choices=FORMATS, default="png",
-                   help="png: the overlay as the window exports it; npy: the raw map at patch resolution (float32); "
+                   help="png: the overlay as the window exports it; npy: the raw map at patch resolution (float32 "
+                        "[gh, gw]; feature_pca: its R, G, B in [0, 1], [gh, gw, 3]); "
                         "both")
     p.add_argument("--scale", default="native",
                    help="PNG size: native (the image's pixels, default), print (long side >= 2048 px, the "
