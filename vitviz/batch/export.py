@@ -380,11 +380,11 @@ class Exporter:
                 batch = jobs.get()
                 if batch is None:
                     return
-                for i, job in enumerate(batch):
+                for i in range(len(batch)):
                     if self._stop.is_set():
                         return
-                    ok = self._write_one(job)
-                    batch[i] = None  # drop the result now: memory follows the batch, not the run
+                    ok = self._write_one(batch[i])
+                    batch[i] = None  # drop the result now (no other name holds it): memory follows the batch
                     if ok is False:
                         consecutive_write_failures += 1
                         if consecutive_write_failures >= 3 and self.summary.written == 0:
