@@ -23,7 +23,7 @@ from typing import BinaryIO, Callable
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from vitviz._util.files import default_file_mode, describe_os_error, folder_problem
+from vitviz._util.files import default_file_mode, describe_os_error, folder_problem, process_alive
 
 # the resampling filters a model's preprocessing may name (timm's and torchvision's names), as PIL knows them
 RESAMPLING: dict[str, Image.Resampling] = {
@@ -348,6 +348,30 @@ def write_png(path: str | os.PathLike, rgb: np.ndarray, *, overwrite: bool = Fal
     return write_atomic(target, lambda fh: image.save(fh, format="PNG"), overwrite=overwrite, suffix=".png.tmp")
 
 
+def remove_dead_temporaries(target: Path, suffix: str = ".tmp") -> list[Path]:
+    """Remove the temporary files of :func:`write_atomic` for ``target`` (``.<stem>.<pid>-<random><suffix>``) that a
+    process killed while writing left behind: only those whose process is gone (a live writer's file is kept).
+    Lists the folder once: for the few outputs of a command (stats, evaluate, merge), not an export's thousands.
+    Returns what was removed."""
+    folder = target.parent if str(target.parent) else Path(".")
+    pattern = re.compile(rf"\.{re.escape(target.stem)}\.(\d+)-[^/]*{re.escape(suffix)}")
+    removed = []
+    try:
+        names = [e.name for e in os.scandir(folder)]
+    except OSError:
+        return removed
+    for name in names:
+        m = pattern.fullmatch(name)
+        if not m or int(m[1]) == os.getpid() or process_alive(int(m[1])):
+            continue
+        try:
+            (folder / name).unlink()
+            removed.append(folder / name)
+        except OSError:
+            pass
+    return removed
+
+
 def write_atomic(target: Path, write: Callable[[BinaryIO], None], *, overwrite: bool, suffix: str = ".tmp",
                  exists_message: str | None = None) -> Path:
     """Write a file atomically: ``write(fh)`` fills a temporary file in the target's folder, which is synced and then
@@ -363,7 +387,7 @@ def write_atomic(target: Path, write: Callable[[BinaryIO], None], *, overwrite: 
     folder = target.parent if str(target.parent) else Path(".")
     exists = exists_message or f"{target} already exists"
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=suffix, dir=folder)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.{os.getpid()}-", suffix=suffix, dir=folder)
     except OSError as e:
         raise ExportError(target, f"folder {folder} is not writable ({describe_os_error(e)})") from e
     tmp = Path(tmp_name)

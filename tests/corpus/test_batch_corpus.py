@@ -232,25 +232,37 @@ def _manifest_lines(out: Path) -> list[str]:
     return (out / "manifest.jsonl").read_text().splitlines()
 
 
-def test_a_last_line_cut_by_a_crash_is_removed_and_its_image_redone(world, capsys):
-    """A crash while the last record was written: its files are complete (written atomically, named by the journal),
-    its line is cut short. The rerun removes the cut line (never appends onto it) and redoes that image."""
+@pytest.mark.parametrize("journal", [True, False], ids=["journal_left", "journal_gone"])
+@pytest.mark.parametrize("keep", [20, 57, 0.5, -3], ids=["in_files", "early", "middle", "late"])
+def test_a_last_line_cut_by_a_crash_is_set_aside_and_its_image_redone(world, capsys, journal, keep):
+    """A crash while the last record was written: its files are complete (written atomically, named by the journal
+    when the crash left it, and by the cut line itself: a record starts with its output name and files), its line is
+    cut short. The rerun moves the cut line aside (kept, named in the warning; never appended onto), redoes that
+    image, records it, and exits 0; a second rerun has nothing to do."""
     assert cli(world.export(), capsys)[0] == 0
     m = world.out / "manifest.jsonl"
     lines = m.read_bytes().split(b"\n")[:-1]
     last = json.loads(lines[-1])
-    m.write_bytes(b"\n".join(lines[:-1]) + b"\n" + lines[-1][:57])  # cut in the middle of the last record
-    (world.out / ".manifest.jsonl.pending").write_text("".join(json.dumps({"files": [f]}) + "\n"
-                                                               for f in last["files"]))
+    assert list(last)[:2] == ["output", "files"]
+    cut = lines[-1][:int(len(lines[-1]) * keep) if isinstance(keep, float) else keep]
+    m.write_bytes(b"\n".join(lines[:-1]) + b"\n" + cut)  # cut in the middle of the last record
+    if journal:
+        (world.out / ".manifest.jsonl.pending").write_text("".join(json.dumps({"files": [f]}) + "\n"
+                                                                   for f in last["files"]))
     status, err, _ = cli(world.export(), capsys)
     assert status == 0, err
     assert err[0] == (f"vitviz export: warning: {m} line {len(lines)} was cut short (a run stopped while writing it): "
-                      "removed, and its image is done again")
+                      f"moved to manifest.jsonl.cut-line-{len(lines)}, and its image is done again")
+    assert (world.out / f"manifest.jsonl.cut-line-{len(lines)}").read_bytes() == cut  # kept as it was
     assert "1 image(s) to do, 2 already done" in err[1]
     records = [json.loads(x) for x in _manifest_lines(world.out)]  # every line whole: nothing appended onto it
     assert sorted(r["source"] for r in records if "source" in r) == sorted(str(p) for p in world.images.iterdir())
-    assert outputs(world.out) == _fresh(world, capsys)
+    assert all(r["status"] == "ok" for r in records if "source" in r)
+    maps = outputs(world.out)
+    assert maps == _fresh(world, capsys)
     assert not (world.out / ".manifest.jsonl.pending").exists()
+    status, err, _ = cli(world.export(), capsys)
+    assert status == 0 and "0 image(s) to do, 3 already done" in err[0], err
 
 
 def test_a_last_line_without_its_line_break_is_kept(world, capsys):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -27,7 +26,7 @@ from repo_paths import REPO
 
 from vitviz.document import state as st
 
-TIMEOUT_S = 10.0
+TIMEOUT_S = 60.0  # a bound against a hang, not a speed: generous for a busy machine (speed is measured in bench/)
 
 
 def _photo(path, seed=0):
@@ -113,12 +112,10 @@ def test_bad_prompts_typed_in_the_box_leave_the_window_as_it_was(qtbot, settings
     for text, needle in BOX_PROMPTS:
         r, pipeline, options, title = w.session.result, w.controller.pipeline, w.session.options, w.windowTitle()
         n = len(rec.errors)
-        t0 = time.perf_counter()
         with qtbot.waitSignal(w.errorShown, timeout=int(TIMEOUT_S * 1000)):
             edit.setText(text)
             edit.returnPressed.emit()
         qtbot.wait(50)
-        assert time.perf_counter() - t0 < TIMEOUT_S
         assert len(rec.errors) == n + 1, text
         t, message = rec.errors[-1]
         assert t == "Could not use the prompts" and needle in message and "\n" not in message, (text, message)

@@ -36,7 +36,7 @@ from vitviz.document import state as st
 from vitviz.document.target_choice import TargetChoice, as_choice
 from vitviz.imaging import load_image
 
-TIMEOUT_S = 10.0
+TIMEOUT_S = 60.0  # a bound against a hang, not a speed: generous for a busy machine (speed is measured in bench/)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ def test_grid_of_images_by_views_with_labels(qtbot, window, three):
     assert levels[0] == (c.cell(1, 0).scale.lo, c.cell(1, 0).scale.hi)
     # per panel: a bar under each panel
     cw.bar.shared_check.setChecked(False)
-    qtbot.waitUntil(lambda: not cw.comparison.spec.shared_scale)
+    qtbot.waitUntil(lambda: not cw.comparison.spec.shared_scale, timeout=30000)
     assert all(p.scale_bar.isVisible() for p in cw.panels) and not any(b.isVisible() for b in cw.column_bars)
 
 
@@ -81,7 +81,7 @@ def test_linked_hover_and_patch_selection(qtbot, window, three):
     x, y, w, h = s.patch_rect(1 * gw + 3)
     canvas = cw.panels[2].canvas
     before = [c.map.copy() for c in cw.comparison.cells]
-    with qtbot.waitSignal(cw.drawn, timeout=5000):
+    with qtbot.waitSignal(cw.drawn, timeout=30000):
         qtbot.mouseClick(canvas.viewport(), Qt.MouseButton.LeftButton, pos=canvas.image_to_widget(x + w / 2, y + h / 2))
     assert window.session.options.query == 1 * gw + 3
     assert {c.session.options.query for c in cw.comparison.cells} == {1 * gw + 3}
@@ -96,10 +96,10 @@ def test_follows_the_main_window(qtbot, window, three):
     open_and_wait(qtbot, window, three[0])
     cw = _open_compare(qtbot, window, cmp.CompareSpec(layout="layers", layers=(0, 2)))
     assert cw.comparison.cells[0].view.key == window.session.options.view == "cls"
-    with qtbot.waitSignal(cw.drawn, timeout=5000):
+    with qtbot.waitSignal(cw.drawn, timeout=30000):
         window.set_view("token_norm")
     assert [c.view.key for c in cw.comparison.cells] == ["token_norm", "token_norm"]
-    with qtbot.waitSignal(cw.drawn, timeout=5000):
+    with qtbot.waitSignal(cw.drawn, timeout=30000):
         window.controls.cmap_combo.setCurrentText("viridis")
     assert {c.scale.cmap for c in cw.comparison.cells} == {"viridis"}
     # a view that does not change with the layer: said in the window, no crash
@@ -134,14 +134,14 @@ def test_layout_controls_switch_and_keep_a_valid_spec(qtbot, window, three):
     cw = _open_compare(qtbot, window)
     assert cw.spec.layout == "views" and cw.bar.views_button.isVisible() and not cw.bar.view_combo.isVisible()
     cw.bar.layout_combo.setCurrentIndex(cmp.LAYOUTS.index("layers"))
-    qtbot.waitUntil(lambda: cw.comparison.spec.layout == "layers")
+    qtbot.waitUntil(lambda: cw.comparison.spec.layout == "layers", timeout=30000)
     assert cw.bar.view_combo.isVisible() and cw.bar.layers_button.isVisible() and not cw.bar.images_button.isVisible()
     assert [p.label.text() for p in cw.panels] == ["layer 0", "layer 1", "layer 2"]
     # the layer menu toggles one layer off
     menu = cw.bar.layers_button.menu()
     menu.aboutToShow.emit()
     menu.actions()[1].setChecked(False)
-    qtbot.waitUntil(lambda: cw.comparison.spec.layers == (0, 2))
+    qtbot.waitUntil(lambda: cw.comparison.spec.layers == (0, 2), timeout=30000)
     assert [p.label.text() for p in cw.panels] == ["layer 0", "layer 2"]
     # a smaller grid after a larger one fills the window (no stretch left over from the larger grid)
     cw.resize(1000, 700)

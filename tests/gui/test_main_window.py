@@ -103,7 +103,7 @@ def test_clicking_a_head_tile_selects_that_head(qtbot, window, image_path, tiny_
     assert window.heads.mosaic.highlight.isVisible()
     # the all-layers grid: click layer 2, head 1
     window.heads.grid_toggle.setChecked(True)
-    qtbot.waitUntil(lambda: window.heads.mosaic.rows == 3)
+    qtbot.waitUntil(lambda: window.heads.mosaic.rows == 3, timeout=30000)
     pos = window.heads.mosaic.tile_center(2, 1)
     qtbot.mouseClick(window.heads.mosaic.viewport(), Qt.MouseButton.LeftButton, pos=pos)
     assert (window.session.options.layer, window.session.options.head) == (2, 1)

@@ -62,7 +62,7 @@ def test_save_then_open_restores_the_same_screen(qtbot, win, files):
     _same(win, snap)
     assert win.model is snap["model"]  # the same model: not reopened
     assert win.controls.cmap_combo.currentText() == "viridis"
-    qtbot.waitUntil(lambda: "Opened mine.vitviz.json" in win.statusBar().currentMessage())
+    qtbot.waitUntil(lambda: "Opened mine.vitviz.json" in win.statusBar().currentMessage(), timeout=30000)
     assert win.dialogs.errors == []
 
 

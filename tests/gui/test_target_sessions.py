@@ -52,7 +52,7 @@ def test_a_function_reopens_as_the_top_class_with_a_note(qtbot, win, files):
     r2 = win.session.result
     assert r2.target == r2.top_k(1)[0][0] and win.controller.target_choice is None
     qtbot.waitUntil(lambda: "the function score, was saved by its name only" in win.statusBar().currentMessage(),
-                    timeout=5000)
+                    timeout=30000)
     assert win.dialogs.errors == []
 
 

@@ -50,6 +50,41 @@ def test_clip_bpe_equals_open_clip(clean):
     assert long[0] == 49406 and long[-1] == 49407 and len(long) == 77  # cut keeping the end token
 
 
+@pytest.mark.parametrize("alphabet", ["abcdefghij", "ab", "aé漢z", "0123456789.,!"])
+def test_clip_bpe_merges_long_words_as_open_clip(alphabet):
+    """The heap-ordered merges equal the reference's pair-by-pair loop (open_clip's SimpleTokenizer) on long words of
+    few letters (many competing pairs, long merge chains)."""
+    import random
+
+    from open_clip.tokenizer import SimpleTokenizer
+
+    rng = random.Random(36)
+    words = ["".join(rng.choice(alphabet) for _ in range(n)) for n in (1, 2, 3, 17, 200, 1500)]
+    ours, ref = BpeTokenizer(*openai_vocab()), SimpleTokenizer()
+    assert torch.equal(ours(words), ref(words))
+    assert [ours.encode(w) for w in words[:5]] == [ref.encode(w) for w in words[:5]]  # every token, not the first 75
+
+
+@pytest.mark.parametrize("alphabet", ["abcdefghijklmnopqrstuvwxyz", "ab", "aé漢z"])
+def test_a_100_kb_one_word_prompt_is_tokenized_as_far_as_the_context_reaches(alphabet, monkeypatch):
+    """Only what can reach the 77 tokens is merged (the rest of the word and the prompt never is), and the ids are
+    the whole word's: the BPE's cost is bounded by the context, not by the prompt (was quadratic in the word)."""
+    import random
+
+    from vitviz.model.text import bpe
+
+    rng = random.Random(7)
+    word = "".join(rng.choice(alphabet) for _ in range(100_000))
+    ours = BpeTokenizer(*openai_vocab())
+    whole = ours.encode(word)
+    merged = []
+    real = bpe.merge_pairs
+    monkeypatch.setattr(bpe, "merge_pairs", lambda w, ranks: merged.append(len(w)) or real(w, ranks))
+    ids = ours.ids(word + " and more words after it" * 1000)
+    assert ids[0] == 49406 and ids[-1] == 49407 and ids[1:76] == whole[:75]
+    assert merged == [bpe.word_start(76)] and merged[0] < 10_000 < len(word)
+
+
 def test_clip_bpe_from_a_hugging_face_folder(tmp_path):
     from open_clip.tokenizer import SimpleTokenizer
     from transformers import CLIPTokenizer

@@ -106,3 +106,56 @@ def output_folder_problem(folder: str | os.PathLike) -> str | None:
     os.close(fd)
     os.unlink(tmp)
     return None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (on this machine)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0
+    return True
+
+
+class PendingOutputs:
+    """The journal of a command that writes a few outputs one after another (``vitviz stats``' CSVs and figure,
+    ``vitviz merge``'s merged files): a hidden ``.vitviz-<name>.pending`` in the folder lists them before the first
+    is written and is removed after the last. A run killed between two of them leaves it, and :meth:`left` tells
+    the rerun which existing files a killed run of the same command wrote, so that it replaces them instead of
+    refusing them as another's (a file not listed stays protected)."""
+
+    def __init__(self, folder: str | os.PathLike, name: str):
+        self.path = Path(folder) / f".vitviz-{name}.pending"
+
+    def left(self) -> set[str]:
+        """The file names (in the folder) a killed run was writing; empty when none was killed."""
+        try:
+            value = json.loads(self.path.read_bytes()[:1 << 20])
+        except (OSError, ValueError):
+            return set()
+        names = value.get("files") if isinstance(value, dict) else None
+        return {n for n in names if isinstance(n, str) and "/" not in n} if isinstance(names, list) else set()
+
+    def begin(self, paths: list[Path] | list[str]) -> None:
+        """Record ``paths`` (files of the folder, or what is being written in words) as being written (synced before
+        the first of them is)."""
+        data = json.dumps({"files": sorted({Path(p).name for p in paths} | self.left())}).encode()
+        for old in self.path.parent.glob(f"{self.path.name}.*.tmp"):  # a killed run's, half written
+            pid = old.name[len(self.path.name) + 1:-len(".tmp")]
+            if pid.isdigit() and not process_alive(int(pid)):
+                old.unlink(missing_ok=True)
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def end(self) -> None:
+        """Every output written: the journal goes."""
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass

@@ -80,6 +80,7 @@ from vitviz.batch.manifest import (
     read_folder,
     repair_tail,
     request_id,
+    set_aside_tail,
     source_key,
 )
 from vitviz.batch.parts import plan_shard, write_json
@@ -227,10 +228,10 @@ class Exporter:
         check_folder(self.out, state, self.request, setting_names(), overwrite=o.overwrite, own=s.manifest,
                      model_ref=self.model_ref, warn=lambda line: self.log(f"vitviz export: warning: {line}"))
         self._ours = state.ours
-        cut = repair_tail(s.manifest)
+        cut = set_aside_tail(s.manifest)
         if cut is not None:
-            self.log(f"vitviz export: warning: {s.manifest} line {cut} was cut short (a run stopped while writing "
-                     "it): removed, and its image is done again")
+            self.log(f"vitviz export: warning: {s.manifest} line {cut[0]} was cut short (a run stopped while writing "
+                     f"it): moved to {cut[1].name}, and its image is done again")
         repair_tail(self._journal_path)
         self._remove_stale_temporaries(journal_files(self._journal_path))
         if not o.overwrite:
@@ -381,11 +382,11 @@ class Exporter:
                 batch = jobs.get()
                 if batch is None:
                     return
-                for i, job in enumerate(batch):
+                for i in range(len(batch)):
                     if self._stop.is_set():
                         return
-                    ok = self._write_one(job)
-                    batch[i] = None  # drop the result now: memory follows the batch, not the run
+                    ok = self._write_one(batch[i])
+                    batch[i] = None  # drop the result now (no other name holds it): memory follows the batch
                     if ok is False:
                         consecutive_write_failures += 1
                         if consecutive_write_failures >= 3 and self.summary.written == 0:
@@ -420,7 +421,8 @@ class Exporter:
         record["files"] = written
         record["timings"] = {"load_s": round(job.load_s, 4), "compute_s": round(job.compute_s, 4),
                              "write_s": round(time.perf_counter() - t, 4)}
-        self._manifest.write(record)
+        # the image's name and files first: a line cut short by a crash still names them (manifest.cut_record_files)
+        self._manifest.write({"output": record.pop("output"), "files": record.pop("files"), **record})
         with self._lock:
             s = self.summary
             if record["status"] == "ok":

@@ -6,8 +6,9 @@ Standard library only.
 
 Lines are checked as they are read: an image record is an object with ``source``, ``status``, ``request`` and
 ``files``; a run line an object ``{"run": {"request", "settings", ...}}``. A last line without its line break was cut
-short by a crash (:func:`repair_tail` removes it before anything is appended, so no record is ever written onto a
-damaged line); any other line that is not one of these was changed by hand, and :class:`ManifestError` names the file
+short by a crash (:func:`set_aside_tail` moves it into ``manifest.jsonl.cut-line-<n>`` before anything is appended,
+so no record is ever written onto a damaged line; the files it still names are the export's to replace, and its image
+is done again); any other line that is not one of these was changed by hand, and :class:`ManifestError` names the file
 and the line.
 """
 
@@ -151,6 +152,7 @@ def read_folder(out: Path) -> FolderManifests:
             if value is None:
                 if unterminated and i == len(lines):
                     state.cut[path] = i
+                    state.ours.update(cut_record_files(line, out))
                 else:
                     state.damaged.append((path, i, kind))
                 continue
@@ -166,6 +168,64 @@ def read_folder(out: Path) -> FolderManifests:
     for path in sorted(out.glob(".manifest*.jsonl.pending")):
         state.ours.update(journal_files(path))
     return state
+
+
+_STRING = re.compile(rb'"((?:[^"\\]|\\.)*)"')
+_EXPORT_SUFFIXES = (".npy", ".png", ".gif", ".apng", ".mp4")
+
+
+def cut_record_files(line: bytes, out: Path) -> set[str]:
+    """The files of the image whose record ``line`` was cut short by a crash (the files are written before their
+    record, so they exist, but no whole line names them): every relative name the cut text still gives, and the
+    files beside them named ``<output>_...`` with an export's suffix (a record starts with its ``output`` and
+    ``files``, so the cut text names them unless the line was cut in its first few bytes; then the journal, which
+    a crash leaves, names them). A rerun may replace exactly these, as it may the files of whole records."""
+    strings: list[str] = []
+    for m in _STRING.finditer(line):
+        try:
+            strings.append(json.loads(b'"' + m.group(1) + b'"'))
+        except ValueError:
+            continue
+    files = {x for x in strings if _relative_ok(x) and (out / x).is_file()}
+    if "output" in strings[:-1]:
+        rel = strings[strings.index("output") + 1]
+        if _relative_ok(rel):
+            folder, stem = (out / rel).parent, Path(rel).name + "_"
+            try:
+                entries = list(folder.iterdir())
+            except OSError:
+                entries = []
+            files |= {str(f.relative_to(out)) for f in entries
+                      if f.name.startswith(stem) and f.name.endswith(_EXPORT_SUFFIXES) and f.is_file()}
+    return files
+
+
+def set_aside_tail(path: Path) -> tuple[int, Path] | None:
+    """:func:`repair_tail`, keeping the line cut short: its bytes are written first to ``<name>.cut-line-<n>`` beside
+    it (``.cut-line-<n>-2`` ... when that exists). Returns ``(line number, the file kept)``, or None when the last
+    line was whole."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if not data or data.endswith(b"\n"):
+        return None
+    start = data.rfind(b"\n") + 1
+    if line_problem(data[start:])[1] is not None or not data[start:].strip():
+        repair_tail(path)  # a whole last line: only its line break is added
+        return None
+    number = data.count(b"\n", 0, start) + 1
+    aside = path.with_name(f"{path.name}.cut-line-{number}")
+    k = 1
+    while aside.exists() or aside.is_symlink():
+        k += 1
+        aside = path.with_name(f"{path.name}.cut-line-{number}-{k}")
+    with open(aside, "xb") as f:
+        f.write(data[start:])
+        f.flush()
+        os.fsync(f.fileno())
+    repair_tail(path)
+    return number, aside
 
 
 def journal_files(path: Path) -> set[str]:

@@ -41,7 +41,7 @@ from vitviz.batch.parts import (
 from vitviz.batch.rerun import MODEL_KEY, setting_text
 from vitviz.batch.stats import StatsAccumulator
 from vitviz.batch.stats_files import PART_STEM, PART_SUFFIX, check_outputs, read_part, write_outputs
-from vitviz.imaging import write_atomic
+from vitviz.imaging import remove_dead_temporaries, write_atomic
 
 
 @dataclass
@@ -210,6 +210,7 @@ def _prepare_export(out: Path, manifests: dict, plans: dict, lock: ExportLock, o
             lines.append({"run": run})
         lines += [r.done[rel] for rel, r in cov.order]
         data = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines).encode("utf-8")
+        remove_dead_temporaries(target, ".jsonl.tmp")
         return [write_atomic(target, lambda fh: fh.write(data), overwrite=True, suffix=".jsonl.tmp")]
 
     what = f"export: {cov.describe(len(results), len(cov.order), 'done')} -> {target}"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.batch.inputs import InputImage, take_shard
-from vitviz.imaging import write_atomic
+from vitviz.imaging import remove_dead_temporaries, write_atomic
 
 PART_FORMAT = 1
 _PART = re.compile(r"(?P<stem>.+?)-(?P<k>\d+)-of-(?P<n>\d+)(?P<suffix>\..+)")
@@ -114,6 +114,7 @@ def plan_shard(command: str, images: Sequence[InputImage], shard: tuple[int, int
 def write_json(path: Path, value: Any) -> Path:
     """``value`` as JSON in ``path``, atomically, replacing it (a part is the shard's own file)."""
     data = (json.dumps(value, ensure_ascii=False) + "\n").encode("utf-8")
+    remove_dead_temporaries(path, ".json.tmp")
     return write_atomic(path, lambda fh: fh.write(data), overwrite=True, suffix=".json.tmp")
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from vitviz._util.files import describe_os_error, output_folder_problem
+from vitviz._util.files import PendingOutputs, describe_os_error, output_folder_problem
 from vitviz.batch.fixed_point import FixedSum
 from vitviz.batch.parts import PartError, ShardPlan, part_name
 from vitviz.batch.stats import (
@@ -31,7 +31,7 @@ from vitviz.batch.stats import (
     StatsAccumulator,
 )
 from vitviz.batch.stats_plot import figure_bytes
-from vitviz.imaging import ExportError, write_atomic
+from vitviz.imaging import ExportError, remove_dead_temporaries, write_atomic
 
 
 def csv_bytes(header: Sequence[str], rows: list[list[Any]]) -> bytes:
@@ -98,7 +98,9 @@ def read_stats_csv(path: str | os.PathLike) -> DatasetStats:
 
 def write_outputs(stats: DatasetStats, out: str | os.PathLike, *, overwrite: bool = False) -> list[Path]:
     """The two CSVs and the figure (PNG, SVG) in ``out`` (created if missing), each written atomically; nothing is
-    written when any of them exists and ``overwrite`` is False."""
+    written when any of them exists and ``overwrite`` is False, unless a run killed while writing them left its
+    journal naming it (:class:`~vitviz._util.files.PendingOutputs`): then the rerun replaces what that run wrote,
+    and the temporary file it was writing goes."""
     folder = Path(out)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -110,11 +112,16 @@ def write_outputs(stats: DatasetStats, out: str | os.PathLike, *, overwrite: boo
     if stats.artefact_frequency is not None:
         files[folder / ARTEFACT_CSV] = lambda: csv_bytes(ARTEFACT_COLUMNS, artefact_rows(stats))
     check_outputs(folder, overwrite=overwrite)
+    pending = PendingOutputs(folder, "stats")
+    ours = pending.left()
+    pending.begin(list(files))
     written = []
     for path, make in files.items():
         data = make()
-        written.append(write_atomic(path, lambda fh, d=data: fh.write(d), overwrite=overwrite,
+        remove_dead_temporaries(path, path.suffix + ".tmp")
+        written.append(write_atomic(path, lambda fh, d=data: fh.write(d), overwrite=overwrite or path.name in ours,
                                     suffix=path.suffix + ".tmp"))
+    pending.end()
     return written
 
 
@@ -128,19 +135,19 @@ def check_outputs(out: str | os.PathLike, *, overwrite: bool) -> None:
     """Refuse, before any work, an output folder that cannot take files (a file in its place or above it, no
     permission: :func:`vitviz._util.files.output_folder_problem`, the check of ``vitviz export`` too) and outputs
     that exist (without ``overwrite``) or are folders. Nothing is created."""
-    _check_paths(out, output_paths(out), overwrite)
+    _check_paths(out, output_paths(out), overwrite, PendingOutputs(out, "stats").left())
 
 
-def _check_paths(out: str | os.PathLike, paths: list[Path], overwrite: bool) -> None:
+def _check_paths(out: str | os.PathLike, paths: list[Path], overwrite: bool, ours: set[str] = frozenset()) -> None:
     """The output folder's problem, or a folder in the place of one of ``paths``, or one that exists (without
-    ``overwrite``): ExportError / FileExistsError naming it."""
+    ``overwrite``, and not named by a killed run's journal, ``ours``): ExportError / FileExistsError naming it."""
     problem = output_folder_problem(out)
     if problem:
         raise ExportError(out, problem)
     for p in paths:
         if p.is_dir():
             raise ExportError(p, "a folder of that name exists")
-        if not overwrite and (p.exists() or p.is_symlink()):
+        if not overwrite and p.name not in ours and (p.exists() or p.is_symlink()):
             raise FileExistsError(f"{p} already exists (pass --overwrite to replace it)")
 
 
@@ -193,6 +200,7 @@ def write_part(path: str | os.PathLike, part: StatsPart, *, overwrite: bool = Fa
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ExportError(target.parent, f"cannot create the output folder ({describe_os_error(e)})") from None
+    remove_dead_temporaries(target, ".npz.tmp")
     return write_atomic(target, lambda fh: fh.write(data), overwrite=overwrite, suffix=".npz.tmp",
                         exists_message=f"{target} already exists (pass --overwrite to replace it)")
 

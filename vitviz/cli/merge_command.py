@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from vitviz._util.files import PendingOutputs
 from vitviz.batch.failures import FAILED_BASE, MAX_FAILED_STATUS
 from vitviz.batch.merge import PreparedMerge, prepare_export, prepare_stats, settings_differ
 from vitviz.batch.parts import PartError, ShardPlan, ShardResult, check_coverage, names
@@ -97,12 +98,14 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         print(f"vitviz merge: {line}", file=sys.stderr, flush=True)
 
     prepared: list[PreparedMerge] = []
+    pending = PendingOutputs(out, "merge")  # a merge killed while writing: its rerun replaces what it wrote
+    overwrite = args.overwrite or bool(pending.left())
     try:
         for prepare in (prepare_export, prepare_stats):
-            p = prepare(out, overwrite=args.overwrite)
+            p = prepare(out, overwrite=overwrite)
             if p is not None:
                 prepared.append(p)
-        prepared += prepare_evaluate(out, args.overwrite)
+        prepared += prepare_evaluate(out, overwrite)
         if not prepared:
             raise ValueError(f"{out} holds no parts of a sharded vitviz export, stats or evaluate (manifest-K-of-N"
                              f".jsonl, attention_stats-K-of-N.npz, NAME-K-of-N{PART_SUFFIX})")
@@ -114,7 +117,9 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
                 log(f"{kind}: {line}")
             log("nothing written")
             return MISSING_OR_DOUBLED
+        pending.begin([p.kind for p in prepared])
         written = [path for p in prepared for path in p.write()]
+        pending.end()
     finally:
         for p in prepared:
             p.release()

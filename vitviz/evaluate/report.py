@@ -13,7 +13,7 @@ import numpy as np
 
 from vitviz._util.files import folder_problem, output_folder_problem
 from vitviz.evaluate.outcomes import FaithfulnessTable, random_row_name
-from vitviz.imaging import ExportError, write_atomic
+from vitviz.imaging import ExportError, remove_dead_temporaries, write_atomic
 
 
 def mean_over_images(tables: Sequence[FaithfulnessTable]) -> dict[str, tuple[float, float, float, float]]:
@@ -95,6 +95,7 @@ def write_csv(path: str | os.PathLike, tables: Sequence[FaithfulnessTable], *, o
                         _num(si) if k == "random" else "", tables[0].steps, tables[0].baseline,
                         tables[0].random_deletion.seeds if k == "random" else ""])
     data = buf.getvalue().encode("utf-8")
+    remove_dead_temporaries(target, ".tmp")  # a run killed while writing it left its temporary file
     return write_atomic(target, lambda fh: fh.write(data), overwrite=overwrite, suffix=".tmp",
                         exists_message=f"{target} already exists (pass --overwrite to replace it)")
 

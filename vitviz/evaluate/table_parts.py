@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vitviz.evaluate.outcomes import FaithfulnessTable, PerturbationCurve, RandomBaseline, ViewScore
-from vitviz.imaging import write_atomic
+from vitviz.imaging import remove_dead_temporaries, write_atomic
 
 PART_SUFFIX = ".evaluate.json"
 _KIND = "vitviz evaluate part"
@@ -110,6 +110,7 @@ def write_part(path: str | os.PathLike, part: TablePart, *, overwrite: bool = Fa
              "tables": [table_json(t) for t in part.tables], "failures": [list(f) for f in part.failures]}
     data = (json.dumps(value, ensure_ascii=False) + "\n").encode("utf-8")
     target = Path(path)
+    remove_dead_temporaries(target, ".json.tmp")
     return write_atomic(target, lambda fh: fh.write(data), overwrite=overwrite, suffix=".json.tmp",
                         exists_message=f"{target} already exists (pass --overwrite to replace it)")
 

@@ -34,6 +34,7 @@ from vitviz.model.sources.name_errors import (
 from vitviz.resources import default_model_path
 
 PREFIXES = ("file:", "pretrained:", "hub:", "random:")
+_PY_PREFIX = re.compile(r"^(?P<path>.+\.py):(?P<name>.*)$", re.DOTALL)
 _USER_REF = re.compile(r"^(?P<path>.+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)$")
 
 
@@ -98,6 +99,13 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
             raise name_error(text, f"no such file {user[0]}", close_file(user[0]), listing=None)
         raise name_error(text, "your own model class opens with 'vitviz --model FILE.py:CLASS' or "
                                "vitviz.Pipeline.open, not here", listing=None)
+    own = _PY_PREFIX.match(text)  # FILE.py: followed by no class, or by no Python name
+    if own is not None:
+        if _existing(own["path"]) is None:
+            raise name_error(text, f"no such file {own['path']}", close_file(own["path"]), listing=None)
+        what = "no class name after ':'" if not own["name"].strip() else f"{own['name'][:40]!r} is not a class name"
+        raise name_error(text, f"{what} (your own model class is named FILE.py:CLASS, e.g. {own['path']}:MyViT)",
+                         listing=None)
     repo = hub_repo(text)
     if repo is not None:
         return f"hub:{repo}"

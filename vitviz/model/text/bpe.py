@@ -28,6 +28,7 @@ a test checks it against open_clip's copy), used by open_clip folders and OpenAI
 from __future__ import annotations
 
 import gzip
+import heapq
 from functools import lru_cache
 from pathlib import Path
 
@@ -103,6 +104,59 @@ def fast_vocab(tokenizer_json: Path) -> tuple[list[tuple[str, str]], dict[str, i
     return merges, vocab  # type: ignore[return-value]
 
 
+CACHED_WORD = 64  # words up to this many characters are cached (a long one would only fill the cache)
+SYMBOLS_PER_TOKEN = 32  # no CLIP token is longer than 32 byte characters (with '</w>')
+
+
+def word_start(limit: int) -> int:
+    """How much of one long word can give its first ``limit`` tokens: each token covers at most
+    :data:`SYMBOLS_PER_TOKEN` characters, times four so that the merges near where the word is cut (which may
+    differ from the whole word's there) stay far from the tokens kept (a test checks the ids against the whole
+    word's). A 100 kB one-word prompt is tokenized as its first ~10 kB for a 77-token context."""
+    return 4 * SYMBOLS_PER_TOKEN * max(limit, 1)
+
+
+def merge_pairs(word: list[str], ranks: dict[tuple[str, str], int]) -> list[str]:
+    """Merge the symbols of ``word`` as the reference's loop does: repeatedly the pair of lowest rank, all its
+    places left to right (a place that overlaps one just merged is skipped), until no pair has a rank. A linked list
+    and a heap of ``(rank, place)``: entries made stale by a merge are skipped when popped."""
+    n = len(word)
+    if n < 2:
+        return word
+    sym = list(word)
+    nxt = list(range(1, n + 1))
+    nxt[-1] = -1
+    prv = list(range(-1, n - 1))
+    alive = [True] * n
+    heap = [(r, i) for i in range(n - 1) if (r := ranks.get((sym[i], sym[i + 1]))) is not None]
+    heapq.heapify(heap)
+    while heap:
+        rank = heap[0][0]
+        places = []
+        while heap and heap[0][0] == rank:
+            places.append(heapq.heappop(heap)[1])
+        places.sort()
+        for i in places:
+            j = nxt[i] if alive[i] else -1
+            if j < 0 or ranks.get((sym[i], sym[j])) != rank:
+                continue  # merged away, or no longer this pair
+            sym[i] += sym[j]
+            alive[j] = False
+            nxt[i] = nxt[j]
+            if nxt[j] >= 0:
+                prv[nxt[j]] = i
+            for a in (prv[i], i):  # the pairs the new symbol makes with its neighbours (never this rank's pair)
+                if a >= 0 and nxt[a] >= 0:
+                    r = ranks.get((sym[a], sym[nxt[a]]))
+                    if r is not None:
+                        heapq.heappush(heap, (r, a))
+    out, i = [], 0
+    while i >= 0:
+        out.append(sym[i])
+        i = nxt[i]
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # the tokenizer
 # ---------------------------------------------------------------------------------------------------------------------
@@ -142,49 +196,50 @@ class BpeTokenizer:
         self.pattern = regex.compile(alternatives + r"""|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+""",
                                      regex.IGNORECASE)
 
-    def bpe(self, token: str) -> list[str]:
-        """The BPE symbols of one pre-token (already as byte characters), the reference's merge loop."""
-        cached = self.cache.get(token)
+    def bpe(self, token: str, whole: bool = True) -> list[str]:
+        """The BPE symbols of one pre-token (already as byte characters): the reference's merges, in the reference's
+        order (the lowest-ranked pair first, all its places left to right), found with a heap instead of the
+        reference's scan of every pair per merge, so a word of n characters costs O(n log n), not O(n^2).
+        ``whole=False``: ``token`` is the start of a longer word (its last symbol carries no ``</w>``)."""
+        cached = self.cache.get(token) if whole else None
         if cached is not None:
             return cached
-        word = tuple(token[:-1]) + (token[-1] + "</w>",)
-        while len(word) > 1:
-            pairs = {(a, b) for a, b in zip(word, word[1:])}
-            bigram = min(pairs, key=lambda p: self.ranks.get(p, float("inf")))
-            if bigram not in self.ranks:
-                break
-            first, second = bigram
-            merged: list[str] = []
-            i = 0
-            while i < len(word):
-                if i < len(word) - 1 and word[i] == first and word[i + 1] == second:
-                    merged.append(first + second)
-                    i += 2
-                else:
-                    merged.append(word[i])
-                    i += 1
-            word = tuple(merged)
-        if len(self.cache) > 50_000:
-            self.cache = {s: [s] for s in self.specials}
-        self.cache[token] = list(word)
-        return self.cache[token]
+        word = merge_pairs(list(token[:-1]) + [token[-1] + "</w>"] if whole else list(token), self.ranks)
+        if whole and len(token) <= CACHED_WORD:
+            if len(self.cache) > 50_000:
+                self.cache = {s: [s] for s in self.specials}
+            self.cache[token] = word
+        return word
 
-    def encode(self, text: str) -> list[int]:
-        """The ids of ``text`` without start, end or padding."""
+    def encode(self, text: str, limit: int | None = None) -> list[int]:
+        """The ids of ``text`` without start, end or padding; with ``limit``, only the first ``limit`` (the text
+        after them is never tokenized, and a longer word only up to what can reach them: :func:`word_start`)."""
+        regex = need("regex")
         ids: list[int] = []
-        for piece in self.pattern.findall(clean(text, self.clean_mode)):
-            chars = piece if piece in self.specials else "".join(self.byte_encoder[b] for b in piece.encode("utf-8"))
-            for symbol in self.bpe(chars):
+        text = clean(text, self.clean_mode)
+        for m in regex.finditer(self.pattern, text):
+            if limit is not None and len(ids) >= limit:
+                break
+            piece = m.group()
+            whole = True
+            if piece in self.specials:
+                chars = piece
+            else:
+                reach = word_start(limit) if limit is not None else None
+                chars = "".join(self.byte_encoder[b] for b in piece[:reach].encode("utf-8"))  # as byte characters
+                if reach is not None and (len(piece) > reach or len(chars) > reach):
+                    chars, whole = chars[:reach], False
+            for symbol in self.bpe(chars, whole):
                 try:
                     ids.append(self.encoder[symbol])
                 except KeyError:
                     raise TokenizerError(f"{self.origin}: the vocabulary has no token {symbol!r} (an incomplete "
                                          "vocab.json?)") from None
-        return ids
+        return ids if limit is None else ids[:limit]
 
     def ids(self, text: str) -> list[int]:
         """``[start] + ids + [end]`` cut to the context (the end token kept), padded with 0."""
-        tokens = [self.sot_id, *self.encode(text), self.eot_id]
+        tokens = [self.sot_id, *self.encode(text, limit=self.context_length - 1), self.eot_id]
         if len(tokens) > self.context_length:
             tokens = tokens[:self.context_length]
             tokens[-1] = self.eot_id
