@@ -37,7 +37,7 @@ def _photos(folder: Path, n: int) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory):
-    """An open_clip CLIP folder (random weights; ``--num-heads 2``), its reference model and two photos."""
+    """An open_clip CLIP folder (random weights; the heads read from its config), its reference model and two photos."""
     pytest.importorskip("open_clip")
     root = tmp_path_factory.mktemp("clip-prompts")
     cfg = tb.open_clip_cfg(True)
@@ -72,7 +72,7 @@ def _clip_reference(clip, image: Path, texts: list[str]) -> torch.Tensor:
     """open_clip's logits ``logit_scale * cos(image, text)`` of the photo (vitviz's preprocessing) and ``texts``."""
     import open_clip
 
-    p = Pipeline.open(clip["folder"], num_heads=2)
+    p = Pipeline.open(clip["folder"])
     x, _ = p.spec.preprocess.apply(load_image(image).image)
     ids = open_clip.get_tokenizer(f"local-dir:{clip['folder']}")(texts)
     ref = clip["ref"]
@@ -86,7 +86,7 @@ def test_predict_prints_clips_softmax_over_the_prompts(clip, capsys):
     prompts = ["a photo of a cat", "a red car", "a dog"]
     for templates, texts in [([], prompts), (["--templates", "photo"], [f"a photo of a {p}." for p in prompts])]:
         capsys.readouterr()
-        assert main(["predict", str(clip["folder"]), str(image), "--num-heads", "2", "--text",
+        assert main(["predict", str(clip["folder"]), str(image), "--text",
                      " ; ".join(prompts), *templates, "--precision", "fp32"]) == 0
         out = capsys.readouterr().out
         head = out.splitlines()[0]
@@ -142,11 +142,11 @@ def test_export_writes_one_map_per_prompt_named_as_the_window_names_it(clip, cap
     folder, images = clip["folder"], clip["images"]
     out = clip["root"] / "export"
     argv = ["export", "--model", str(folder), str(images[0].parent), "--out", str(out), "--quiet", "--format", "npy",
-            "--precision", "fp32", "--num-heads", "2", "--text", "a cat; a red car"]
+            "--precision", "fp32", "--text", "a cat; a red car"]
     assert main(argv) == 0  # default view for prompts: LeGrad, one map per prompt
     names = sorted(p.name for p in out.iterdir() if p.suffix == ".npy")
     assert names == [f"i{i}_legrad_from0_mean_{w}.npy" for i in range(2) for w in ("a-cat", "a-red-car")]
-    pp = prompt_pipeline(Pipeline.open(folder, num_heads=2), "a cat; a red car")
+    pp = prompt_pipeline(Pipeline.open(folder), "a cat; a red car")
     for rec, image in zip(_records(out), images):
         assert [(m["view"], m["prompt"]) for m in rec["maps"]] == [("legrad", "a cat"), ("legrad", "a red car")]
         target = rec["target"]
@@ -169,7 +169,7 @@ def test_export_writes_one_map_per_prompt_named_as_the_window_names_it(clip, cap
     # relevance follows Chefer's CLIP rule (the last layer only); attention views are written once, not per prompt
     out2 = clip["root"] / "export2"
     assert main(["export", "--model", str(folder), str(images[0]), "--out", str(out2), "--quiet", "--format", "both",
-                 "--precision", "fp32", "--num-heads", "2", "--text", "a cat; a red car",
+                 "--precision", "fp32", "--text", "a cat; a red car",
                  "--views", "relevance,rollout"]) == 0
     (rec,) = _records(out2)
     got = [(m["view"], m.get("prompt"), m["npy"]) for m in rec["maps"]]
@@ -184,7 +184,7 @@ def test_export_writes_one_map_per_prompt_named_as_the_window_names_it(clip, cap
 
 
 def test_evaluate_takes_relevance_on_clip_prompts_from_the_last_layer(clip):
-    pp = prompt_pipeline(Pipeline.open(clip["folder"], num_heads=2), "a cat; a red car")
+    pp = prompt_pipeline(Pipeline.open(clip["folder"]), "a cat; a red car")
     image = load_image(clip["images"][0])
     table = vitviz.evaluate.evaluate_views(pp, image, ["relevance"], steps=2, seeds=1, target=1)
     r = pp.run(image, target=1)
@@ -238,7 +238,7 @@ def test_the_library_face_has_text_targets_and_prompt_pipelines(clip):
     from vitviz.capture.targets import Text
 
     assert vitviz.Text is Text and vitviz.prompt_pipeline is prompt_pipeline
-    p = vitviz.Pipeline.open(clip["folder"], num_heads=2)
+    p = vitviz.Pipeline.open(clip["folder"])
     pp = vitviz.prompt_pipeline(p, "a dog; a red car")
     x, _ = p.spec.preprocess.apply(load_image(clip["images"][1]).image)
     by_text = capture(p.model, x[None], target=vitviz.Text("a red car"))

@@ -114,10 +114,12 @@ def test_open_clip_tower(tmp_path, quick_gelu):
     folder = tmp_path / "hub"
     folder.mkdir()
     save_file({k: v.contiguous() for k, v in sd.items()}, str(folder / "open_clip_model.safetensors"))
+    vision = dict(layers=2, width=32, head_width=16, patch_size=8, image_size=32)
     (folder / "open_clip_config.json").write_text(json.dumps({
-        "model_cfg": {"quick_gelu": quick_gelu}, "preprocess_cfg": {"mean": [0.5, 0.4, 0.3], "std": [0.2] * 3}}))
-    hub = load_checkpoint(folder, num_heads=2)
-    assert hub.config.act_layer == ("quick_gelu" if quick_gelu else "gelu")
+        "model_cfg": {"quick_gelu": quick_gelu, "vision_cfg": vision},
+        "preprocess_cfg": {"mean": [0.5, 0.4, 0.3], "std": [0.2] * 3}}))
+    hub = load_checkpoint(folder)  # the heads from vision_cfg: width / head_width
+    assert hub.config.num_heads == 2 and hub.config.act_layer == ("quick_gelu" if quick_gelu else "gelu")
     assert hub.spec.preprocess.mean == (0.5, 0.4, 0.3) and hub.spec.preprocess.crop == (32, 32)
 
 

@@ -50,7 +50,7 @@ def test_open_clip_clip_equals_open_clip(tmp_path, quick_gelu, fmt):
     with torch.no_grad():
         text_ref, img_ref = model.encode_text(ids), model.encode_image(X)
         logits = model.logit_scale.exp() * F.normalize(img_ref, dim=-1) @ F.normalize(text_ref, dim=-1).T
-        img = Pipeline.open(folder, num_heads=2).model(X)
+        img = Pipeline.open(folder).model(X)
     print("open_clip CLIP max |diff| text, image, score:", check(tower, ids, text_ref, img, img_ref, logits))
 
 
@@ -72,7 +72,7 @@ def test_open_clip_siglip_with_a_fast_tokenizer_equals_open_clip(tmp_path):
         text_ref, img_ref = model.encode_text(ids), model.encode_image(X)
         logits = (model.logit_scale.exp() * F.normalize(img_ref, dim=-1) @ F.normalize(text_ref, dim=-1).T
                   + model.logit_bias)
-        img = Pipeline.open(folder, num_heads=2).model(X)
+        img = Pipeline.open(folder).model(X)
     print("open_clip SigLIP max |diff| text, image, score:", check(tower, ids, text_ref, img, img_ref, logits))
 
 

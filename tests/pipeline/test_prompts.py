@@ -23,7 +23,7 @@ def test_clip_prompts_give_clips_zero_shot_probabilities(tmp_path):
     cfg = tb.open_clip_cfg(True)
     ref = tb.open_clip_model(cfg)
     folder = tb.write_open_clip_folder(tmp_path / "oc", ref, cfg)
-    p = Pipeline.open(folder, num_heads=2)
+    p = Pipeline.open(folder)
     assert p.spec.is_feature_model  # the projection head: the output is CLIP's image embedding
     prompts = "a photo of a cat; a red car ;a dog"
     pp = prompt_pipeline(p, prompts)
