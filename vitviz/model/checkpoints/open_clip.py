@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from vitviz.model.checkpoints.common import Converted, RawCheckpoint, rename, want_bool, want_object
+from vitviz.model.checkpoints.common import TEXT_TOWER, Converted, RawCheckpoint, rename, want_bool, want_object
 from vitviz.model.preprocess import Preprocess
 from vitviz.model.spec import family_preprocess
 from vitviz.model.vit import ViTConfig
@@ -39,8 +39,8 @@ RULES = [
     (V + r"ln_post\.(weight|bias)", r"norm.\1"),
     (V + r"proj", "head.weight"),
 ]
-TEXT = [r"(?:module\.)?(?:transformer\..*|token_embedding\..*|positional_embedding|ln_final\..*|text_projection|"
-        r"logit_scale|logit_bias|attn_mask|input_resolution|context_length|vocab_size|text\..*)"]
+TEXT = {r"(?:module\.)?(?:transformer\..*|token_embedding\..*|positional_embedding|ln_final\..*|text_projection|"
+        r"logit_scale|logit_bias|attn_mask|input_resolution|context_length|vocab_size|text\..*)": TEXT_TOWER}
 
 
 def detect(raw: RawCheckpoint) -> bool:
