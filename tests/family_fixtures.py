@@ -22,7 +22,8 @@ def _timm(name: str, **kw):
 
 def _timm_folder(arch: str, **kw) -> Callable[[Path], Path]:
     def build(folder: Path) -> Path:
-        return write_timm_folder(folder, _timm(arch, **kw), arch)
+        size = kw.get("img_size", 224)
+        return write_timm_folder(folder, _timm(arch, **kw), arch, {"input_size": [3, size, size]})
     return build
 
 
@@ -101,6 +102,14 @@ FAMILIES: dict[str, Callable[[Path], Path]] = {
                               num_heads=2, num_classes=0),
     "timm-siglip": _timm_folder("vit_base_patch16_siglip_224", img_size=32, patch_size=8, embed_dim=32, depth=2,
                                 num_heads=2, num_classes=0),
+    "timm-eva02": _timm_folder("eva02_base_patch14_224", img_size=28, embed_dim=32, depth=2, num_heads=2,
+                               num_classes=0),
+    "timm-pe-core": _timm_folder("vit_pe_core_base_patch16_224", img_size=32, embed_dim=32, depth=2, num_heads=2,
+                                 num_classes=0),
+    "timm-dinov3": _timm_folder("vit_small_plus_patch16_dinov3", img_size=32, embed_dim=32, depth=2, num_heads=2,
+                                num_classes=0),
+    "timm-rope-mixed": _timm_folder("vit_small_patch16_rope_mixed_224", img_size=32, embed_dim=32, depth=2,
+                                    num_heads=2, num_classes=0),
     "timm-beit": _pth("beit.pth", lambda: _timm("beit_base_patch16_224", img_size=32, patch_size=8, embed_dim=32,
                                                 depth=2, num_heads=2, num_classes=5).state_dict()),
     "dinov2-original": _pth("dinov2.pth", _dinov2_original),

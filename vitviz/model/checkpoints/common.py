@@ -365,6 +365,9 @@ def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) 
                               f"{tuple(s[key].shape)}: not (2g-1)^2 + 3 rows of a square patch grid")
         grid = ((r + 1) // 2, (r + 1) // 2)
         options.setdefault("pos_embed", "none")
+    elif options.get("rope", "none") != "none" and "image_size" in conv.config:  # RoPE alone (DINOv3): the
+        grid = (0, 0)  # config's input size, below
+        options.setdefault("pos_embed", "none")
     else:
         raise err(origin, "missing keys: 'pos_embed' (cannot infer the input size without a position embedding "
                           "or a relative position table)")

@@ -58,7 +58,8 @@ def timm_config(raw: RawCheckpoint) -> dict[str, Any] | None:
 # timm architectures whose parts live in no tensor of the checkpoint (rotary position embedding: no weights, or
 # weights under names no reader of this layout takes): never opened as a plain ViT, whatever the keys say
 _UNMODELLED: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"eva02|vit_pe_|rope|dinov3"), "rotates queries and keys (rotary position embedding, RoPE)"),
+    (re.compile(r"eva02|vit_pe_|rope|dinov3|lingbot|sapiens"),
+     "rotates queries and keys (rotary position embedding, RoPE)"),
 )
 
 
