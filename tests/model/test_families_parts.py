@@ -97,6 +97,11 @@ def test_rel_pos_table_resize_equals_timm():
     dict(pre_norm=True, patch_bias=False, head_bias=False, act_layer="quick_gelu", layer_norm_eps=1e-5),
     dict(mlp_layer="swiglu", mlp_ratio=5.0, init_values=1e-5, num_reg_tokens=4, no_embed_class=True,
          pos_embed_interp="dino", post_norm=True),
+    dict(rope="dinov3", rope_theta=100.0, rope_half=True, pos_embed="none", num_reg_tokens=4, global_pool="avg",
+         fc_norm=False, qkv_bias=False),
+    dict(rope="axial", rope_ref_grid=(3, 5), rope_grid_offset=1.0, rope_grid_indexing="xy", mlp_layer="swiglu",
+         mlp_norm=True, class_token=False, global_pool="map", pool_num_heads=4, pre_norm=True),
+    dict(rope="mixed", rope_theta=10.0, pos_embed="none", final_norm=False, global_pool="avg"),
 ])
 def test_native_round_trip_keeps_every_option(tmp_path, kw):
     from vitviz.model import load_checkpoint, save_checkpoint

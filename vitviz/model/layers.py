@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitviz.model.pos_embed import RelPosInterp, num_relative_distance, rel_pos_bias_for
+from vitviz.model.rope import rotate_patches
 
 ActLayer = Literal["gelu", "quick_gelu", "gelu_tanh"]
 MlpLayer = Literal["mlp", "swiglu"]
@@ -75,11 +76,13 @@ class Attention(nn.Module):
     computes ``softmax(q k^T / sqrt(d) + bias)`` and passes it through ``self.attn_map`` before dropout. ``bias`` is
     the relative position bias (this block's table, ``rel_pos_window`` set, plus a shared one passed in), added to
     the logits before the softmax on both paths (``attn_mask`` of SDPA), so the captured attention is the one after
-    the bias.
+    the bias. ``rope`` (a ``(sin, cos)`` pair from :class:`vitviz.model.rope.RotaryEmbedding`) rotates the patch
+    rows of q and k before the scores on both paths (``rope_half``: halves rotated, else interleaved pairs).
     """
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0, proj_drop: float = 0.0,
-                 rel_pos_window: tuple[int, int] | None = None, rel_pos_interp: RelPosInterp = "timm"):
+                 rel_pos_window: tuple[int, int] | None = None, rel_pos_interp: RelPosInterp = "timm",
+                 rope_half: bool = False):
         super().__init__()
         if dim % num_heads != 0:
             raise ValueError(
@@ -95,6 +98,7 @@ class Attention(nn.Module):
         self.attn_map = AttentionMap()
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
+        self.rope_half = rope_half
         self.rel_pos_window = tuple(rel_pos_window) if rel_pos_window else None
         self.rel_pos_interp = rel_pos_interp
         if rel_pos_window:
@@ -104,10 +108,13 @@ class Attention(nn.Module):
             self.relative_position_bias_table = None
 
     def forward(self, x: torch.Tensor, grid: tuple[int, int] | None = None,
-                shared_bias: torch.Tensor | None = None) -> torch.Tensor:
+                shared_bias: torch.Tensor | None = None,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         B, N, C = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)
+        if rope is not None:
+            q, k = rotate_patches(q, k, rope[0], rope[1], self.rope_half)
         bias = shared_bias
         if self.relative_position_bias_table is not None:
             if grid is None:
@@ -193,19 +200,21 @@ class SwiGLUPacked(nn.Module):
     """SwiGLU MLP with value and gate packed in one ``fc1`` (timm's ``SwiGLUPacked``, DINOv2 giant):
     ``fc2(silu(a) * b)`` with ``a, b = fc1(x).chunk(2)``; ``hidden`` is the packed width (``fc2`` takes half)."""
 
-    def __init__(self, dim: int, hidden: int, drop: float = 0.0):
+    def __init__(self, dim: int, hidden: int, drop: float = 0.0, norm_eps: float | None = None):
         super().__init__()
         if hidden % 2:
             raise ValueError(f"a packed SwiGLU needs an even hidden width (int(embed_dim * mlp_ratio)), got {hidden}")
         self.fc1 = nn.Linear(dim, hidden)
         self.act = nn.SiLU()
         self.drop1 = nn.Dropout(drop)
+        # EVA-02's inner LayerNorm on silu(a) * b before fc2 (timm's SwiGLU ``norm``, "scale_mlp")
+        self.norm = nn.LayerNorm(hidden // 2, eps=norm_eps) if norm_eps is not None else nn.Identity()
         self.fc2 = nn.Linear(hidden // 2, dim)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a, b = self.fc1(x).chunk(2, dim=-1)
-        return self.drop2(self.fc2(self.drop1(self.act(a) * b)))
+        return self.drop2(self.fc2(self.norm(self.drop1(self.act(a) * b))))
 
 
 class Block(nn.Module):
@@ -229,18 +238,20 @@ class Block(nn.Module):
         post_norm: bool = False,
         rel_pos_window: tuple[int, int] | None = None,
         rel_pos_interp: RelPosInterp = "timm",
+        rope_half: bool = False,
+        mlp_norm: bool = False,
     ):
         super().__init__()
         self.post_norm = post_norm
         self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop,
-                              rel_pos_window=rel_pos_window, rel_pos_interp=rel_pos_interp)
+                              rel_pos_window=rel_pos_window, rel_pos_interp=rel_pos_interp, rope_half=rope_half)
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
         hidden = int(dim * mlp_ratio)
         if mlp_layer == "swiglu":
-            self.mlp: nn.Module = SwiGLUPacked(dim, hidden, drop=drop)
+            self.mlp: nn.Module = SwiGLUPacked(dim, hidden, drop=drop, norm_eps=eps if mlp_norm else None)
         elif mlp_layer == "mlp":
             self.mlp = Mlp(dim, hidden, drop=drop, act_layer=act_layer)
         else:
@@ -249,18 +260,20 @@ class Block(nn.Module):
         self.drop_path2 = DropPath(drop_path)
 
     def forward(self, x: torch.Tensor, grid: tuple[int, int] | None = None,
-                shared_bias: torch.Tensor | None = None) -> torch.Tensor:
+                shared_bias: torch.Tensor | None = None,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         if self.post_norm:
-            x = self.norm1(x + self.drop_path1(self.ls1(self._attn(x, grid, shared_bias))))
+            x = self.norm1(x + self.drop_path1(self.ls1(self._attn(x, grid, shared_bias, rope))))
             return self.norm2(x + self.drop_path2(self.ls2(self.mlp(x))))
-        x = x + self.drop_path1(self.ls1(self._attn(self.norm1(x), grid, shared_bias)))
+        x = x + self.drop_path1(self.ls1(self._attn(self.norm1(x), grid, shared_bias, rope)))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x
 
-    def _attn(self, x: torch.Tensor, grid: tuple[int, int] | None, shared_bias: torch.Tensor | None) -> torch.Tensor:
-        if grid is None and shared_bias is None:  # no relative position bias: the plain call
+    def _attn(self, x: torch.Tensor, grid: tuple[int, int] | None, shared_bias: torch.Tensor | None,
+              rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        if grid is None and shared_bias is None and rope is None:  # no relative position: the plain call
             return self.attn(x)
-        return self.attn(x, grid, shared_bias)
+        return self.attn(x, grid, shared_bias, rope)
 
 
 class AttentionPool(nn.Module):

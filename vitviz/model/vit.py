@@ -41,6 +41,7 @@ from vitviz.model.pos_embed import (
     resample_pos_embed,
     sincos_pos_embed_2d,
 )
+from vitviz.model.rope import ROPE_KINDS, RopeKind, RotaryEmbedding
 
 PosEmbedKind = Literal["learned", "sincos", "none"]
 GlobalPool = Literal["token", "avg", "map"]
@@ -83,10 +84,21 @@ class ViTConfig:
     rel_pos_bias: RelPosBias = "none"
     pos_embed_interp: PosEmbedInterp = "timm"
     rel_pos_interp: RelPosInterp = "timm"
+    rope: RopeKind = "none"
+    rope_theta: float = 10000.0
+    rope_grid_offset: float = 0.0
+    rope_grid_indexing: str = "ij"
+    rope_ref_grid: tuple[int, int] | None = None
+    rope_half: bool = False
+    mlp_norm: bool = False
+    final_norm: bool = True
+    pool_num_heads: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["img_size"] = list(self.img_size)
+        if self.rope_ref_grid is not None:
+            d["rope_ref_grid"] = list(self.rope_ref_grid)
         return d
 
     @classmethod
@@ -98,6 +110,8 @@ class ViTConfig:
         d = dict(d)
         if "img_size" in d:
             d["img_size"] = to_pair(d["img_size"])
+        if d.get("rope_ref_grid") is not None:
+            d["rope_ref_grid"] = to_pair(d["rope_ref_grid"])
         return cls(**d)
 
     @property
@@ -159,6 +173,14 @@ class ViT(nn.Module):
         pos_embed_interp: how the position embedding is resampled for another patch grid (see
             :func:`resample_pos_embed`): ``"timm"``, ``"bicubic"`` or ``"dino"``.
         rel_pos_interp: how a relative-position table is resized for another grid (:func:`resize_rel_pos_table`).
+        rope: rotary position embedding of the patch rows of q and k (:mod:`vitviz.model.rope`): ``"none"``,
+            ``"axial"`` (EVA-02, Perception Encoder), ``"dinov3"`` or ``"mixed"`` (learned ``rope.freqs``);
+            ``rope_theta`` (the frequency base), ``rope_grid_offset``, ``rope_grid_indexing`` (``"ij"`` / ``"xy"``),
+            ``rope_ref_grid`` (the pre-training grid axial positions are scaled to), ``rope_half`` (halves rotated
+            instead of interleaved pairs).
+        mlp_norm: a LayerNorm inside the SwiGLU MLP, before ``fc2`` (EVA-02).
+        final_norm: False: no LayerNorm after the blocks nor after pooling (Perception Encoder's spatial towers).
+        pool_num_heads: heads of the attention-pool head (default ``num_heads``; PE core: 8).
         d_model, num_layers, d_ff, dropout: the textbook ("style B") names, accepted as aliases of ``embed_dim``,
             ``depth``, the MLP width (``mlp_ratio = d_ff / d_model``) and ``drop_rate`` = ``attn_drop_rate``; with
             any of them ``layer_norm_eps`` defaults to torch's 1e-5 (``nn.LayerNorm``'s default) instead of 1e-6.
@@ -199,6 +221,15 @@ class ViT(nn.Module):
         rel_pos_bias: RelPosBias = "none",
         pos_embed_interp: PosEmbedInterp = "timm",
         rel_pos_interp: RelPosInterp = "timm",
+        rope: RopeKind = "none",
+        rope_theta: float = 10000.0,
+        rope_grid_offset: float = 0.0,
+        rope_grid_indexing: str = "ij",
+        rope_ref_grid: tuple[int, int] | None = None,
+        rope_half: bool = False,
+        mlp_norm: bool = False,
+        final_norm: bool = True,
+        pool_num_heads: int | None = None,
         d_model: int | None = None,
         num_layers: int | None = None,
         d_ff: int | None = None,
@@ -225,8 +256,14 @@ class ViT(nn.Module):
                                pos_embed_interp=pos_embed_interp, rel_pos_interp=rel_pos_interp,
                                num_prefix_tokens=int(class_token) + int(distilled) + num_reg_tokens,
                                class_token=class_token)
+        if rope not in ROPE_KINDS:
+            raise ValueError(f"rope={rope!r}; valid: {', '.join(repr(v) for v in ROPE_KINDS)}")
+        if mlp_norm and mlp_layer != "swiglu":
+            raise ValueError("mlp_norm=True needs mlp_layer='swiglu' (EVA-02's SwiGLU with an inner LayerNorm)")
+        if pool_num_heads is not None and (pool_num_heads <= 0 or embed_dim % pool_num_heads):
+            raise ValueError(f"pool_num_heads={pool_num_heads} does not divide embed_dim={embed_dim}")
         if fc_norm is None:
-            fc_norm = global_pool == "avg"
+            fc_norm = global_pool == "avg" and final_norm
         self.config = ViTConfig(
             img_size=img_size, patch_size=patch_size, in_channels=in_channels, num_classes=num_classes,
             embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
@@ -235,7 +272,10 @@ class ViT(nn.Module):
             layer_norm_eps=layer_norm_eps, fc_norm=fc_norm, no_embed_class=no_embed_class, init_values=init_values,
             act_layer=act_layer, mlp_layer=mlp_layer, pre_norm=pre_norm, post_norm=post_norm, patch_bias=patch_bias,
             head_bias=head_bias, rel_pos_bias=rel_pos_bias, pos_embed_interp=pos_embed_interp,
-            rel_pos_interp=rel_pos_interp,
+            rel_pos_interp=rel_pos_interp, rope=rope, rope_theta=float(rope_theta),
+            rope_grid_offset=float(rope_grid_offset), rope_grid_indexing=rope_grid_indexing,
+            rope_ref_grid=to_pair(rope_ref_grid) if rope_ref_grid is not None else None, rope_half=bool(rope_half),
+            mlp_norm=bool(mlp_norm), final_norm=bool(final_norm), pool_num_heads=pool_num_heads,
         )
         self.spec = None  # set by loaders / create_model: a vitviz.model.spec.ModelSpec
         self.num_classes = num_classes
@@ -263,16 +303,20 @@ class ViT(nn.Module):
         window = self.patch_embed.grid_size
         self.rel_pos_bias = RelativePositionBias(window, num_heads, rel_pos_interp) if rel_pos_bias == "shared" \
             else None
+        self.rope = RotaryEmbedding(rope, embed_dim // num_heads, num_heads, depth, theta=rope_theta,
+                                    offset=rope_grid_offset, indexing=rope_grid_indexing, ref_grid=rope_ref_grid,
+                                    half=rope_half) if rope != "none" else None
         # stochastic depth rate rising linearly over the blocks (plain floats: works on the meta device too)
         dpr = [drop_path_rate * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]
         self.blocks = nn.ModuleList(
             Block(embed_dim, num_heads, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], layer_norm_eps,
                   init_values, act_layer=act_layer, mlp_layer=mlp_layer, post_norm=post_norm,
-                  rel_pos_window=window if rel_pos_bias == "layer" else None, rel_pos_interp=rel_pos_interp)
+                  rel_pos_window=window if rel_pos_bias == "layer" else None, rel_pos_interp=rel_pos_interp,
+                  rope_half=rope_half, mlp_norm=mlp_norm)
             for i in range(depth)
         )
-        self.norm = nn.LayerNorm(embed_dim, eps=layer_norm_eps) if not fc_norm else nn.Identity()
-        self.attn_pool = AttentionPool(embed_dim, num_heads, mlp_ratio, layer_norm_eps, act_layer) \
+        self.norm = nn.LayerNorm(embed_dim, eps=layer_norm_eps) if not fc_norm and final_norm else nn.Identity()
+        self.attn_pool = AttentionPool(embed_dim, pool_num_heads or num_heads, mlp_ratio, layer_norm_eps, act_layer) \
             if global_pool == "map" else None
         self.fc_norm = nn.LayerNorm(embed_dim, eps=layer_norm_eps) if fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
@@ -343,6 +387,15 @@ class ViT(nn.Module):
                 nn.init.zeros_(m.bias)
         if self.attn_pool is not None:
             _trunc_normal_(self.attn_pool.latent, std=self.embed_dim**-0.5)
+        if self.rope is not None and self.rope.freqs is not None:  # timm's init_random_2d_freqs
+            with torch.no_grad():
+                _, depth, heads, half = self.rope.freqs.shape
+                hd = 2 * half
+                mag = 1.0 / (self.config.rope_theta ** (torch.arange(0, hd, 4, dtype=torch.float32) / hd))
+                ang = torch.rand(depth, heads, 1) * 2 * torch.pi
+                fx = torch.cat([mag * torch.cos(ang), mag * torch.cos(ang + torch.pi / 2)], dim=-1)
+                fy = torch.cat([mag * torch.sin(ang), mag * torch.sin(ang + torch.pi / 2)], dim=-1)
+                self.rope.freqs.copy_(torch.stack([fx, fy]))
         w = self.patch_embed.proj.weight
         _trunc_normal_(w, std=0.02)
 
@@ -410,17 +463,30 @@ class ViT(nn.Module):
             x = x + pos if pos is not None else x
         return self.norm_pre(self.pos_drop(x))
 
+    def position_args(self, grid: tuple[int, int], *, detach: bool = False) -> list[dict[str, Any]]:
+        """What each block needs besides its input at a patch ``grid``: ``{}`` for a plain ViT; the grid and the
+        shared relative position bias (BEiT); the rotary ``(sin, cos)`` of the block (RoPE). Every caller that runs
+        the blocks one by one (the forward, the streamed capture) takes them from here. ``detach``: cut the
+        graph to learned position parameters (the streamed backward differentiates the blocks only)."""
+        grid = tuple(grid)
+        args: list[dict[str, Any]] = [{} for _ in self.blocks]
+        if self.config.rel_pos_bias != "none":
+            shared = self.rel_pos_bias(grid) if self.rel_pos_bias is not None else None
+            if shared is not None and detach:
+                shared = shared.detach()
+            for a in args:
+                a.update(grid=grid, shared_bias=shared)
+        if self.rope is not None:
+            for a, (sin, cos) in zip(args, self.rope(grid)):
+                a["rope"] = (sin.detach(), cos.detach()) if detach else (sin, cos)
+        return args
+
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Token sequence after the final norm: ``[B, N, D]``."""
         grid = self.patch_embed.check_input(x)
         x = self.embed(x)
-        if self.config.rel_pos_bias == "none":
-            for blk in self.blocks:
-                x = blk(x)
-        else:
-            shared = self.rel_pos_bias(grid) if self.rel_pos_bias is not None else None
-            for blk in self.blocks:
-                x = blk(x, grid, shared)
+        for blk, kw in zip(self.blocks, self.position_args(grid)):
+            x = blk(x, **kw)
         return self.norm(x)
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:

@@ -198,11 +198,10 @@ def stream_pass(model: nn.Module, images: torch.Tensor, observers: Sequence[Any]
         if recording["head"]:
             head_in.append(args[0])
 
-    shared = None
-    rel = model.config.rel_pos_bias != "none"
+    position: list[dict[str, Any]] = [{} for _ in blocks]  # per block: relative bias / rotary (position_args)
 
     def run_block(i: int, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        out = blocks[i](z, grid, shared) if rel else blocks[i](z)
+        out = blocks[i](z, **position[i])
         a = attn_slot.take(f"blocks[{i}] attention hook")
         n1 = norm1_slot.take(f"blocks[{i}] norm1 hook") if gradcam else None
         return out, a, n1
@@ -223,10 +222,7 @@ def stream_pass(model: nn.Module, images: torch.Tensor, observers: Sequence[Any]
             saved: list[Any] = []
             context = torch.enable_grad() if keep else torch.no_grad() if want_grad else torch.inference_mode()
             with context:
-                if rel and model.rel_pos_bias is not None:
-                    shared = model.rel_pos_bias(grid)
-                    if want_grad:
-                        shared = shared.detach()
+                position = model.position_args(grid, detach=want_grad)
                 z = model.embed(x)
                 _emit(observers, "on_tokens", 0, z.detach())
                 for i in range(L):

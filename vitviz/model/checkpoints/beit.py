@@ -13,7 +13,7 @@ import re
 
 import torch
 
-from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err, rename
+from vitviz.model.checkpoints.common import INDEX_BUFFER, Converted, RawCheckpoint, err, rename
 from vitviz.model.checkpoints.timm import architecture_options, timm_config
 from vitviz.model.checkpoints.timm import default_preprocess as timm_default_preprocess
 from vitviz.model.preprocess import Preprocess
@@ -26,7 +26,7 @@ RULES = [
     (r"blocks\.(\d+)\.gamma_(1|2)", r"blocks.\1.ls\2.gamma"),
     (r"(.*)", r"\1"),
 ]
-IGNORE = [r".*relative_position_index"]
+IGNORE = {r".*relative_position_index": INDEX_BUFFER}
 
 
 def detect(raw: RawCheckpoint) -> bool:
@@ -37,8 +37,8 @@ def detect(raw: RawCheckpoint) -> bool:
 
 def convert(raw: RawCheckpoint) -> Converted:
     qv = re.compile(r"blocks\.(\d+)\.attn\.(q|v)_bias")
-    rest = {k: v for k, v in raw.tensors.items() if not qv.fullmatch(k) and not re.fullmatch(IGNORE[0], k)}
-    c = rename(rest, RULES)
+    rest = {k: v for k, v in raw.tensors.items() if not qv.fullmatch(k)}
+    c = rename(rest, RULES, IGNORE)
     biases: dict[int, dict[str, tuple[str, torch.Tensor]]] = {}
     for k, v in raw.tensors.items():
         if m := qv.fullmatch(k):
@@ -49,6 +49,7 @@ def convert(raw: RawCheckpoint) -> Converted:
         q, v = d["q"][1], d["v"][1]
         c.state[f"blocks.{i}.attn.qkv.bias"] = torch.cat([q, torch.zeros_like(q), v])
         c.source_names[f"blocks.{i}.attn.qkv.bias"] = f"blocks.{i}.attn.q_bias/v_bias"
+        c.consume(d["q"][0], d["v"][0])
     options = {"pos_embed_interp": "timm", "rel_pos_interp": "timm"}
     cfg = timm_config(raw)
     if cfg is not None:

@@ -79,21 +79,52 @@ class Converted:
         source_names: our parameter name -> the source's name (for messages).
         unused: source keys the converter did not recognise (reported as unexpected).
         config: known config values (``num_heads``, ``layer_norm_eps``, ``labels``, ``spec`` ...).
+        consumed: source keys read into ``state`` (renamed, fused, folded ...).
+        ignored: source keys deliberately left out, each with the reason (a text tower, a pre-training-only token,
+            an index buffer recomputed from the grid). Every source key is consumed, ignored or unused:
+            :func:`check_every_key_read` refuses a checkpoint with a key in none of them.
     """
 
     state: dict[str, torch.Tensor]
     source_names: dict[str, str]
     unused: list[str]
     config: dict[str, Any] = field(default_factory=dict)
+    consumed: set[str] = field(default_factory=set)
+    ignored: dict[str, str] = field(default_factory=dict)
+
+    def consume(self, *keys: str) -> None:
+        """Mark source ``keys`` as read (a converter that builds a tensor from several of them)."""
+        self.consumed.update(keys)
+
+
+MASK_TOKEN = "the masked-image-modelling token: used in pre-training only, never on an image"
+TEXT_TOWER = "the text tower (read by vitviz.model.text when text prompts are used)"
+INDEX_BUFFER = "a fixed index buffer, recomputed from the patch grid"
+
+
+def check_every_key_read(raw: RawCheckpoint, conv: Converted) -> None:
+    """Refuse a checkpoint with a key its converter neither read, nor named as deliberately unused, nor reported as
+    unexpected: a part of the model that would otherwise be dropped without a word (the guard of issue 31: a model
+    is never opened with a part ignored)."""
+    accounted = conv.consumed | set(conv.ignored) | set(conv.unused)
+    silent = [k for k in raw.tensors if k not in accounted]
+    if silent:
+        raise err(raw.origin, f"keys read by no part of vitviz's ViT: {names(silent)} (refused rather than shown "
+                              "without them)")
 
 
 def rename(tensors: Mapping[str, torch.Tensor], rules: Sequence[tuple[str, str]],
-           ignore: Sequence[str] = ()) -> Converted:
-    """Apply regex rename ``rules`` (first match wins); keys matching no rule and no ``ignore`` pattern are unused."""
+           ignore: Mapping[str, str] | None = None) -> Converted:
+    """Apply regex rename ``rules`` (first match wins); keys matching an ``ignore`` pattern (pattern -> the reason it
+    is not read; checked first) are ignored, keys matching neither are unused."""
     compiled = [(re.compile(p), r) for p, r in rules]
-    ign = [re.compile(p) for p in ignore]
-    state, source, unused = {}, {}, []
+    ign = [(re.compile(p), why) for p, why in (ignore or {}).items()]
+    state, source, unused, ignored = {}, {}, [], {}
     for k, v in tensors.items():
+        why = next((w for p, w in ign if p.fullmatch(k)), None)
+        if why is not None:
+            ignored[k] = why
+            continue
         for pat, rep in compiled:
             if pat.fullmatch(k):
                 new = pat.sub(rep, k)
@@ -101,9 +132,8 @@ def rename(tensors: Mapping[str, torch.Tensor], rules: Sequence[tuple[str, str]]
                 source[new] = k
                 break
         else:
-            if not any(p.fullmatch(k) for p in ign):
-                unused.append(k)
-    return Converted(state, source, unused)
+            unused.append(k)
+    return Converted(state, source, unused, consumed=set(source.values()), ignored=ignored)
 
 
 _rename = rename
@@ -334,6 +364,9 @@ def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) 
             raise err(origin, f"relative position table {conv.source_names.get(key, key)!r} has shape "
                               f"{tuple(s[key].shape)}: not (2g-1)^2 + 3 rows of a square patch grid")
         grid = ((r + 1) // 2, (r + 1) // 2)
+        options.setdefault("pos_embed", "none")
+    elif options.get("rope", "none") != "none" and "image_size" in conv.config:  # RoPE alone (DINOv3): the
+        grid = (0, 0)  # config's input size, below
         options.setdefault("pos_embed", "none")
     else:
         raise err(origin, "missing keys: 'pos_embed' (cannot infer the input size without a position embedding "

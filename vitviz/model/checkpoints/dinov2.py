@@ -10,7 +10,7 @@ builds with ``interpolate_antialias=True, interpolate_offset=0``.
 
 from __future__ import annotations
 
-from vitviz.model.checkpoints.common import Converted, RawCheckpoint, rename
+from vitviz.model.checkpoints.common import MASK_TOKEN, Converted, RawCheckpoint, rename
 from vitviz.model.preprocess import Preprocess
 from vitviz.model.spec import family_preprocess
 from vitviz.model.vit import ViTConfig
@@ -32,7 +32,7 @@ def detect(raw: RawCheckpoint) -> bool:
 
 
 def convert(raw: RawCheckpoint) -> Converted:
-    c = rename({k: v for k, v in raw.tensors.items() if k != "mask_token"}, RULES)
+    c = rename(raw.tensors, RULES, {"mask_token": MASK_TOKEN})
     registers = "reg_token" in c.state
     if registers and "pos_embed" in c.state and "cls_token" in c.state:
         c.state["cls_token"] = c.state["cls_token"] + c.state["pos_embed"][:, :1]

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from vitviz.model.checkpoints.common import (
+    MASK_TOKEN,
     Converted,
     RawCheckpoint,
     bad_field,
@@ -79,7 +80,8 @@ QKV = re.compile(r"(?P<block>\d+)\.(?:attention\.attention\.|attention\.|self_at
                  r"(?P<which>query|key|value|q_proj|k_proj|v_proj)\.(?P<kind>weight|bias)")
 
 
-def fuse_qkv(raw: RawCheckpoint, block_prefix: str, rules: Sequence[tuple[str, str]], ignore: Sequence[str] = (),
+def fuse_qkv(raw: RawCheckpoint, block_prefix: str, rules: Sequence[tuple[str, str]],
+             ignore: Mapping[str, str] | None = None,
              *, zero_k_bias: bool = False) -> Converted:
     """Rename with ``rules`` and fuse each block's separate query / key / value projections into ``qkv``.
 
@@ -114,6 +116,7 @@ def fuse_qkv(raw: RawCheckpoint, block_prefix: str, rules: Sequence[tuple[str, s
             raise err(raw.origin, f"shape mismatch: query/key/value {kind} of block {i} have shapes {shapes}") \
                 from None
         c.source_names[name] = trio[0][0].replace("query", "query/key/value").replace("q_proj", "q/k/v_proj")
+        c.consume(*(t[0] for t in trio))
     return c
 
 
@@ -123,7 +126,9 @@ def convert(raw: RawCheckpoint) -> Converted:
     no antialiasing), for DINO's HF checkpoints too."""
     prefix = key_prefix(list(raw.tensors)) or ""
     p = re.escape(prefix)
-    ignore = [p + r"embeddings\.mask_token", p + r"pooler\.dense\.(weight|bias)"]
+    ignore = {p + r"embeddings\.mask_token": MASK_TOKEN,
+              p + r"pooler\.dense\.(weight|bias)": "ViTModel's pooler (dense + tanh on [CLS]): vitviz returns the "
+                                                   "features before it, as ViTForImageClassification reads them"}
     c = fuse_qkv(raw, p + r"(?:encoder\.layer|layers)\.", _rules(p), ignore)
     c.config["options"] = {"pos_embed_interp": "bicubic"}
     if raw.hf_config:

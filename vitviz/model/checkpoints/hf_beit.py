@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from vitviz.model.checkpoints import hf
-from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err
+from vitviz.model.checkpoints.common import INDEX_BUFFER, MASK_TOKEN, Converted, RawCheckpoint, err
 from vitviz.model.preprocess import Preprocess
 from vitviz.model.vit import ViTConfig
 
@@ -64,7 +64,7 @@ def _rules(p: str) -> list[tuple[str, str]]:
 def convert(raw: RawCheckpoint) -> Converted:
     prefix = key_prefix(raw.tensors) or ""
     p = re.escape(prefix)
-    ignore = [p + r"embeddings\.mask_token", r".*relative_position_index"]
+    ignore = {p + r"embeddings\.mask_token": MASK_TOKEN, r".*relative_position_index": INDEX_BUFFER}
     c = hf.fuse_qkv(raw, p + r"(?:encoder\.layer|layers)\.", _rules(p), ignore, zero_k_bias=True)
     if "norm.weight" not in c.state and "fc_norm.weight" not in c.state:
         raise err(raw.origin, "a BEiT / data2vec-vision checkpoint without its final LayerNorm: with mean pooling "

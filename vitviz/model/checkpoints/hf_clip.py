@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from vitviz.model.checkpoints import hf
-from vitviz.model.checkpoints.common import Converted, RawCheckpoint
+from vitviz.model.checkpoints.common import INDEX_BUFFER, TEXT_TOWER, Converted, RawCheckpoint
 from vitviz.model.preprocess import Preprocess
 from vitviz.model.vit import ViTConfig
 
@@ -21,7 +21,8 @@ NAME = "hf-clip"
 DESCRIPTION = "Hugging Face CLIP ([vision_model.]embeddings.class_embedding)"
 
 PREFIXES = ("vision_model.", "")
-TEXT = [r"text_model\..*", r"text_projection\.weight", r"logit_scale", r"(?:vision_model\.)?embeddings\.position_ids"]
+TEXT = {r"text_model\..*": TEXT_TOWER, r"text_projection\.weight": TEXT_TOWER, r"logit_scale": TEXT_TOWER,
+        r"(?:vision_model\.)?embeddings\.position_ids": INDEX_BUFFER}
 
 
 def key_prefix(keys) -> str | None:

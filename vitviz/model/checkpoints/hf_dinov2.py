@@ -17,7 +17,7 @@ import re
 import torch
 
 from vitviz.model.checkpoints import hf
-from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err, want_bool
+from vitviz.model.checkpoints.common import MASK_TOKEN, Converted, RawCheckpoint, err, want_bool
 from vitviz.model.preprocess import Preprocess
 from vitviz.model.vit import ViTConfig
 
@@ -66,13 +66,14 @@ def convert(raw: RawCheckpoint) -> Converted:
     split = {(int(m.group(1)), m.group(2), m.group(3)): (k, v) for k, v in raw.tensors.items()
              if (m := gate_up.fullmatch(k))}
     c = hf.fuse_qkv(RawCheckpoint(tensors, raw.origin, raw.container), p + r"encoder\.layer\.", _rules(p),
-                    [p + r"embeddings\.mask_token"])
+                    {p + r"embeddings\.mask_token": MASK_TOKEN})
     for i, kind in sorted({(i, kind) for (i, _, kind) in split}):
         gate, up = split.get((i, "gate_proj", kind)), split.get((i, "up_proj", kind))
         if gate is None or up is None:
             raise err(raw.origin, f"missing keys: block {i} has only one of mlp.gate_proj / mlp.up_proj {kind}")
         c.state[f"blocks.{i}.mlp.fc1.{kind}"] = torch.cat([gate[1], up[1]], dim=0)  # silu(gate) * up
         c.source_names[f"blocks.{i}.mlp.fc1.{kind}"] = gate[0].replace("gate_proj", "gate_proj/up_proj")
+        c.consume(gate[0], up[0])
     registers = "reg_token" in c.state
     if registers and "pos_embed" in c.state and "cls_token" in c.state:
         pe = c.state["pos_embed"]

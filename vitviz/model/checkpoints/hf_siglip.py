@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from vitviz.model.checkpoints import hf
-from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err
+from vitviz.model.checkpoints.common import INDEX_BUFFER, TEXT_TOWER, Converted, RawCheckpoint, err
 from vitviz.model.checkpoints.hf_clip import encoder_rules
 from vitviz.model.preprocess import Preprocess
 from vitviz.model.vit import ViTConfig
@@ -20,7 +20,8 @@ NAME = "hf-siglip"
 DESCRIPTION = "Hugging Face SigLIP (embeddings.patch_embedding, no class embedding)"
 
 PREFIXES = ("vision_model.", "")
-TEXT = [r"text_model\..*", r"logit_scale", r"logit_bias", r"(?:vision_model\.)?embeddings\.position_ids"]
+TEXT = {r"text_model\..*": TEXT_TOWER, r"logit_scale": TEXT_TOWER, r"logit_bias": TEXT_TOWER,
+        r"(?:vision_model\.)?embeddings\.position_ids": INDEX_BUFFER}
 
 
 def key_prefix(keys) -> str | None:
@@ -62,6 +63,7 @@ def convert(raw: RawCheckpoint) -> Converted:
         c.state[f"attn_pool.q.{kind}"], c.state[f"attn_pool.kv.{kind}"] = t[:D], t[D:]
         c.source_names[f"attn_pool.q.{kind}"] = c.source_names[f"attn_pool.kv.{kind}"] = \
             f"{prefix}head.attention.in_proj_{kind}"
+        c.consume(f"{prefix}head.attention.in_proj_{kind}")
     options = {"pos_embed_interp": "bicubic", "act_layer": "gelu_tanh"}
     if "attn_pool.latent" not in c.state:  # a tower without its head (vision_use_head=False): mean of the tokens
         options["fc_norm"] = False

@@ -13,6 +13,7 @@ import torch
 from vitviz.model.checkpoints.common import (
     Converted,
     PreprocessArg,
+    check_every_key_read,
     check_memory,
     err,
     imagenet_labels,
@@ -65,6 +66,7 @@ def load_checkpoint(
     fmt = detect_format(raw)
     module = format_module(fmt)
     conv = module.convert(raw)
+    check_every_key_read(raw, conv)
     origin = raw.origin
     saved_spec: ModelSpec | None = conv.config.get("spec")
     if saved_spec is not None:

@@ -31,6 +31,7 @@ from vitviz.model.checkpoints.common import (
 from vitviz.model.layers import ACT_LAYERS, MLP_LAYERS
 from vitviz.model.pos_embed import POS_EMBED_INTERPS, REL_POS_INTERPS
 from vitviz.model.preprocess import Interpolation, Preprocess
+from vitviz.model.rope import ROPE_INDEXINGS, ROPE_KINDS
 from vitviz.model.spec import HEAD_KINDS, ModelSpec
 from vitviz.model.vit import REL_POS_BIASES, ViTConfig
 
@@ -74,6 +75,10 @@ CONFIG_FIELDS: dict[str, _Check] = {
     "post_norm": want_bool, "patch_bias": want_bool, "head_bias": want_bool,
     "rel_pos_bias": _choice(*REL_POS_BIASES), "pos_embed_interp": _choice(*POS_EMBED_INTERPS),
     "rel_pos_interp": _choice(*REL_POS_INTERPS),
+    "rope": _choice(*ROPE_KINDS), "rope_theta": _positive, "rope_grid_offset": lambda w, f, v: want_number(w, f, v),
+    "rope_grid_indexing": _choice(*ROPE_INDEXINGS),
+    "rope_ref_grid": _optional(lambda w, f, v: want_size(w, f, v, pair_only=True)), "rope_half": want_bool,
+    "mlp_norm": want_bool, "final_norm": want_bool, "pool_num_heads": _optional(_int(1)),
 }
 assert set(CONFIG_FIELDS) == {f.name for f in fields(ViTConfig)}
 

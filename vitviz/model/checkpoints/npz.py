@@ -110,7 +110,9 @@ def convert(raw: RawCheckpoint) -> Converted:
             names[b + "attn.qkv.bias"] = qkv_b[0].replace("query", "query|key|value")
             used.update(qkv_b)
     c = Converted(state=state, source_names={k: prefix + v for k, v in names.items()},
-                  unused=[prefix + k for k in keys if k not in used])  # keys outside prefix: optimizer state
+                  unused=[prefix + k for k in keys if k not in used], consumed={prefix + k for k in used},
+                  ignored={k: "outside the model's parameters (optimizer state, other towers)" for k in raw.tensors
+                           if not k.startswith(prefix)})
     if heads_found:
         c.config["num_heads"] = heads_found[0]
     c.config["layer_norm_eps"] = 1e-6

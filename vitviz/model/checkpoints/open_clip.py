@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vitviz.model.checkpoints.common import (
+    TEXT_TOWER,
     Converted,
     RawCheckpoint,
     err,
@@ -53,8 +54,8 @@ RULES = [
     (V + r"ln_post\.(weight|bias)", r"norm.\1"),
     (V + r"proj", "head.weight"),
 ]
-TEXT = [r"(?:module\.)?(?:transformer\..*|token_embedding\..*|positional_embedding|ln_final\..*|text_projection|"
-        r"logit_scale|logit_bias|attn_mask|input_resolution|context_length|vocab_size|text\..*)"]
+TEXT = {r"(?:module\.)?(?:transformer\..*|token_embedding\..*|positional_embedding|ln_final\..*|text_projection|"
+        r"logit_scale|logit_bias|attn_mask|input_resolution|context_length|vocab_size|text\..*)": TEXT_TOWER}
 
 
 def detect(raw: RawCheckpoint) -> bool:

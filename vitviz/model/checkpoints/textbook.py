@@ -137,6 +137,7 @@ def convert(raw: RawCheckpoint) -> Converted:
             name = f"blocks.{i}.attn.qkv.{what}"
             c.state[name] = torch.cat([t[1] for t in trio], dim=0)
             c.source_names[name] = trio[0][0].replace("W_q", "W_q/W_k/W_v")
+            c.consume(*(t[0] for t in trio))
         options = {"act_layer": "gelu"}
     elif kind == "C":
         c = rename(raw.tensors, RULES_C)

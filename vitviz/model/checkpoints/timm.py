@@ -55,9 +55,34 @@ def timm_config(raw: RawCheckpoint) -> dict[str, Any] | None:
     return cfg if isinstance(cfg, Mapping) and "architecture" in cfg else None
 
 
+# timm architectures whose parts live in no tensor of the checkpoint (rotary position embedding: no weights, or
+# weights under names no reader of this layout takes): never opened as a plain ViT, whatever the keys say
+_UNMODELLED: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"eva02|vit_pe_|rope|dinov3|lingbot|sapiens"),
+     "rotates queries and keys (rotary position embedding, RoPE)"),
+)
+
+
+def refuse_unmodelled(cfg: Mapping[str, Any], where: str) -> None:
+    """Refuse a timm folder whose ``architecture`` or ``model_args`` names a part this reader does not model (RoPE):
+    its tensors alone would open as a plain ViT, with every map silently wrong."""
+    arch = want_str(where, "architecture", cfg["architecture"])
+    for pattern, what in _UNMODELLED:
+        if pattern.search(arch):
+            raise err(where, f"architecture {arch!r} {what}, a part the {NAME} reader does not model: refused rather "
+                             "than opened without it")
+    args = cfg.get("model_args")
+    if isinstance(args, Mapping):
+        rot = [k for k in args if "rope" in str(k) or "rot_pos" in str(k)]
+        if rot and any(args[k] not in (None, False) for k in rot):
+            raise err(where, f"model_args {', '.join(map(repr, rot))}: a rotary position embedding (RoPE), a part "
+                             f"the {NAME} reader does not model: refused rather than opened without it")
+
+
 def architecture_options(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
     """ViTConfig fields that a timm ``config.json`` gives and the shapes cannot: the activation, and the number of
-    heads when ``model_args`` has it."""
+    heads when ``model_args`` has it. A part this layout does not model is refused (:func:`refuse_unmodelled`)."""
+    refuse_unmodelled(cfg, where)
     arch = want_str(where, "architecture", cfg["architecture"])
     options: dict[str, Any] = {}
     if "quickgelu" in arch:

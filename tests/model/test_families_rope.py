@@ -1,0 +1,153 @@
+"""Rotary-position-embedding families in timm's layout (timm hub folders written from timm's own ``Eva`` models with
+random weights): EVA-02 (separate q/k/v, SwiGLU with its inner norm), Perception Encoder core (absolute position
+embedding + RoPE, attention-pool head with its own head count) and spatial (no final norm), DINOv3 S, S+ (SwiGLU) and
+the qkvb variant (4 registers, LayerScale, no key bias), timm's mixed-RoPE ViT (learned per-layer, per-head
+frequencies) and the reg1-GAP RoPE ViT. vitviz's outputs and every layer's attention (and PE's pooling attention)
+equal timm's own at the native size and at another (non-square) one; the reference attention is what timm's softmax
+produced (its attention dropout's input; the pool's softmax wrapped), never recomputed here. Nothing is passed to the
+loader: heads, layout and rope settings come from the folder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from family_helpers import AttnRecorder, check_against_reference, randomise_, rel_err, write_timm_folder
+
+from vitviz.capture import capture
+from vitviz.model import load_checkpoint
+
+timm = pytest.importorskip("timm")
+
+
+def _timm(name: str, **kw):
+    torch.manual_seed(0)
+    return randomise_(timm.create_model(name, pretrained=False, dynamic_img_size=True, num_classes=0, **kw))
+
+
+def _folder(tmp_path, arch: str, model, model_args: dict, **extra):
+    folder = write_timm_folder(tmp_path / arch, model, arch, **extra)
+    import json
+
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["model_args"] = model_args  # what timm's save_for_hf writes for a model created with these arguments
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+class _Softmax:
+    """Record what ``torch.Tensor.softmax`` returns while ``module`` runs (timm's attention-pool head has no
+    dropout to hook: its own softmax output is taken)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.maps: list[torch.Tensor] = []
+        self.orig = torch.Tensor.softmax
+        rec = self
+
+        def wrapped(t, *a, **k):
+            out = rec.orig(t, *a, **k)
+            rec.maps.append(out.detach())
+            return out
+
+        self.handles = [module.register_forward_pre_hook(lambda m, a: setattr(torch.Tensor, "softmax", wrapped)),
+                        module.register_forward_hook(lambda m, a, o: setattr(torch.Tensor, "softmax", rec.orig))]
+
+    def close(self) -> None:
+        torch.Tensor.softmax = self.orig
+        for h in self.handles:
+            h.remove()
+
+
+def _reference(model):
+    def ref(x):
+        for b in model.blocks:
+            b.attn.fused_attn = False
+        rec = AttnRecorder([b.attn.attn_drop for b in model.blocks])
+        pool = None
+        if model.attn_pool is not None:
+            model.attn_pool.fused_attn = False
+            pool = _Softmax(model.attn_pool)
+        try:
+            with torch.no_grad():
+                out = model(x)
+        finally:
+            rec.close()
+            if pool is not None:
+                pool.close()
+        pool_attn = pool.maps[-1][:, :, 0] if pool is not None else None
+        return out, rec.maps, pool_attn
+    return ref
+
+
+SMALL = dict(embed_dim=64, depth=2, num_heads=2)
+
+CASES = {
+    # arch: (creation kwargs, input sizes, prefix tokens, registers, expected ViTConfig fields)
+    "eva02_base_patch14_224": (dict(img_size=56, **SMALL), [(56, 56), (70, 42)], 1, 0,
+                               dict(rope="axial", rope_ref_grid=(16, 16), mlp_layer="swiglu", mlp_norm=True,
+                                    global_pool="avg", fc_norm=True)),
+    "eva02_small_patch14_224": (dict(img_size=56, **SMALL), [(56, 56), (42, 70)], 1, 0,
+                                dict(rope="axial", mlp_layer="swiglu", mlp_norm=False)),
+    "vit_pe_core_base_patch16_224": (dict(img_size=64, **SMALL), [(64, 64), (80, 48)], 1, 0,
+                                     dict(rope="axial", rope_ref_grid=(14, 14), rope_grid_offset=1.0,
+                                          rope_grid_indexing="xy", global_pool="map", pool_num_heads=8,
+                                          pre_norm=True, pos_embed="learned")),
+    "vit_pe_spatial_base_patch16_512": (dict(img_size=64, **SMALL), [(64, 64), (48, 80)], 1, 0,
+                                        dict(rope="axial", rope_ref_grid=(32, 32), final_norm=False)),
+    "vit_small_patch16_dinov3": (dict(img_size=64, **SMALL), [(64, 64), (80, 48)], 5, 4,
+                                 dict(rope="dinov3", rope_theta=100.0, rope_half=True, qkv_bias=False,
+                                      pos_embed="none", layer_norm_eps=1e-5)),
+    "vit_small_plus_patch16_dinov3": (dict(img_size=64, **SMALL), [(64, 64), (48, 96)], 5, 4,
+                                      dict(rope="dinov3", mlp_layer="swiglu", qkv_bias=False)),
+    "vit_small_patch16_dinov3_qkvb": (dict(img_size=64, **SMALL), [(64, 64), (80, 48)], 5, 4,
+                                      dict(rope="dinov3", qkv_bias=True)),
+    "vit_small_patch16_rope_mixed_224": (dict(img_size=64, **SMALL), [(64, 64), (80, 48)], 1, 0,
+                                         dict(rope="mixed", rope_theta=10.0, rope_grid_indexing="xy",
+                                              global_pool="token")),
+    "vit_base_patch16_rope_reg1_gap_256": (dict(img_size=64, **SMALL), [(64, 64), (48, 80)], 1, 1,
+                                           dict(rope="axial", rope_ref_grid=(16, 16), class_token=False,
+                                                global_pool="avg")),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(CASES))
+def test_rope_family_equals_timm(tmp_path, arch):
+    kw, sizes, prefix, registers, expect = CASES[arch]
+    ref = _timm(arch, **kw)
+    folder = _folder(tmp_path, arch, ref, kw)
+    ours = load_checkpoint(folder)
+    assert ours.spec.source_format == "timm-eva"
+    c = ours.config
+    assert c.num_heads == 2 and c.depth == 2
+    for k, v in expect.items():
+        assert getattr(c, k) == v, (k, getattr(c, k), v)
+    worst = check_against_reference(ours, _reference(ref), sizes, prefix=prefix, registers=registers)
+    assert worst["attn"] <= 1e-4
+
+
+def test_rope_matters_and_a_wrong_layout_is_caught(tmp_path):
+    """The comparison can fail: the same DINOv3 weights with the rotation left out (or interleaved pairs instead
+    of halves) differ from timm's attention far beyond the tolerance."""
+    from dataclasses import replace
+
+    from vitviz.model.vit import ViT
+
+    kw = dict(img_size=64, **SMALL)
+    ref = _timm("vit_small_patch16_dinov3", **kw)
+    ours = load_checkpoint(_folder(tmp_path, "vit_small_patch16_dinov3", ref, kw))
+    x = torch.randn(1, 3, 64, 64)
+    _, ref_attn, _ = _reference(ref)(x)
+    assert rel_err(capture(ours, x).attentions[0], ref_attn[0]) <= 1e-4
+    for change in (dict(rope="none"), dict(rope_half=False), dict(rope_theta=10000.0)):
+        other = ViT.from_config(replace(ours.config, **change)).eval()
+        other.load_state_dict(ours.state_dict())
+        assert rel_err(capture(other, x).attentions[0], ref_attn[0]) > 1e-2, change
+
+
+def test_unmodelled_model_args_are_refused(tmp_path):
+    kw = dict(img_size=64, **SMALL)
+    ref = _timm("vit_small_patch16_dinov3", **kw)
+    folder = _folder(tmp_path, "vit_small_patch16_dinov3", ref, {**kw, "qk_norm": True})
+    from vitviz.model.checkpoints import CheckpointError
+
+    with pytest.raises(CheckpointError, match="model_args.qk_norm=True"):
+        load_checkpoint(folder)
