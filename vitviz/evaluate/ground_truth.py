@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 from PIL import Image
 
-from vitviz.evaluate.localisation import IGNORE
+from vitviz.evaluate.protocol import IGNORE
 
 MASK_SUFFIXES = (".png", ".bmp", ".tif", ".tiff", ".gif", ".jpg", ".jpeg", ".webp", ".pgm", ".ppm")
 IMAGENET_S_IGNORE = 1000
@@ -45,7 +45,7 @@ class GroundTruth:
 
     Attributes:
         source: where it was read (the mask file, ``file.mat/0001``, the XML ...), for messages.
-        classes: int64 ``[H, W]``: 0 background, :data:`~vitviz.evaluate.localisation.IGNORE` ignored, other
+        classes: int64 ``[H, W]``: 0 background, :data:`~vitviz.evaluate.protocol.IGNORE` ignored, other
             values a class (1 for a binary mask or a box); None for points alone.
         points: ``[(y, x, positive)]`` in image pixels (OpenImages), or None.
         label: the class in words (a point label's display name), or None.

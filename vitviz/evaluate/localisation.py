@@ -31,34 +31,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vitviz.evaluate.protocol import LOCALISATION_METRICS
+from vitviz.evaluate.outcomes import LocalisationScores
+from vitviz.evaluate.protocol import IGNORE, LOCALISATION_METRICS
 from vitviz.model.preprocess import CropGeometry
-
-IGNORE = -1
-"""The value of an ignored pixel in the masks here (VOC's 255 border, ImageNet-S's 1000, outside the image)."""
-
-
-@dataclass(eq=False)
-class LocalisationScores:
-    """The localisation metrics of one map: ``values[name]`` for every name of
-    :data:`vitviz.evaluate.protocol.LOCALISATION_METRICS` (NaN where undefined), ``reasons[name]`` why a value is
-    NaN."""
-
-    values: dict[str, float] = field(default_factory=dict)
-    reasons: dict[str, str] = field(default_factory=dict)
-
-    def get(self, name: str) -> float:
-        return self.values.get(name, math.nan)
-
-    def why(self) -> str:
-        """The distinct reasons, joined (empty when every metric has a value)."""
-        return "; ".join(dict.fromkeys(self.reasons.values()))
 
 
 def mask_in_crop(mask: np.ndarray, geometry: CropGeometry) -> np.ndarray:

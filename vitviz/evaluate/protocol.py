@@ -32,3 +32,6 @@ LOCALISATION_METRICS: tuple[str, ...] = ("pixel_accuracy", "miou", "map", "point
                                          "p_miou")
 """The localisation metrics (:mod:`vitviz.evaluate.localisation`), in the CSV's column order; higher is better for
 every one."""
+
+IGNORE = -1
+"""The value of an ignored pixel in the localisation masks (VOC's 255 border, ImageNet-S's 1000, outside the image)."""
