@@ -1,15 +1,17 @@
 """What the faithfulness measures return: a perturbation curve, the random baseline's curves, a randomisation check,
-and the table of several views (one row per view, the random row last) with its text form."""
+and the table of several views (one row per view, the random row last; with ground truth, each view's localisation
+scores) with its text form."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from vitviz.evaluate.metrics import curve_auc
+from vitviz.evaluate.protocol import LOCALISATION_METRICS
 
 
 @dataclass(eq=False)
@@ -108,6 +110,23 @@ class RandomisationCheck:
 
 
 @dataclass(eq=False)
+class LocalisationScores:
+    """The localisation metrics of one map: ``values[name]`` for every name of
+    :data:`vitviz.evaluate.protocol.LOCALISATION_METRICS` (NaN where undefined), ``reasons[name]`` why a value is
+    NaN."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def get(self, name: str) -> float:
+        return self.values.get(name, math.nan)
+
+    def why(self) -> str:
+        """The distinct reasons, joined (empty when every metric has a value)."""
+        return "; ".join(dict.fromkeys(self.reasons.values()))
+
+
+@dataclass(eq=False)
 class ViewScore:
     """One view's row of a :class:`FaithfulnessTable`.
 
@@ -117,6 +136,8 @@ class ViewScore:
         saliency: ``[gh, gw]`` float32, the map that was ranked (None when the view is unavailable).
         deletion, insertion: the curves (None when unavailable).
         unavailable: why the view has no map for this model (None when it has one).
+        localisation: the map's :class:`LocalisationScores` against the image's ground truth
+            (:mod:`vitviz.evaluate.localisation`), None without ground truth.
     """
 
     key: str
@@ -125,6 +146,11 @@ class ViewScore:
     deletion: PerturbationCurve | None
     insertion: PerturbationCurve | None
     unavailable: str | None = None
+    localisation: LocalisationScores | None = None
+
+    def localisation_value(self, name: str) -> float:
+        """One localisation metric (NaN without ground truth or where undefined)."""
+        return math.nan if self.localisation is None else self.localisation.get(name)
 
     @property
     def deletion_auc(self) -> float:
@@ -147,8 +173,10 @@ class FaithfulnessTable:
         probability: the score on the unperturbed image (the class's probability, the similarity ...).
         steps, baseline: the curves' settings.
         views: one :class:`ViewScore` per view asked for, in order.
-        random_deletion, random_insertion: the random baseline of each mode.
+        random_deletion, random_insertion: the random baseline of each mode (None when the curves were not run:
+            ``vitviz evaluate --only localisation``).
         measure: what the curves read: ``"probability"`` (a class), ``"similarity"``, ``"value"`` (a function).
+        ground_truth: where the image's ground truth came from (None without: no localisation scores).
     """
 
     source: str
@@ -158,9 +186,18 @@ class FaithfulnessTable:
     steps: int
     baseline: str
     views: list[ViewScore]
-    random_deletion: RandomBaseline
-    random_insertion: RandomBaseline
+    random_deletion: RandomBaseline | None
+    random_insertion: RandomBaseline | None
     measure: str = "probability"
+    ground_truth: str | None = None
+
+    @property
+    def has_curves(self) -> bool:
+        return self.random_deletion is not None
+
+    @property
+    def has_localisation(self) -> bool:
+        return any(v.localisation is not None for v in self.views)
 
     def target_words(self) -> str:
         """The target and its score on the unperturbed image: ``3 'tabby cat' (p = 0.912)``, ``similar to image
@@ -170,9 +207,11 @@ class FaithfulnessTable:
         return f"{self.label} ({self.measure} = {self.probability:.3f})"
 
     def rows(self) -> list[tuple[str, float, float]]:
-        """``[(key, deletion AUC, insertion AUC)]`` for every view, then ``("random", mean, mean)``."""
+        """``[(key, deletion AUC, insertion AUC)]`` for every view, then ``("random", mean, mean)`` (when the curves
+        ran)."""
         out = [(v.key, v.deletion_auc, v.insertion_auc) for v in self.views]
-        out.append(("random", self.random_deletion.auc_mean, self.random_insertion.auc_mean))
+        if self.has_curves:
+            out.append(("random", self.random_deletion.auc_mean, self.random_insertion.auc_mean))
         return out
 
     def best(self) -> tuple[str | None, str | None]:
@@ -183,7 +222,35 @@ class FaithfulnessTable:
         return (min(ok, key=lambda v: v.deletion_auc).key, max(ok, key=lambda v: v.insertion_auc).key)
 
     def format(self) -> str:
-        """The table as text (best per column marked with ``*``, the random row as mean +- std)."""
+        """The table as text (best per column marked with ``*``, the random row as mean +- std), then the
+        localisation table when there is ground truth."""
+        if not self.has_curves:
+            return self.format_localisation(f"{self.source}: target {self.target_words()}")
+        loc = "\n" + self.format_localisation("  localisation") if self.has_localisation else ""
+        return self.format_curves() + loc
+
+    def format_localisation(self, head: str) -> str:
+        """Each view's localisation scores as text (``-`` where undefined, the reason after the row)."""
+        width = max([len(v.key) for v in self.views] + [4])
+        scored = [v.localisation for v in self.views if v.localisation is not None]
+        names = [n for n in LOCALISATION_METRICS if any(not math.isnan(s.get(n)) for s in scored)]
+        names = names or list(LOCALISATION_METRICS)  # (the columns that have a value somewhere)
+        lines = [f"{head} against {self.ground_truth or 'no ground truth'} (higher is better)",
+                 f"  {'view':<{width}s}  " + "  ".join(f"{n:>8s}" for n in names)]
+        for v in self.views:
+            if v.localisation is None:
+                lines.append(f"  {v.key:<{width}s}  " + "  ".join(f"{'-':>{max(8, len(n))}s}" for n in names)
+                             + (f"  ({v.unavailable})" if v.unavailable else ""))
+                continue
+            cells = [v.localisation.get(n) for n in names]
+            why = "; ".join(dict.fromkeys(r for k, r in v.localisation.reasons.items() if k in names))
+            lines.append(f"  {v.key:<{width}s}  " + "  ".join(
+                f"{'-' if math.isnan(c) else f'{c:.4f}':>{max(8, len(n))}s}" for c, n in zip(cells, names))
+                + (f"  ({why})" if why else ""))
+        return "\n".join(lines)
+
+    def format_curves(self) -> str:
+        """The perturbation table as text."""
         best_del, best_ins = self.best()
         head = f"{self.source}: target {self.target_words()}, {self.steps} steps, {self.baseline} baseline"
         width = max([len(v.key) for v in self.views] + [len(random_row_name(self.random_deletion))])

@@ -26,3 +26,12 @@ Cancel = Callable[[], bool]
 
 class EvaluationCancelled(Exception):
     """Raised by the evaluation functions when their ``cancel()`` returned True (checked before every batch)."""
+
+
+LOCALISATION_METRICS: tuple[str, ...] = ("pixel_accuracy", "miou", "map", "pointing_game", "energy_pointing_game",
+                                         "p_miou")
+"""The localisation metrics (:mod:`vitviz.evaluate.localisation`), in the CSV's column order; higher is better for
+every one."""
+
+IGNORE = -1
+"""The value of an ignored pixel in the localisation masks (VOC's 255 border, ImageNet-S's 1000, outside the image)."""

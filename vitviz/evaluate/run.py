@@ -21,11 +21,14 @@ from vitviz.capture.streaming import streamable
 from vitviz.capture.targets import ClassTarget, SimilarityTarget, as_target
 from vitviz.document.streamed import NotStreamable, stream_images
 from vitviz.evaluate.checks import check_choice, check_saliency, check_seeds, check_steps, device_dtype
+from vitviz.evaluate.ground_truth import GroundTruth, check_size
+from vitviz.evaluate.localisation import localisation_scores, mask_in_crop
 from vitviz.evaluate.outcomes import FaithfulnessTable, ViewScore
 from vitviz.evaluate.perturbation import Perturber, step_counts
 from vitviz.evaluate.protocol import BASELINES, DEFAULT_VIEWS, BaselineKind, Cancel, Progress
 from vitviz.evaluate.view_rows import resolve_view
 from vitviz.imaging import load_image
+from vitviz.model.preprocess import CropGeometry
 from vitviz.pipeline import DTYPES, InferenceResult, Pipeline
 from vitviz.views.presets import PRESETS
 from vitviz.views.relevance import clip_prompt_changes
@@ -45,8 +48,13 @@ def evaluate_views(
     progress: Progress | None = None,
     cancel: Cancel | None = None,
     keep_graph: bool | None = None,
+    ground_truth: GroundTruth | None = None,
+    object_class: int | None = None,
+    curves: bool = True,
+    tolerance: float = 0.0,
 ) -> FaithfulnessTable:
-    """Deletion and insertion curves of several views' maps of one image, and the random baseline.
+    """Deletion and insertion curves of several views' maps of one image, and the random baseline; with
+    ``ground_truth``, each map's localisation scores too (:mod:`vitviz.evaluate.localisation`).
 
     The maps come from ONE captured result (:meth:`vitviz.pipeline.Pipeline.run`), computed by the view registry
     at the default view options, so they are the window's maps; ``"cls_last"`` is the ``cls`` view at the last
@@ -76,6 +84,13 @@ def evaluate_views(
         keep_graph: how a streamed capture's backward treats the blocks' graphs
             (:func:`vitviz.document.streamed.stream_images`: None by the memory available, True keeps, False
             recomputes each block: the memory of about one layer).
+        ground_truth: the image's :class:`~vitviz.evaluate.ground_truth.GroundTruth` (at the image's pixel size):
+            every view's map gets its localisation scores (``ViewScore.localisation``).
+        object_class: the ground truth's class that is the object (None: every class; ``vitviz evaluate --target
+            gt`` gives the mask's main class, also the target).
+        curves: False skips the perturbation curves (``--only localisation``: the table's random baselines are
+            None).
+        tolerance: the pointing game's tolerance in pixels of the model's input (0: on the object).
 
     Returns:
         A :class:`FaithfulnessTable` (``.rows()``: ``[(view, deletion AUC, insertion AUC), ..., ("random", ...)]``;
@@ -132,24 +147,30 @@ def evaluate_views(
         result, compute = _streamed(pipe, pil, source, want, views, keep_graph)
         if result is None:
             result = pipe.run(pil, source=source, target=want)
+    if not curves:
+        rows = [_row(name, result, compute) for name in views]
+        _localise(rows, ground_truth, object_class, pipe.spec.preprocess.geometry((pil.height, pil.width)), tolerance)
+        tgt = result.target
+        return FaithfulnessTable(source=result.source, target=None if tgt is None else int(tgt),
+                                 label=result.target_text() or (result.label(int(tgt)) if tgt is not None else ""),
+                                 probability=float(result.target_score or 0.0) if tgt is None else
+                                 float(result.probabilities[int(tgt)]), steps=steps, baseline=baseline, views=rows,
+                                 random_deletion=None, random_insertion=None,
+                                 ground_truth=None if ground_truth is None else ground_truth.source)
     tgt = _read_target(result)
-    x, _ = pipe.spec.preprocess.apply(pil)
+    x, geometry = pipe.spec.preprocess.apply(pil)
 
     p = Perturber(model, x, target=tgt, baseline=baseline, patch_size=result.patch_size, seed=seed,
                   batch_size=batch_size)
     if p.grid != tuple(result.grid):
         raise ValueError(f"the preprocessed image has a {p.grid} patch grid but the result {tuple(result.grid)}")
-    rows: list[ViewScore] = []
+    rows = [_row(name, result, compute) for name in views]
+    _localise(rows, ground_truth, object_class, geometry, tolerance)
     blocks: list[np.ndarray] = []
-    for name in views:
-        v, opts, title = _resolve(name, result)
-        why = v.unavailable(result)
-        m = None if why else v.compute(result, opts) if compute is None else compute(v, opts)
-        if m is None:
-            rows.append(ViewScore(name, title, None, None, None, why or "no map for this model"))
+    for row in rows:
+        if row.saliency is None:
             continue
-        sal = check_saliency(m, p.grid)
-        rows.append(ViewScore(name, title, np.asarray(m, np.float32), None, None))
+        sal = check_saliency(row.saliency, p.grid)
         for mode in ("deletion", "insertion"):
             blocks.append(p.curve_masks(sal, mode, steps)[0])
     rand = p.random_saliencies(seeds, seed)
@@ -168,16 +189,45 @@ def evaluate_views(
     R = len(rand)
     rd = p.random("deletion", steps, counts, scores[i:i + R], seed)
     ri = p.random("insertion", steps, counts, scores[i + R:i + 2 * R], seed)
+    gt = None if ground_truth is None else ground_truth.source
     if isinstance(tgt, int):
         return FaithfulnessTable(source=result.source, target=tgt, label=result.label(tgt),
                                  probability=float(result.probabilities[tgt]), steps=steps, baseline=baseline,
-                                 views=rows, random_deletion=rd, random_insertion=ri)
+                                 views=rows, random_deletion=rd, random_insertion=ri, ground_truth=gt)
     # the unperturbed image's score as the curves read it (the first point of every deletion curve)
     score = float(rd.scores[0, 0]) if rd.scores.size else float(result.target_score or 0.0)
     return FaithfulnessTable(source=result.source, target=None, label=result.target_text() or tgt.describe(),
                              probability=score, steps=steps, baseline=baseline, views=rows, random_deletion=rd,
-                             random_insertion=ri,
+                             random_insertion=ri, ground_truth=gt,
                              measure="similarity" if isinstance(tgt, SimilarityTarget) else "value")
+
+
+def _row(name: str, result: InferenceResult, compute: Any) -> ViewScore:
+    """The table's row of one view: its map (from the streamed pass's ``compute`` when there is one), or why it has
+    none."""
+    v, opts, title = _resolve(name, result)
+    why = v.unavailable(result)
+    m = None if why else v.compute(result, opts) if compute is None else compute(v, opts)
+    if m is None:
+        return ViewScore(name, title, None, None, None, why or "no map for this model")
+    return ViewScore(name, title, np.asarray(m, np.float32), None, None)
+
+
+def _localise(rows: list[ViewScore], gt: GroundTruth | None, object_class: int | None, geometry: CropGeometry,
+              tolerance: float) -> None:
+    """Each row's localisation scores against ``gt`` in the model's input crop (rows without a map get none)."""
+    if gt is None:
+        return
+    h, w = geometry.image_size
+    if gt.classes is not None:
+        check_size(gt.source, gt.classes.shape, (h, w))  # one line naming the mask file
+    mask = mask_in_crop(gt.object_mask((h, w), object_class), geometry)
+    points = None
+    if gt.points is not None:
+        points = [(*geometry.image_to_input(y, x), positive) for y, x, positive in gt.points]
+    for row in rows:
+        if row.saliency is not None:
+            row.localisation = localisation_scores(row.saliency, mask, points=points, tolerance=tolerance)
 
 
 def _resolve(name: str, result: Any) -> tuple[Any, Any, str]:

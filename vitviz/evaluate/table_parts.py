@@ -4,12 +4,14 @@ shard's plan and the images that failed. Standard library and numpy.
 
 A shard given ``--csv DIR/NAME.csv`` writes ``DIR/NAME-K-of-N.evaluate.json`` (:func:`part_path`); ``vitviz merge
 DIR`` joins the parts into ``DIR/NAME.csv`` and prints the mean over the images, as one run over all of them does.
-The curves themselves (scores per step) and the maps are not kept: the CSV and the mean read only the areas.
+The curves themselves (scores per step) and the maps are not kept: the CSV and the mean read only the areas (and
+the localisation scores, with their reasons).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from vitviz.evaluate.outcomes import FaithfulnessTable, PerturbationCurve, RandomBaseline, ViewScore
+from vitviz.evaluate.outcomes import FaithfulnessTable, LocalisationScores, PerturbationCurve, RandomBaseline, ViewScore
 from vitviz.imaging import remove_dead_temporaries, write_atomic
 
 PART_SUFFIX = ".evaluate.json"
@@ -52,16 +54,31 @@ def _num(x: Any) -> float | None:
     return None if x is None else float(x)
 
 
+def _localisation_json(s: LocalisationScores | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {"values": {k: None if math.isnan(v) else float(v) for k, v in s.values.items()}, "reasons": s.reasons}
+
+
+def _localisation_from_json(d: dict[str, Any] | None) -> LocalisationScores | None:
+    if d is None:
+        return None
+    return LocalisationScores({str(k): math.nan if v is None else float(v) for k, v in d["values"].items()},
+                              {str(k): str(v) for k, v in d["reasons"].items()})
+
+
 def table_json(t: FaithfulnessTable) -> dict[str, Any]:
-    """What the CSV and the mean read of one image's table."""
+    """What the CSV and the mean read of one image's table (the localisation scores exactly, NaN as null)."""
+    rnd = None if not t.has_curves else {"seed": int(t.random_deletion.seed),
+                                         "deletion": [float(x) for x in t.random_deletion.aucs],
+                                         "insertion": [float(x) for x in t.random_insertion.aucs]}
     return {"source": t.source, "target": None if t.target is None else int(t.target), "label": t.label,
             "probability": float(t.probability), "measure": t.measure, "steps": int(t.steps), "baseline": t.baseline,
             "views": [{"key": v.key, "title": v.title, "unavailable": v.unavailable,
                        "deletion_auc": None if v.deletion is None else float(v.deletion.auc),
-                       "insertion_auc": None if v.insertion is None else float(v.insertion.auc)} for v in t.views],
-            "random": {"seed": int(t.random_deletion.seed),
-                       "deletion": [float(x) for x in t.random_deletion.aucs],
-                       "insertion": [float(x) for x in t.random_insertion.aucs]}}
+                       "insertion_auc": None if v.insertion is None else float(v.insertion.auc),
+                       "localisation": _localisation_json(v.localisation)} for v in t.views],
+            "random": rnd, "ground_truth": t.ground_truth}
 
 
 def _curve(mode: str, baseline: str, target: int, auc: float | None) -> PerturbationCurve | None:
@@ -75,7 +92,7 @@ def table_from_json(d: dict[str, Any]) -> FaithfulnessTable:
     views = [ViewScore(str(v["key"]), str(v["title"]), None,
                        _curve("deletion", baseline, target, _num(v["deletion_auc"])),
                        _curve("insertion", baseline, target, _num(v["insertion_auc"])),
-                       v.get("unavailable")) for v in d["views"]]
+                       v.get("unavailable"), _localisation_from_json(v.get("localisation"))) for v in d["views"]]
     rnd = d["random"]
 
     def random(mode: str) -> RandomBaseline:
@@ -85,10 +102,12 @@ def table_from_json(d: dict[str, Any]) -> FaithfulnessTable:
         return RandomBaseline(mode, baseline, target, _EMPTY, np.zeros((aucs.size, 0)), aucs, _EMPTY,
                               int(rnd["seed"]))
 
+    gt = d.get("ground_truth")
     return FaithfulnessTable(source=str(d["source"]), target=target, label=str(d["label"]),
                              probability=float(d["probability"]), steps=int(d["steps"]), baseline=baseline,
-                             views=views, random_deletion=random("deletion"), random_insertion=random("insertion"),
-                             measure=str(d.get("measure", "probability")))
+                             views=views, random_deletion=None if rnd is None else random("deletion"),
+                             random_insertion=None if rnd is None else random("insertion"),
+                             measure=str(d.get("measure", "probability")), ground_truth=None if gt is None else str(gt))
 
 
 @dataclass
