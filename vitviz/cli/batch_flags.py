@@ -31,14 +31,20 @@ def add_batch_arguments(p: argparse.ArgumentParser, out_help: str,
                    help="checkpoint file or folder, a pretrained name, 'demo' or random:ARCH")
     p.add_argument("--out", "-o", required=True, metavar="DIR", help=out_help)
     p.add_argument("--batch-size", type=int, default=16, help="images per forward pass (default 16)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                   help="auto (default): bf16 where the CPU or GPU multiplies bf16 natively, else fp32")
+    add_device_arguments(p)
     p.add_argument("--overwrite", action="store_true", help=overwrite_help)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar (for logs)")
     p.add_argument("--workers", type=int, metavar="N",
                    help="threads that read and preprocess the images while the model runs (default: by the device: "
                         "vitviz.batch.inputs.default_workers)")
+
+
+def add_device_arguments(p: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--precision`` (the batch commands', and the single-image ``lens``, ``ablate``, ``patch``);
+    :func:`check_device` checks them."""
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
+                   help="auto (default): bf16 where the CPU or GPU multiplies bf16 natively, else fp32")
 
 
 BACKWARD: dict[str, bool | None] = {"auto": None, "keep": True, "recompute": False}
