@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from family_helpers import rel_err
+from family_helpers import randomise_, rel_err
 from mechanistic_references import (
     MODELS,
     block_outputs,
@@ -21,6 +21,7 @@ from mechanistic_references import (
 
 from vitviz.capture.mechanistic import MechanisticError, activation_patching, head_knockout, logit_lens
 from vitviz.capture.targets import SimilarityTarget
+from vitviz.pipeline import Pipeline
 
 pytest.importorskip("timm")
 
@@ -116,3 +117,72 @@ def test_bad_inputs_are_one_line(tmp_path):
         with pytest.raises(MechanisticError, match=match) as e:
             call()
         assert "\n" not in str(e.value)
+
+
+def test_transformers_vit_classifier_all_three_against_hooks_on_its_modules(tmp_path):
+    """A Hugging Face ViTForImageClassification (save_pretrained folder, opened by vitviz): the lens against its own
+    ``layernorm`` and ``classifier`` on hooked layer outputs, the knock-out against a pre-hook on each layer's output
+    projection (``attention.o_proj``; ``attention.output.dense`` before transformers 5), the patching against hooks
+    replacing its layers' outputs."""
+    import warnings
+
+    T = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = T.ViTConfig(hidden_size=48, num_hidden_layers=3, num_attention_heads=3, intermediate_size=96, image_size=32,
+                      patch_size=8, num_labels=5, attn_implementation="eager")
+    ref = randomise_(T.ViTForImageClassification(cfg), 0.2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref.save_pretrained(tmp_path / "hf")
+    ours = Pipeline.open(str(tmp_path / "hf"), precision="fp32").model
+    layers = ref.vit.layers if hasattr(ref.vit, "layers") else ref.vit.encoder.layer  # transformers 5 / 4
+
+    def out_proj(layer):
+        a = layer.attention
+        return a.o_proj if hasattr(a, "o_proj") else a.output.dense
+    clean, corrupt = images()
+
+    def logits(x):
+        with torch.no_grad():
+            return ref(pixel_values=x).logits[0]
+
+    def first(o):
+        return o[0] if isinstance(o, tuple) else o
+
+    outs = []
+    handles = [m.register_forward_hook(lambda m, a, o: outs.append(first(o).detach())) for m in layers]
+    logits(clean)
+    for h in handles:
+        h.remove()
+    with torch.no_grad():
+        want = torch.cat([ref.classifier(ref.vit.layernorm(z)[:, 0]) for z in outs])
+    lens = logit_lens(ours, clean, 3)
+    assert rel_err(lens.logits, want) <= 1e-4 and rel_err(lens.probabilities, want.softmax(-1)) <= 1e-4
+
+    ko = torch.empty(3, 3)
+    for l in range(3):
+        for h in range(3):
+            def pre(module, args, h=h):
+                a = args[0].clone()
+                a[..., h * 16:(h + 1) * 16] = 0.0
+                return (a,)
+
+            handle = out_proj(layers[l]).register_forward_pre_hook(pre)
+            ko[l, h] = logits(clean)[3]
+            handle.remove()
+    assert rel_err(head_knockout(ours, clean, 3).scores, ko) <= 1e-4
+
+    c, k = float(logits(clean)[3]), float(logits(corrupt)[3])
+    rec = torch.empty(3, 3)
+    for l in range(3):
+        for j, pos in enumerate((0, slice(None), 1 + 5)):
+            def hook(m, a, o, l=l, pos=pos):
+                z = first(o).clone()
+                z[:, pos] = outs[l][:, pos]
+                return (z,) + tuple(o[1:]) if isinstance(o, tuple) else z
+
+            handle = layers[l].register_forward_hook(hook)
+            rec[l, j] = (float(logits(corrupt)[3]) - k) / (c - k)
+            handle.remove()
+    got = activation_patching(ours, clean, corrupt, 3)
+    assert torch.allclose(torch.stack([got.cls, got.all, got.patches[:, 5]], 1), rec, atol=2e-4, rtol=1e-3)
