@@ -351,7 +351,8 @@ def test_help_lists_every_sub_command_from_one_table(capsys):
     assert e.value.code == 0
     text = capsys.readouterr().out
     listed = text[text.index("sub-commands"):]
-    assert SUBCOMMANDS == tuple(COMMANDS) == ("info", "predict", "models", "evaluate", "export", "stats", "merge")
+    assert SUBCOMMANDS == tuple(COMMANDS) == ("info", "predict", "models", "evaluate", "export", "stats", "merge",
+                                                   "lens", "ablate", "patch")
     for name, (arguments, _) in COMMANDS.items():
         assert f"vitviz {name} {arguments}".rstrip() in listed
         assert summary(name)[:30] in " ".join(listed.split())

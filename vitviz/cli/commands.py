@@ -23,6 +23,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                                "and head, artefact tokens"),
     "merge": ("OUT", "join the parts of a sharded export, stats or evaluate (--shard K/N, torchrun, SLURM arrays) "
                      "into the files of one run; names what is missing or doubled"),
+    "lens": ("MODEL IMAGE", "the logit lens: the model's head read after every block (top classes and the target's "
+                            "probability per layer)"),
+    "ablate": ("MODEL IMAGE", "head knock-out: the target's score with each (layer, head) removed (--mode zero|mean)"),
+    "patch": ("MODEL CLEAN CORRUPT", "activation patching: each block's output from the clean image into the "
+                                     "corrupted run, at [CLS], all tokens and each patch; the share recovered"),
 }
 
 
