@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -25,8 +26,10 @@ def cell(text: object) -> str:
 
 
 def summary(doc: str | None) -> str:
-    """The first paragraph of a docstring, on one line."""
-    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
+    """The first paragraph of a docstring, on one line, its reST roles and literals as Markdown code."""
+    text = " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", text)  # :func:`vitviz.x` -> `vitviz.x`
+    return text.replace("``", "`").replace(" No Qt.", "").replace("No Qt. ", "")
 
 
 def cli_page() -> str:
@@ -57,14 +60,18 @@ def views_page() -> str:
 
     out = ["# Views", "", GENERATED, "",
            "Every view of the window, `vitviz export --views` and `vitviz evaluate --views`, in menu order "
-           "(`vitviz.views.view_registry`). *Reads*: the options its map depends on ([Options](options.md)).", "",
-           "| key | title | key shortcut | reads | needs | quantity | what it shows |", "|---|---|---|---|---|---|---|"]
-    for v in view_registry.all_views():
+           "(`vitviz.views.view_registry`). *Reads*: the options its map depends on ([Options](options.md)); "
+           "the formulas are in [Methods](../methods.md).", "",
+           "| key | title | shortcut | reads | needs | quantity |", "|---|---|---|---|---|---|"]
+    views = view_registry.all_views()
+    for v in views:
         needs = [w for w, on in (("gradients", v.needs_grads), ("[CLS]", v.needs_cls)) if on] or ["-"]
         quantity = f"{v.quantity} ({v.unit})" if v.unit else v.quantity
-        doc = summary(sys.modules[type(v).__module__].__doc__)
         out.append(f"| `{v.key}` | {cell(v.title)} | {view_registry.shortcut(v) or ''} | "
-                   f"{cell(', '.join(sorted(v.reads)) or '-')} | {', '.join(needs)} | {cell(quantity)} | {cell(doc)} |")
+                   f"{cell(', '.join(sorted(v.reads)) or '-')} | {', '.join(needs)} | {cell(quantity)} |")
+    out += ["", "## What each view shows"]
+    for v in views:
+        out += ["", f"### `{v.key}`: {v.title}", "", summary(sys.modules[type(v).__module__].__doc__)]
     return "\n".join(out) + "\n"
 
 
@@ -74,10 +81,9 @@ def options_page() -> str:
     flags = {f.option: f.flag for f in cli_flags()}
     out = ["# Options", "", GENERATED, "",
            "The one table of options (`vitviz.views.options`): the window's controls, session files, remembered "
-           "settings and `vitviz export`'s display flags all derive from it. *Map*: a view may read it (the map "
-           "depends on it).", "",
-           "| option | kind | default | values | what it does | map | export flag | remembered as |",
-           "|---|---|---|---|---|---|---|---|"]
+           "settings and `vitviz export`'s display flags all derive from it. *Also*: *map* (a view may read it: the "
+           "map depends on it), its `vitviz export` flag, the key the window remembers it under.", "",
+           "| option | what it does | kind | default | values | also |", "|---|---|---|---|---|---|"]
     for o in all_options():
         if o.choices:
             values = ", ".join(f"`{c}`" for c in o.choices)
@@ -86,9 +92,10 @@ def options_page() -> str:
             values = f"{'' if lo is None else lo} … {'' if hi is None else hi}"
         else:
             values = ""
-        out.append(f"| `{o.name}` | {o.kind} | `{o.default!r}` | {cell(values)} | {cell(o.help or o.label)} | "
-                   f"{'yes' if o.analysis else ''} | {f'`{flags[o.name]}`' if o.name in flags else ''} | "
-                   f"{f'`{o.setting}`' if o.setting else ''} |")
+        also = [w for w, on in (("map", o.analysis), (f"`{flags.get(o.name)}`", o.name in flags),
+                                (f"remembered as `{o.setting}`", bool(o.setting))) if on]
+        out.append(f"| `{o.name}` | {cell(o.help or o.label)} | {o.kind} | `{o.default!r}` | {cell(values)} | "
+                   f"{cell(', '.join(also))} |")
     return "\n".join(out) + "\n"
 
 
