@@ -642,7 +642,7 @@ BF16_VIEWS = ("cls", "rollout", "grad_rollout", "relevance", "token_norm")
 @pytest.mark.skipif(not TINY.is_file(), reason=f"real weights not present at {TINY}")
 def test_bf16_maps_rank_patches_as_fp32_on_real_photos(capsys):
     """ViT-Ti/16 (augreg) on scikit-image's four photos: top-1 agreement and the Spearman rank correlation of every
-    view's map between bf16 and fp32 (the README quotes these numbers)."""
+    view's map between bf16 and fp32 (docs/benchmarks.md quotes these numbers)."""
     skimage_data = pytest.importorskip("skimage.data")
     from vitviz.evaluate import spearman  # average ranks for ties (bf16 maps have some)
     from vitviz.model import load_checkpoint

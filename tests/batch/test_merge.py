@@ -199,7 +199,7 @@ def maps(out: Path) -> dict[str, bytes]:
 
 def test_export_shards_merged_are_the_single_run_also_after_a_resume(pipe, tmp_path):
     folder = _images(tmp_path / "imgs", 6)
-    # batch size 1: a batched backward may round another way for another batch (see README: bit for bit when each
+    # batch size 1: a batched backward may round another way for another batch (see docs/batch.md: bit for bit when each
     # image's numbers do not depend on its batch)
     opts = ExportOptions(views=("cls", "relevance"), format="npy", batch_size=1, precision="fp32", quiet=True)
     single = tmp_path / "single"

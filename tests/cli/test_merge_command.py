@@ -5,7 +5,7 @@ statistics bit for bit); a missing or doubled shard named, nothing written.
 
 The subprocess gets this process's thread count (a float sum may round another way with another number of threads:
 torchrun itself sets OMP_NUM_THREADS=1). The export uses batch size 1: a batched backward may round another way for
-another batch (README, "Many GPUs and clusters")."""
+another batch (docs/batch.md, "Many GPUs and clusters")."""
 
 from __future__ import annotations
 

@@ -137,12 +137,14 @@ def test_run_gui_opens_window_with_images(qtbot, tmp_path, tiny_model, monkeypat
         qtbot.waitUntil(lambda: win.session.result is not None, timeout=30000)
         seen["source"] = win.session.result.source
         seen["key"] = win.model_key
+        seen["precision"] = (win.precision, win.session.result.precision)
         win.close()
         return 0
 
     monkeypatch.setattr(type(QApplication.instance() or app_mod.make_app()), "exec", fake_exec)
-    assert app_mod.run_gui([str(img)], model=str(ckpt), settings=settings) == 0
-    assert seen == {"source": str(img), "key": f"file:{ckpt.resolve()}"}
+    # vitviz IMAGE --precision bf16: the window starts in the precision asked for (default: the remembered one)
+    assert app_mod.run_gui([str(img)], model=str(ckpt), settings=settings, precision="bf16") == 0
+    assert seen == {"source": str(img), "key": f"file:{ckpt.resolve()}", "precision": ("bf16", "bf16")}
 
 
 def test_copy_view_puts_the_export_on_the_clipboard(qtbot, window, image_path):
