@@ -5,8 +5,12 @@ or degenerate targets and thresholds, oversized values echoed back, and the rest
 
 from __future__ import annotations
 
+import tracemalloc
+
+import numpy as np
 import pytest
 from bounded_runs import cli
+from PIL import Image
 
 HANG_BOUND_S = 120  # a bound against a hang, not a speed (measured in bench/)
 
@@ -30,3 +34,48 @@ def test_own_model_file_without_a_class_names_what_is_missing(tmp_path, capsys, 
     assert needle in line and str(own) in line and "no such file" not in line
     line = _one_line(*cli(["info", f"{tmp_path / 'gone.py'}:{tail}"], capsys, timeout=HANG_BOUND_S)[:2])
     assert f"no such file {tmp_path / 'gone.py'}" in line
+
+
+# --------------------------------------------------------------------------------------------------------- merge
+@pytest.fixture
+def tiny_inputs(tmp_path, tiny_model):
+    from vitviz.model import save_checkpoint
+
+    model = tmp_path / "m.safetensors"
+    save_checkpoint(tiny_model, model)
+    images = tmp_path / "imgs"
+    images.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(images / f"i{i}.png")
+    return model, images
+
+
+@pytest.mark.parametrize("world_size", [10**6, 10**12])
+def test_merge_of_a_huge_world_size_is_summarised_in_bounded_memory(tiny_inputs, tmp_path, capsys, monkeypatch,
+                                                                    world_size):
+    """One shard of a launcher's WORLD_SIZE=10^6 or 10^12, then merge: a few bounded lines (was a million-line
+    report, 240 MB; 10^12 passed 6 GiB), nothing written, in bounded time and traced memory."""
+    model, images = tiny_inputs
+    out = tmp_path / "out"
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", str(world_size))
+    for command in (["export", "--format", "npy", "--views", "cls"], ["stats"]):
+        status, err, _ = cli([command[0], "--model", str(model), str(images), "--out", str(out), "--quiet",
+                              *command[1:]], capsys, timeout=HANG_BOUND_S)
+        assert status == 0, err
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    before = sorted(p.name for p in out.iterdir())
+    tracemalloc.start()
+    try:
+        status, err, _ = cli(["merge", str(out)], capsys, timeout=HANG_BOUND_S)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert status == 1, err  # shards missing: nothing merged
+    assert len(err) <= 8 and all(len(x) < 1000 for x in err), (len(err), max(map(len, err)))
+    assert any(f"{world_size - 1} of {world_size} shards are missing" in x and "... and " in x for x in err), err
+    assert err[-1] == "vitviz merge: nothing written" and "Traceback" not in "".join(err)
+    assert peak < 64 << 20, f"traced memory peak {peak >> 20} MiB"
+    assert sorted(p.name for p in out.iterdir()) == before
