@@ -5,6 +5,8 @@ or degenerate targets and thresholds, oversized values echoed back, and the rest
 
 from __future__ import annotations
 
+import errno
+import os
 import tracemalloc
 
 import numpy as np
@@ -79,3 +81,38 @@ def test_merge_of_a_huge_world_size_is_summarised_in_bounded_memory(tiny_inputs,
     assert err[-1] == "vitviz merge: nothing written" and "Traceback" not in "".join(err)
     assert peak < 64 << 20, f"traced memory peak {peak >> 20} MiB"
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+# ------------------------------------------------------------------------------------------------ full disk, memory
+@pytest.mark.parametrize("where", ["open", "write", "short"])
+def test_a_full_disk_at_the_lock_names_it_and_leaves_nothing(tiny_inputs, tmp_path, capsys, monkeypatch, where):
+    """No space for the lock file (no inode for it, no byte, a short write): one line naming the lock's path and the
+    cause, exit 2, no ``.vitviz-export.lock.*.tmp`` left (was "[Errno 28] No space left on device" and a .tmp)."""
+    from vitviz.batch import locking
+
+    model, images = tiny_inputs
+    out = tmp_path / "out"
+    out.mkdir()
+    real_open, real_write = locking.os.open, locking.os.write
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    if where == "open":
+        monkeypatch.setattr(locking.os, "open", lambda path, *a, **k: full() if ".lock." in str(path)
+                            else real_open(path, *a, **k))
+    else:
+        short = lambda fd, data: real_write(fd, data[:3])  # noqa: E731
+        monkeypatch.setattr(locking.os, "write", full if where == "write" else short)
+    status, err, _ = cli(["export", "--model", str(model), str(images), "--out", str(out), "--quiet", "--format",
+                          "npy", "--views", "cls"], capsys, timeout=HANG_BOUND_S)
+    line = _one_line(status, err, (2,))
+    assert line == (f"vitviz export: error: cannot write the lock {out / '.vitviz-export.lock'}: the disk is full "
+                    "(No space left on device)"), line
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
+def test_onednn_primitive_failure_counts_as_out_of_memory():
+    from vitviz.capture.streaming import is_out_of_memory
+
+    assert is_out_of_memory(RuntimeError("could not create a primitive descriptor for a matmul primitive"))
