@@ -6,6 +6,7 @@ or degenerate targets and thresholds, oversized values echoed back, and the rest
 from __future__ import annotations
 
 import errno
+import json
 import os
 import tracemalloc
 
@@ -116,3 +117,46 @@ def test_onednn_primitive_failure_counts_as_out_of_memory():
     from vitviz.capture.streaming import is_out_of_memory
 
     assert is_out_of_memory(RuntimeError("could not create a primitive descriptor for a matmul primitive"))
+
+
+# ------------------------------------------------------------------------------------------------- feature PCA
+@pytest.mark.parametrize("threshold", [float("nan"), 2.0, -0.1, float("inf"), "0.5"])
+def test_feature_pca_threshold_out_of_range_is_refused(threshold):
+    import torch
+
+    from vitviz.analysis.pca import feature_pca
+
+    tokens = torch.randn(1 + 16, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"threshold must be a number in \[0, 1\]") as e:
+        feature_pca(tokens, grid=(4, 4), num_prefix_tokens=1, mask_background=True, threshold=threshold)
+    assert len(str(e.value)) < 200
+    feature_pca(tokens, grid=(4, 4), num_prefix_tokens=1, mask_background=True, threshold=0.0)  # the bounds are fine
+
+
+def test_feature_pca_of_non_finite_tokens_says_so_and_the_other_views_are_exported(tiny_model, tmp_path):
+    """One NaN weight: feature PCA names the non-finite tokens (was "linalg.svd: The algorithm failed to converge")
+    and the image's other views are still written (the PCA entry says why it is missing)."""
+    import torch
+
+    from vitviz.analysis.pca import feature_pca
+    from vitviz.batch.export import ExportOptions, export_images
+    from vitviz.pipeline import Pipeline
+
+    tokens = torch.randn(17, 8)
+    tokens[3, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"1 of the 16 tokens hold NaN or infinite values"):
+        feature_pca(tokens, grid=(4, 4), num_prefix_tokens=1)
+    with torch.no_grad():
+        tiny_model.blocks[0].mlp.fc1.weight[0, 0] = float("nan")
+    images = tmp_path / "imgs"
+    images.mkdir()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(images / "a.png")
+    s = export_images(Pipeline(tiny_model), [str(images)], tmp_path / "out",
+                      ExportOptions(views=("cls", "feature_pca"), format="npy", precision="fp32", quiet=True),
+                      log=lambda _: None)
+    assert s.written == 1 and s.failed == 0
+    record = [r for r in map(json.loads, (tmp_path / "out" / "manifest.jsonl").read_text().splitlines())
+              if "source" in r][0]
+    pca = next(m for m in record["maps"] if m["view"] == "feature_pca")
+    assert "hold NaN or infinite values" in pca["unavailable"]
+    assert any(m["view"] == "cls" and "npy" in m for m in record["maps"])
