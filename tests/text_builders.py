@@ -130,6 +130,23 @@ def write_hf_clip_folder(folder: Path, model, *, vocab: str = "files") -> Path:
     return folder
 
 
+def siglip_fast_tokenizer(sp_model: Path, folder: Path) -> Path:
+    """A ``tokenizer.json`` (and its config) in ``folder`` made from the SentencePiece model ``sp_model`` by
+    transformers' own converter (``T5Converter`` over the slow ``SiglipTokenizer``, which reads the model with
+    sentencepiece). Not ``T5TokenizerFast(vocab_file=...)``: under transformers 5 that reads every word of this model
+    as ``<unk>``, so a test comparing with it would check nothing."""
+    from transformers import PreTrainedTokenizerFast, SiglipTokenizer
+    from transformers.convert_slow_tokenizer import T5Converter
+
+    slow = SiglipTokenizer(str(sp_model))
+    if not hasattr(slow, "_extra_ids"):
+        slow._extra_ids = 0  # (the converter asks for T5's sentinel count: SigLIP has none)
+    fast = PreTrainedTokenizerFast(tokenizer_object=T5Converter(slow).converted(), eos_token="</s>",
+                                   pad_token="</s>", unk_token="<unk>")
+    fast.save_pretrained(folder)
+    return folder
+
+
 def hf_siglip_model(vocab_size: int):
     """A tiny ``SiglipModel`` (64 positions, attention-pool image head) with random weights."""
     from transformers import SiglipConfig, SiglipModel

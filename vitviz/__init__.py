@@ -34,6 +34,7 @@ _LAZY = {
     "CallableTarget": "vitviz.capture.targets", "TargetError": "vitviz.capture.targets",
     "reference_target": "vitviz.pipeline", "vector_target": "vitviz.pipeline",
     "Text": "vitviz.capture.targets", "prompt_pipeline": "vitviz.pipeline",
+    "NoDisplay": "vitviz._util.display", "display_problem": "vitviz._util.display",
 }
 _SUBMODULES = ("analysis", "capture", "model", "imaging", "demo", "document", "pipeline", "views", "render", "batch",
                "evaluate")

@@ -371,6 +371,7 @@ def test_out_of_memory_errors_are_recognised():
     assert is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     assert is_out_of_memory(RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate "
                                          "memory: you tried to allocate 123 bytes"))
+    assert is_out_of_memory(RuntimeError("could not create a primitive"))  # oneDNN's, under a memory limit
     assert not is_out_of_memory(RuntimeError("shape mismatch")) and not is_out_of_memory(ValueError("out of memory"))
     oom = getattr(torch, "OutOfMemoryError", None)
     if oom is not None:

@@ -5,8 +5,15 @@ or degenerate targets and thresholds, oversized values echoed back, and the rest
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import tracemalloc
+
+import numpy as np
 import pytest
 from bounded_runs import cli
+from PIL import Image
 
 HANG_BOUND_S = 120  # a bound against a hang, not a speed (measured in bench/)
 
@@ -30,3 +37,126 @@ def test_own_model_file_without_a_class_names_what_is_missing(tmp_path, capsys, 
     assert needle in line and str(own) in line and "no such file" not in line
     line = _one_line(*cli(["info", f"{tmp_path / 'gone.py'}:{tail}"], capsys, timeout=HANG_BOUND_S)[:2])
     assert f"no such file {tmp_path / 'gone.py'}" in line
+
+
+# --------------------------------------------------------------------------------------------------------- merge
+@pytest.fixture
+def tiny_inputs(tmp_path, tiny_model):
+    from vitviz.model import save_checkpoint
+
+    model = tmp_path / "m.safetensors"
+    save_checkpoint(tiny_model, model)
+    images = tmp_path / "imgs"
+    images.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(images / f"i{i}.png")
+    return model, images
+
+
+@pytest.mark.parametrize("world_size", [10**6, 10**12])
+def test_merge_of_a_huge_world_size_is_summarised_in_bounded_memory(tiny_inputs, tmp_path, capsys, monkeypatch,
+                                                                    world_size):
+    """One shard of a launcher's WORLD_SIZE=10^6 or 10^12, then merge: a few bounded lines (was a million-line
+    report, 240 MB; 10^12 passed 6 GiB), nothing written, in bounded time and traced memory."""
+    model, images = tiny_inputs
+    out = tmp_path / "out"
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", str(world_size))
+    for command in (["export", "--format", "npy", "--views", "cls"], ["stats"]):
+        status, err, _ = cli([command[0], "--model", str(model), str(images), "--out", str(out), "--quiet",
+                              *command[1:]], capsys, timeout=HANG_BOUND_S)
+        assert status == 0, err
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    before = sorted(p.name for p in out.iterdir())
+    tracemalloc.start()
+    try:
+        status, err, _ = cli(["merge", str(out)], capsys, timeout=HANG_BOUND_S)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert status == 1, err  # shards missing: nothing merged
+    assert len(err) <= 8 and all(len(x) < 1000 for x in err), (len(err), max(map(len, err)))
+    assert any(f"{world_size - 1} of {world_size} shards are missing" in x and "... and " in x for x in err), err
+    assert err[-1] == "vitviz merge: nothing written" and "Traceback" not in "".join(err)
+    assert peak < 64 << 20, f"traced memory peak {peak >> 20} MiB"
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+# ------------------------------------------------------------------------------------------------ full disk, memory
+@pytest.mark.parametrize("where", ["open", "write", "short"])
+def test_a_full_disk_at_the_lock_names_it_and_leaves_nothing(tiny_inputs, tmp_path, capsys, monkeypatch, where):
+    """No space for the lock file (no inode for it, no byte, a short write): one line naming the lock's path and the
+    cause, exit 2, no ``.vitviz-export.lock.*.tmp`` left (was "[Errno 28] No space left on device" and a .tmp)."""
+    from vitviz.batch import locking
+
+    model, images = tiny_inputs
+    out = tmp_path / "out"
+    out.mkdir()
+    real_open, real_write = locking.os.open, locking.os.write
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    if where == "open":
+        monkeypatch.setattr(locking.os, "open", lambda path, *a, **k: full() if ".lock." in str(path)
+                            else real_open(path, *a, **k))
+    else:
+        short = lambda fd, data: real_write(fd, data[:3])  # noqa: E731
+        monkeypatch.setattr(locking.os, "write", full if where == "write" else short)
+    status, err, _ = cli(["export", "--model", str(model), str(images), "--out", str(out), "--quiet", "--format",
+                          "npy", "--views", "cls"], capsys, timeout=HANG_BOUND_S)
+    line = _one_line(status, err, (2,))
+    assert line == (f"vitviz export: error: cannot write the lock {out / '.vitviz-export.lock'}: the disk is full "
+                    "(No space left on device)"), line
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
+def test_onednn_primitive_failure_counts_as_out_of_memory():
+    from vitviz.capture.streaming import is_out_of_memory
+
+    assert is_out_of_memory(RuntimeError("could not create a primitive descriptor for a matmul primitive"))
+
+
+# ------------------------------------------------------------------------------------------------- feature PCA
+@pytest.mark.parametrize("threshold", [float("nan"), 2.0, -0.1, float("inf"), "0.5"])
+def test_feature_pca_threshold_out_of_range_is_refused(threshold):
+    import torch
+
+    from vitviz.analysis.pca import feature_pca
+
+    tokens = torch.randn(1 + 16, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"threshold must be a number in \[0, 1\]") as e:
+        feature_pca(tokens, grid=(4, 4), num_prefix_tokens=1, mask_background=True, threshold=threshold)
+    assert len(str(e.value)) < 200
+    feature_pca(tokens, grid=(4, 4), num_prefix_tokens=1, mask_background=True, threshold=0.0)  # the bounds are fine
+
+
+def test_feature_pca_of_non_finite_tokens_says_so_and_the_other_views_are_exported(tiny_model, tmp_path):
+    """One NaN weight: feature PCA names the non-finite tokens (was "linalg.svd: The algorithm failed to converge")
+    and the image's other views are still written (the PCA entry says why it is missing)."""
+    import torch
+
+    from vitviz.analysis.pca import feature_pca
+    from vitviz.batch.export import ExportOptions, export_images
+    from vitviz.pipeline import Pipeline
+
+    tokens = torch.randn(17, 8)
+    tokens[3, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"1 of the 16 tokens hold NaN or infinite values"):
+        feature_pca(tokens, grid=(4, 4), num_prefix_tokens=1)
+    with torch.no_grad():
+        tiny_model.blocks[0].mlp.fc1.weight[0, 0] = float("nan")
+    images = tmp_path / "imgs"
+    images.mkdir()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(images / "a.png")
+    s = export_images(Pipeline(tiny_model), [str(images)], tmp_path / "out",
+                      ExportOptions(views=("cls", "feature_pca"), format="npy", precision="fp32", quiet=True),
+                      log=lambda _: None)
+    assert s.written == 1 and s.failed == 0
+    record = [r for r in map(json.loads, (tmp_path / "out" / "manifest.jsonl").read_text().splitlines())
+              if "source" in r][0]
+    pca = next(m for m in record["maps"] if m["view"] == "feature_pca")
+    assert "hold NaN or infinite values" in pca["unavailable"]
+    assert any(m["view"] == "cls" and "npy" in m for m in record["maps"])

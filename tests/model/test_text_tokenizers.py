@@ -121,16 +121,28 @@ def test_siglip_sentencepiece_equals_transformers(tmp_path, sp_model, lower):
     assert ours(["a " * 100])[0, -1] == 1  # cut keeping </s>
 
 
-def test_siglip_fast_tokenizer_equals_open_clip(tmp_path, sp_model):
+def test_siglip_fast_tokenizer_equals_sentencepiece_and_open_clip(tmp_path, sp_model):
+    """From a ``tokenizer.json``: the ids are SentencePiece's own (``SentencePieceProcessor`` on the cleaned text,
+    then ``</s>``, cut to 64 keeping it, padded with it) and open_clip's ``HFTokenizer``'s; the reference is first
+    checked to read the words (no ``<unk>``), as ``T5TokenizerFast(vocab_file=...)`` under transformers 5 does not."""
     pytest.importorskip("open_clip")
+    import sentencepiece
     from open_clip.tokenizer import HFTokenizer
-    from transformers import T5TokenizerFast
 
-    folder = tmp_path / "tok"
-    T5TokenizerFast(vocab_file=str(sp_model), extra_ids=0, pad_token="</s>").save_pretrained(folder)
+    folder = tb.siglip_fast_tokenizer(sp_model, tmp_path / "tok")
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(sp_model))
     ref = HFTokenizer(str(folder), context_length=64, clean="canonicalize")
     ours = PieceTokenizer(folder / "tokenizer.json", clean_mode="canonicalize", settings=read_settings(folder))
     assert ours.backend == "tokenizers"
+    words = ref(["a photo of a cat"])[0]
+    assert sp.unk_id() not in words.tolist() and words[:5].tolist() == sp.encode("a photo of a cat")[:5]
+    from open_clip.tokenizer import basic_clean, canonicalize_text
+
+    expected = []
+    for text in tb.TRICKY:  # open_clip's cleaning (ftfy, HTML unescaped twice, then canonicalised), SentencePiece's ids
+        ids = sp.encode(canonicalize_text(basic_clean(text)))[:63] + [1]
+        expected.append(ids + [1] * (64 - len(ids)))
+    assert ours(tb.TRICKY).tolist() == expected
     assert torch.equal(ours(tb.TRICKY), ref(tb.TRICKY))
     assert canonicalize("Hot_Dog!  now") == "hot dog now"
 

@@ -138,6 +138,13 @@ def fit_feature_pca(fit_tokens: torch.Tensor, *, grids: Sequence[tuple[int, int]
         raise ValueError("feature_pca needs at least two tokens to fit the components on")
     if components < 1:
         raise ValueError(f"components must be at least 1, got {components}")
+    if mask_background and not (isinstance(threshold, (int, float)) and 0.0 <= float(threshold) <= 1.0):
+        raise ValueError(f"threshold must be a number in [0, 1] (on the scaled first component), got "
+                         f"{str(threshold)[:40]}")
+    if not bool(torch.isfinite(fit).all()):
+        bad = int((~torch.isfinite(fit)).any(dim=1).sum())
+        raise ValueError(f"{bad} of the {fit.shape[0]} tokens hold NaN or infinite values (the model's output at "
+                         "this layer is not finite): no principal components")
     if grids is not None and sum(int(g[0]) * int(g[1]) for g in grids) != fit.shape[0]:
         raise ValueError(f"the grids {[tuple(g) for g in grids]} do not add up to the {fit.shape[0]} tokens fitted on")
     if mask_background and grids is None:

@@ -469,9 +469,13 @@ class Exporter:
                     entry[k] = changes[k]
             if "query" in v.reads:
                 entry["query"] = list(divmod(session.options.query, r.grid[1]))
-            m = session.current_map()
+            try:
+                m = session.current_map()
+            except ValueError as e:  # this view cannot be drawn here (non-finite tokens ...): said; the others go on
+                m, entry["unavailable"] = None, str(e).strip().splitlines()[0][:300]
             if m is None:
-                entry["unavailable"] = session.unavailable_reason() or "not available for this model"
+                if "unavailable" not in entry:
+                    entry["unavailable"] = session.unavailable_reason() or "not available for this model"
                 maps.append(entry)
                 continue
             stem = f"{item.rel}_{v.file_stem(r, session.options)}"

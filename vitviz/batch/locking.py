@@ -14,6 +14,7 @@ host and how to remove it when that run is over.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -23,6 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from vitviz._util.files import describe_os_error
 
 LOCK_PREFIX = ".vitviz-export"
 _HELD: set[str] = set()  # tokens of the locks this process holds (two exports in one process are two owners)
@@ -116,11 +119,20 @@ class ExportLock:
     def _create(self) -> bool:
         """Create the lock file whole, or return False when the name exists."""
         tmp = self.folder / f"{self.path.name}.{self.info['token']}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.write(fd, json.dumps(self.info).encode())
-        finally:
-            os.close(fd)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                data = json.dumps(self.info).encode()
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            finally:
+                os.close(fd)
+        except OSError as e:  # a full disk, no inodes left, a read-only folder: the path and the cause, nothing left
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise OSError(f"cannot write the lock {self.path}: {describe_os_error(e)}") from None
         try:
             os.link(tmp, self.path)
             return True

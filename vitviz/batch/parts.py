@@ -209,10 +209,22 @@ def check_coverage(results: Sequence[ShardResult], part_of: Callable[[tuple[int,
     by_k: dict[int, ShardResult] = {}
     for r in results:
         by_k[r.plan.shard[0]] = r
-    for k in range(1, n + 1):
+    missing = n - len(by_k)  # (N may be a launcher's huge WORLD_SIZE: the shards are never listed one by one)
+    first = []
+    k = 0
+    while len(first) < min(missing, NAMES_SHOWN):
+        k += 1
         if k not in by_k:
+            first.append(k)
+    if 0 < missing <= NAMES_SHOWN:
+        for k in first:
             cov.problems.append(f"shard {k}/{n} is missing: no {part_of((k, n))} (run it: --shard {k}/{n}, which is "
                                 f"torchrun's RANK={k - 1} and the job array's task {k} of {n})")
+    elif missing:
+        shown = ", ".join(f"{k}/{n}" for k in first)
+        cov.problems.append(f"{missing} of {n} shards are missing (no part, e.g. {part_of((first[0], n))}): {shown} "
+                            f"... and {missing - len(first)} more (run each: --shard K/{n}, which is torchrun's "
+                            "RANK=K-1 and the job array's task K)")
     ref = by_k[min(by_k)].plan
     for _, r in sorted(by_k.items()):
         p = r.plan

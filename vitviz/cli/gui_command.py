@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from vitviz import __version__
+from vitviz._util.display import display_problem
 from vitviz.cli.commands import listing
 from vitviz.cli.run_flags import add_run_flags
 from vitviz.cli.shared import Parser, Reporter, add_debug
@@ -55,6 +56,11 @@ def launch(argv: list[str], debug: bool) -> int:
     """Parse ``argv`` (no sub-command) and open the window; returns the exit status (1: no GUI here; 2: an error
     before any window opened, on one line; 130: interrupted)."""
     args = gui_parser().parse_args(argv)
+    problem = display_problem()  # before Qt starts: it would abort the process
+    if problem is not None:
+        print(f"vitviz: error: no window can open here: {problem}. Headless commands still work: 'vitviz export', "
+              "'vitviz predict', 'vitviz info' ('vitviz --help')", file=sys.stderr)
+        return 2
     try:
         from vitviz.gui.app import run_gui  # Qt: imported when the window opens
     except ImportError as e:

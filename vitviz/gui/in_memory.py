@@ -178,6 +178,8 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
         The window when not blocking (it stays open; keep using the notebook), else None once it is closed.
 
     Raises:
+        NoDisplay: no window can open in this process (no display, no Qt platform plugin); one line, raised before
+            anything is loaded (Qt would abort the process).
         CaptureError, ValueError: the model's attention cannot be captured, or bad images / labels / preprocess;
             raised before any window opens.
         TargetError: prompts that cannot be used (an empty one, a model without a text tower, a module without
@@ -185,8 +187,12 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
         TargetError: a ``target`` that cannot be used (not a target, a class the model lacks, a function that raises
             or returns no scalar on the first image), one line naming it; raised before any window opens.
     """
+    from vitviz._util.display import NoDisplay, display_problem
     from vitviz.capture.foreign import adapt
 
+    problem = display_problem()  # before the QApplication: Qt would abort the process (a kernel, a script)
+    if problem is not None:
+        raise NoDisplay(f"vitviz.show: no window can open here: {problem}")
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
     if source is not None:  # a folder, a file or a name: opened here (its text tower comes from it)
         from vitviz.pipeline import Pipeline

@@ -88,7 +88,9 @@ def fit_batch(model: Any, grid: tuple[int, int], requested: int, *, gradients: b
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` says an allocation failed (a GPU's out-of-memory error, the CPU allocator's, MemoryError)."""
+    """Whether ``error`` says an allocation failed (a GPU's out-of-memory error, the CPU allocator's, MemoryError, and
+    oneDNN's "could not create a primitive", which is how a CPU convolution or matmul reports that its workspace
+    could not be allocated under a memory limit)."""
     if isinstance(error, MemoryError):
         return True
     oom = getattr(torch, "OutOfMemoryError", None) or getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
@@ -96,5 +98,6 @@ def is_out_of_memory(error: BaseException) -> bool:
         return True
     if isinstance(error, RuntimeError):
         text = str(error).lower()
-        return "out of memory" in text or "can't allocate memory" in text or "cannot allocate memory" in text
+        return any(s in text for s in ("out of memory", "can't allocate memory", "cannot allocate memory",
+                                       "could not create a primitive"))
     return False
