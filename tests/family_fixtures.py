@@ -121,6 +121,8 @@ FAMILIES: dict[str, Callable[[Path], Path]] = {
     "hf-dinov2": _hf("Dinov2Model", "Dinov2Config", **SMALL_HF),
     "hf-dinov2-swiglu": _hf("Dinov2WithRegistersModel", "Dinov2WithRegistersConfig", use_swiglu_ffn=True,
                             num_register_tokens=4, **SMALL_HF),
+    "hf-dinov3": _hf("DINOv3ViTModel", "DINOv3ViTConfig", num_register_tokens=4, use_gated_mlp=True,
+                     hidden_act="silu", **SMALL_HF),
     "hf-clip": _hf("CLIPVisionModel", "CLIPVisionConfig", **SMALL_HF),
     "hf-siglip": _hf("SiglipVisionModel", "SiglipVisionConfig", **SMALL_HF),
     "hf-beit": _hf("BeitForImageClassification", "BeitConfig", num_labels=5, use_relative_position_bias=True,

@@ -23,10 +23,13 @@ FAMILY_OPTIONS: dict[str, dict] = {
     "avg": {"global_pool": "avg", "class_token": False},
     "beit": {"rel_pos_bias": "layer", "pos_embed": "none"},
     "features": {"num_classes": 0},
+    "dinov3": {"rope": "dinov3", "rope_theta": 100.0, "rope_half": True, "pos_embed": "none", "num_reg_tokens": 4,
+               "init_values": 1e-5, "qkv_bias": False, "layer_norm_eps": 1e-5},
 }
 """``create_model`` options of each family of vitviz's own ViT that the capture treats apart: a [CLS] token, an
 attention-pooling head (SigLIP's "MAP"), registers, a distillation token, mean pooling, BEiT's relative position
-bias, no classifier. Tests take the families they need."""
+bias, no classifier, DINOv3's shape (RoPE, 4 registers, LayerScale, no absolute position embedding). Tests take the
+families they need."""
 
 
 def families(*names: str) -> dict[str, dict]:

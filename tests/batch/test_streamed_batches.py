@@ -27,7 +27,7 @@ from vitviz.evaluate.run import evaluate_views
 from vitviz.model import create_model
 from vitviz.pipeline import Pipeline
 
-FAMILIES = families("cls", "map", "registers", "distilled", "avg")
+FAMILIES = families("cls", "map", "registers", "distilled", "avg", "dinov3")
 VIEWS = ("cls", "query", "rollout", "grad_rollout", "relevance", "legrad", "gradcam", "token_sim", "token_norm",
          "pos_sim", "feature_pca")
 

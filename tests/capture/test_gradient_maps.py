@@ -1,7 +1,7 @@
 """LeGrad and GradCAM taken during a capture equal explicit implementations: for LeGrad, one fresh forward per layer
 and one ``torch.autograd.grad`` of that layer's score written out by hand (the official formula); for GradCAM, a
 direct computation on hooks of the chosen block's ``norm1`` (pytorch-grad-cam's rule), on tiny random models of each
-family: [CLS] token, mean pooling, attention-pool head, registers, distillation token."""
+family: [CLS] token, mean pooling, attention-pool head, registers, distillation token, DINOv3 (RoPE)."""
 
 import pytest
 import torch
@@ -13,7 +13,7 @@ from vitviz.capture import capture
 from vitviz.capture.targets import CallableTarget, SimilarityTarget
 from vitviz.model import create_model
 
-FAMILIES = families("cls", "avg", "map", "registers", "distilled")
+FAMILIES = families("cls", "avg", "map", "registers", "distilled", "dinov3")
 
 
 def _model(family, num_classes=6):

@@ -151,3 +151,33 @@ def test_unmodelled_model_args_are_refused(tmp_path):
 
     with pytest.raises(CheckpointError, match="model_args.qk_norm=True"):
         load_checkpoint(folder)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_dinov3_hugging_face_folder_equals_transformers(tmp_path, gated):
+    """``DINOv3ViTModel`` saved by transformers: 4 registers, no key bias, LayerScale, the GELU MLP or the SiLU-gated
+    one (S+ / H+); outputs (``pooler_output``: [CLS] after the norm) and every layer's attention (transformers'
+    eager softmax, ``output_attentions``) at two sizes."""
+    T = pytest.importorskip("transformers")
+    import warnings
+
+    torch.manual_seed(0)
+    cfg = T.DINOv3ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                            image_size=64, patch_size=16, num_register_tokens=4, use_gated_mlp=gated,
+                            hidden_act="silu" if gated else "gelu", attn_implementation="eager")
+    ref = randomise_(T.DINOv3ViTModel(cfg))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref.save_pretrained(tmp_path / "dinov3")
+    ours = load_checkpoint(tmp_path / "dinov3")
+    c = ours.config
+    assert ours.spec.source_format == "hf-dinov3" and c.rope == "dinov3" and c.num_reg_tokens == 4
+    assert c.mlp_layer == ("swiglu" if gated else "mlp") and c.global_pool == "token" and c.pos_embed == "none"
+    assert ours.blocks[0].attn.qkv.bias[64:128].abs().max() == 0  # no key bias: zeros in its slot
+
+    def reference(x):
+        with torch.no_grad():
+            out = ref(pixel_values=x, output_attentions=True)
+        return out.pooler_output, list(out.attentions), None
+
+    check_against_reference(ours, reference, [(64, 64), (80, 48)], prefix=5, registers=4)

@@ -29,6 +29,10 @@ hf-dinov2      HF ``Dinov2Model`` / ``Dinov2WithRegistersModel``               `
 hf-beit        HF ``Beit*`` / ``Data2VecVision*`` (``lambda_1``, tables)       the family's default
 hf-clip        HF ``CLIPVisionModel[WithProjection]`` / ``CLIPModel``          (:data:`vitviz.model.spec.
 hf-siglip      HF ``SiglipVisionModel`` / ``SiglipModel`` (``head.probe``)     FAMILY_PREPROCESS`)
+hf-dinov3      HF ``DINOv3ViTModel`` (``layer.*.attention.q_proj``, RoPE)      ``preprocessor_config.json``, else
+                                                                               DINOv2's
+timm-eva       timm folders of RoPE models by ``config.json`` architecture    ``pretrained_cfg``
+               (EVA-02, Perception Encoder, DINOv3, ``vit_*_rope_*``)
 open_clip      ``visual.class_embedding`` (open_clip, OpenAI)                  ``open_clip_config.json``, else
                                                                                OpenAI CLIP mean/std
 =============  ==============================================================  ===================================

@@ -19,6 +19,7 @@ from vitviz.model.checkpoints import (
     hf_beit,
     hf_clip,
     hf_dinov2,
+    hf_dinov3,
     hf_siglip,
     native,
     npz,
@@ -30,7 +31,8 @@ from vitviz.model.checkpoints import (
 )
 from vitviz.model.checkpoints.common import RawCheckpoint, err, names
 
-Format = Literal["native", "timm-eva", "timm-beit", "dinov2", "timm", "torchvision", "hf-dinov2", "hf-beit", "hf-clip",
+Format = Literal["native", "timm-eva", "timm-beit", "dinov2", "timm", "torchvision", "hf-dinov2", "hf-dinov3",
+                 "hf-beit", "hf-clip",
                  "hf-siglip", "open_clip", "hf", "npz", "textbook"]
 
 FORMATS: tuple[ModuleType, ...] = (
@@ -41,6 +43,7 @@ FORMATS: tuple[ModuleType, ...] = (
     timm,
     torchvision,
     hf_dinov2,    # the Hugging Face families before the plain HF ViT (same patch embedding name)
+    hf_dinov3,
     hf_beit,
     hf_clip,
     hf_siglip,
@@ -60,7 +63,8 @@ def format_module(name: str) -> ModuleType:
     raise KeyError(f"unknown checkpoint format {name!r}; registered: {', '.join(FORMAT_NAMES)}")
 
 
-SUPPORTED = ("ViT / DeiT / DeiT III, DINO, DINOv2 (with or without registers), BEiT / BEiT v2 / data2vec-vision, "
+SUPPORTED = ("ViT / DeiT / DeiT III, DINO, DINOv2 (with or without registers), DINOv3, EVA-02, Perception Encoder, "
+             "timm's RoPE ViTs, BEiT / BEiT v2 / data2vec-vision, "
              "CLIP / OpenCLIP and SigLIP image towers (timm, Hugging Face, open_clip and original layouts), "
              "torchvision ViT, Google .npz, the textbook ViTs people write themselves (styles B, C, D)")
 
