@@ -137,3 +137,25 @@ def check_against_reference(
             if cap.pool_attention is not None:
                 assert cap.pool_attention_grads is not None and cap.pool_attention_grads.abs().sum() > 0
     return worst
+
+
+class MhaRecorder:
+    """Record the per-head attention weights ``[B, H, Nq, Nk]`` of ``nn.MultiheadAttention`` modules during the
+    reference's own forward: a pre-hook asks each module for its weights (``need_weights``, not averaged over the
+    heads) and a hook reads them from the module's output."""
+
+    def __init__(self, modules: list[torch.nn.Module]):
+        self.maps: list[torch.Tensor] = []
+
+        def ask(mod, args, kwargs):
+            return args, {**kwargs, "need_weights": True, "average_attn_weights": False}
+
+        def read(mod, args, kwargs, out):
+            self.maps.append(out[1].detach())
+
+        self.handles = [h for m in modules for h in (m.register_forward_pre_hook(ask, with_kwargs=True),
+                                                      m.register_forward_hook(read, with_kwargs=True))]
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
