@@ -140,3 +140,44 @@ def check_against_reference(
             if cap.pool_attention is not None:
                 assert cap.pool_attention_grads is not None and cap.pool_attention_grads.abs().sum() > 0
     return worst
+
+
+class MhaRecorder:
+    """Record the per-head attention weights ``[B, H, Nq, Nk]`` of ``nn.MultiheadAttention`` modules during the
+    reference's own forward: a pre-hook asks each module for its weights (``need_weights``, not averaged over the
+    heads) and a hook reads them from the module's output."""
+
+    def __init__(self, modules: list[torch.nn.Module]):
+        self.maps: list[torch.Tensor] = []
+
+        def ask(mod, args, kwargs):
+            return args, {**kwargs, "need_weights": True, "average_attn_weights": False}
+
+        def read(mod, args, kwargs, out):
+            self.maps.append(out[1].detach())
+
+        self.handles = [h for m in modules for h in (m.register_forward_pre_hook(ask, with_kwargs=True),
+                                                      m.register_forward_hook(read, with_kwargs=True))]
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def naflex_model(budget: int = 16):
+    """A tiny vitviz ViT shaped as SigLIP 2 NaFlex (no [CLS], the attention-pool head, a 4x4 position table resized
+    bilinearly with antialiasing) whose preprocessing keeps each image's aspect ratio up to ``budget`` patches of 8
+    pixels: a 40 x 100 image becomes a 2 x 7 grid."""
+    from vitviz.model import create_model
+    from vitviz.model.preprocess import Preprocess
+
+    torch.manual_seed(0)
+    m = create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=4,
+                     num_classes=0, class_token=False, global_pool="map", pos_embed_interp="bilinear_aa",
+                     act_layer="gelu_tanh").eval()
+    with torch.no_grad():
+        for b in m.blocks:
+            b.attn.qkv.weight.mul_(10.0)
+    pre = Preprocess(resize=(32, 32), crop=(32, 32), interpolation="bilinear", max_num_patches=budget, patch_size=8)
+    m.spec = m.spec.replace(preprocess=pre, name="tiny NaFlex")
+    return m

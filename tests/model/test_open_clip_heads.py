@@ -11,7 +11,7 @@ import pytest
 import text_builders as tb
 import torch
 import torch.nn.functional as F
-from family_helpers import rel_err
+from family_helpers import MhaRecorder, rel_err
 
 from vitviz.capture import capture
 from vitviz.model import load_checkpoint
@@ -23,27 +23,15 @@ open_clip = pytest.importorskip("open_clip")
 
 
 def open_clip_attentions(model, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """open_clip's image embedding and each block's attention ``[B, H, N, N]``: its ``nn.MultiheadAttention`` asked
-    for its per-head weights (a pre-hook sets ``need_weights``) and read from the module's own output."""
-    maps: list[torch.Tensor] = []
-
-    def ask(mod, args, kwargs):
-        return args, {**kwargs, "need_weights": True, "average_attn_weights": False}
-
-    def read(mod, args, kwargs, out):
-        maps.append(out[1].detach())
-
-    handles = []
-    for b in model.visual.transformer.resblocks:
-        handles.append(b.attn.register_forward_pre_hook(ask, with_kwargs=True))
-        handles.append(b.attn.register_forward_hook(read, with_kwargs=True))
+    """open_clip's image embedding and each block's attention ``[B, H, N, N]``, read from its
+    ``nn.MultiheadAttention`` modules during its own forward."""
+    rec = MhaRecorder([b.attn for b in model.visual.transformer.resblocks])
     try:
         with torch.no_grad():
             out = model.encode_image(x)
     finally:
-        for h in handles:
-            h.remove()
-    return out, maps
+        rec.close()
+    return out, rec.maps
 
 
 def head_width_cfg() -> dict:

@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-PosEmbedInterp = Literal["timm", "bicubic", "dino"]
+PosEmbedInterp = Literal["timm", "bicubic", "dino", "bilinear_aa"]
 RelPosInterp = Literal["timm", "bilinear"]
 
-POS_EMBED_INTERPS: tuple[str, ...] = ("timm", "bicubic", "dino")
+POS_EMBED_INTERPS: tuple[str, ...] = ("timm", "bicubic", "dino", "bilinear_aa")
 REL_POS_INTERPS: tuple[str, ...] = ("timm", "bilinear")
 
 
@@ -51,7 +51,9 @@ def resample_pos_embed(
     * ``"bicubic"``: the same without antialiasing (Hugging Face ViT / DINO, ``Dinov2Model``, BEiT, CLIP, SigLIP
       ``interpolate_pos_encoding``);
     * ``"dino"``: DINO's and DINOv2's own code: ``scale_factor=((gh + 0.1) / old_gh, (gw + 0.1) / old_gw)``, no
-      antialiasing (the 0.1 offset avoids floating-point error in the output size).
+      antialiasing (the 0.1 offset avoids floating-point error in the output size);
+    * ``"bilinear_aa"``: ``F.interpolate(size=new_grid, mode="bilinear", antialias=True)`` (SigLIP 2 NaFlex:
+      Hugging Face ``Siglip2VisionEmbeddings.resize_positional_embeddings``, which writes out the same weights).
     """
     if tuple(new_grid) == tuple(old_grid):
         return pos_embed
@@ -63,6 +65,8 @@ def resample_pos_embed(
         grid = F.interpolate(grid, size=tuple(new_grid), mode="bicubic", antialias=True, align_corners=False)
     elif mode == "bicubic":
         grid = F.interpolate(grid, size=tuple(new_grid), mode="bicubic", align_corners=False)
+    elif mode == "bilinear_aa":
+        grid = F.interpolate(grid, size=tuple(new_grid), mode="bilinear", antialias=True, align_corners=False)
     elif mode == "dino":
         scale = ((new_grid[0] + 0.1) / old_grid[0], (new_grid[1] + 0.1) / old_grid[1])
         grid = F.interpolate(grid, scale_factor=scale, mode="bicubic", align_corners=False)

@@ -7,6 +7,7 @@ onto the original photo's pixel grid. No Qt here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -40,6 +41,11 @@ class Preprocess:
         crop: ``(height, width)`` of the centre crop fed to the model.
         interpolation: resampling filter of the resize.
         mean, std: per-channel normalisation applied to [0, 1] RGB values.
+        max_num_patches: 0 (the default): resize and crop as above. Otherwise SigLIP 2 NaFlex's sizing (Hugging
+            Face ``Siglip2ImageProcessor``): each image is resized, keeping its aspect ratio, to the largest size whose
+            sides are multiples of ``patch_size`` with at most this many patches (:func:`naflex_size`), and not
+            cropped; ``resize`` and ``crop`` are then the nominal size only (the model's position table).
+        patch_size: the patch side of that sizing.
     """
 
     resize: int | tuple[int, int] = 256
@@ -47,8 +53,13 @@ class Preprocess:
     interpolation: Interpolation = "bicubic"
     mean: tuple[float, ...] = INCEPTION_MEAN
     std: tuple[float, ...] = INCEPTION_STD
+    max_num_patches: int = 0
+    patch_size: int = 16
 
     def __post_init__(self) -> None:
+        if self.max_num_patches < 0 or self.patch_size < 1:
+            raise ValueError(f"max_num_patches={self.max_num_patches} and patch_size={self.patch_size}: expected "
+                             "max_num_patches >= 0 and patch_size >= 1")
         if self.interpolation not in _PIL_RESAMPLE:
             raise ValueError(f"interpolation={self.interpolation!r}; valid: {sorted(_PIL_RESAMPLE)}")
         if len(self.mean) != len(self.std):
@@ -70,6 +81,8 @@ class Preprocess:
         d["resize"] = list(self.resize) if isinstance(self.resize, tuple) else self.resize
         d["mean"] = list(self.mean)
         d["std"] = list(self.std)
+        if not self.max_num_patches:  # the fixed-size files stay as they were
+            del d["max_num_patches"], d["patch_size"]
         return d
 
     @classmethod
@@ -81,11 +94,16 @@ class Preprocess:
             interpolation=d.get("interpolation", "bicubic"),
             mean=tuple(float(x) for x in d.get("mean", INCEPTION_MEAN)),
             std=tuple(float(x) for x in d.get("std", INCEPTION_STD)),
+            max_num_patches=int(d.get("max_num_patches", 0)),
+            patch_size=int(d.get("patch_size", 16)),
         )
 
     def geometry(self, image_size: tuple[int, int]) -> "CropGeometry":
         """Where the model's input crop lies, for an image of ``(height, width)``."""
         h, w = image_size
+        if self.max_num_patches:
+            rh, rw = naflex_size(h, w, self.patch_size, self.max_num_patches)
+            return CropGeometry(image_size=(h, w), resized_size=(rh, rw), crop_box=(0, 0, rh, rw))
         if isinstance(self.resize, tuple):
             rh, rw = self.resize
         else:
@@ -136,6 +154,24 @@ class Preprocess:
         mean = torch.tensor(self.mean, dtype=torch.float32)[:, None, None]
         std = torch.tensor(self.std, dtype=torch.float32)[:, None, None]
         return (t - mean) / std, geo
+
+
+def naflex_size(height: int, width: int, patch_size: int, max_num_patches: int, eps: float = 1e-5) -> tuple[int, int]:
+    """SigLIP 2 NaFlex's input size for an image of ``height x width``: the binary search over the scale of Hugging
+    Face's ``get_image_size_for_max_num_patches`` (each side scaled, rounded up to a multiple of ``patch_size``, at
+    least one patch; the largest scale whose patch count is at most ``max_num_patches``)."""
+
+    def side(scale: float, size: int) -> int:
+        return int(max(patch_size, math.ceil(size * scale / patch_size) * patch_size))
+
+    lo, hi = eps / 10, 100.0
+    while hi - lo >= eps:
+        scale = (lo + hi) / 2
+        if (side(scale, height) / patch_size) * (side(scale, width) / patch_size) <= max_num_patches:
+            lo = scale
+        else:
+            hi = scale
+    return side(lo, height), side(lo, width)
 
 
 def _resize_region(image: Image.Image, resized: tuple[int, int], region: tuple[int, int, int, int],

@@ -398,7 +398,8 @@ def _target(v: Any) -> tuple[int | None, TargetChoice | None, str | None]:
 def _preprocess(v: Any, where: str) -> Preprocess:
     from vitviz.model.preprocess import Preprocess
 
-    d = json_object(v, where, ("resize", "crop", "interpolation", "mean", "std"), ("resize", "crop", "mean", "std"))
+    d = json_object(v, where, ("resize", "crop", "interpolation", "mean", "std", "max_num_patches", "patch_size"),
+                    ("resize", "crop", "mean", "std"))
 
     def side(x: Any, n: str) -> int:
         return integer(x, n, 1, 16384)
@@ -414,7 +415,9 @@ def _preprocess(v: Any, where: str) -> Preprocess:
                 for i, x in enumerate(json_list(d["std"], where + ".std", 4)))
     if not mean or len(mean) != len(std):
         raise FieldProblem(f"{where}: mean and std must have the same number of channels (1 to 4)")
-    return Preprocess(resize=resize, crop=crop, interpolation=interp, mean=mean, std=std)
+    naflex = {k: integer(d[k], f"{where}.{k}", 0 if k == "max_num_patches" else 1, 1 << 20)
+              for k in ("max_num_patches", "patch_size") if k in d}
+    return Preprocess(resize=resize, crop=crop, interpolation=interp, mean=mean, std=std, **naflex)
 
 
 def _pair(v: Any, where: str) -> list[Any]:

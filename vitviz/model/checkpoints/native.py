@@ -133,7 +133,10 @@ def _preprocess(origin: str, p: dict[str, Any]) -> Preprocess:
     if len(mean) != len(std):
         raise err(origin, f"corrupt vitviz metadata: preprocess.mean has {len(mean)} values but preprocess.std has "
                           f"{len(std)}")
-    return Preprocess(resize=resize, crop=crop, interpolation=interp, mean=mean, std=std)  # type: ignore[arg-type]
+    naflex = {k: want_int(origin, f"preprocess.{k}", p[k], 0 if k == "max_num_patches" else 1)
+              for k in ("max_num_patches", "patch_size") if k in p}
+    return Preprocess(resize=resize, crop=crop, interpolation=interp, mean=mean, std=std,  # type: ignore[arg-type]
+                      **naflex)
 
 
 def convert(raw: RawCheckpoint) -> Converted:
