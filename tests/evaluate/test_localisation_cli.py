@@ -147,3 +147,25 @@ def test_shards_merged_equal_one_run(tiny_ckpt, tmp_path, capsys, only):
     capsys.readouterr()
     # the merge lists the images in the order of one run
     assert (sharded / "eval.csv").read_bytes() == one.read_bytes()
+
+
+def test_localise_images_in_one_pass_equals_evaluate_views_per_image(tiny_model, tmp_path):
+    from vitviz.evaluate.run import localise_images
+
+    pics, masks = _data(tmp_path, n=3)
+    paths = sorted(pics.rglob("*.png"))
+    gts = [MaskFolder(masks).read(f"{p.parent.name}/{p.stem}", (40, 50)) for p in paths]
+    pipe = Pipeline(tiny_model)
+    views = ("rollout", "relevance", "legrad", "gradcam")
+    for targets, classes in ((None, None), ([1, 2, 3], [g.main_class() for g in gts])):
+        batch = localise_images(pipe, [str(p) for p in paths], views, gts, targets=targets, object_classes=classes)
+        for k, (p, gt) in enumerate(zip(paths, gts)):
+            one = evaluate_views(pipe, str(p), views, ground_truth=gt, curves=False,
+                                 target=None if targets is None else targets[k],
+                                 object_class=None if classes is None else classes[k])
+            assert batch[k].target == one.target and batch[k].ground_truth == one.ground_truth == gt.source
+            for a, b in zip(batch[k].views, one.views):
+                np.testing.assert_allclose(a.saliency, b.saliency, rtol=1e-5, atol=1e-6)
+                for m in LOCALISATION_METRICS:
+                    x, y = a.localisation_value(m), b.localisation_value(m)
+                    assert (math.isnan(x) and math.isnan(y)) or x == pytest.approx(y, abs=1e-6), (p, a.key, m)

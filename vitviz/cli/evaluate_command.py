@@ -36,6 +36,9 @@ from vitviz.evaluate.report import check_writable, format_mean_table, write_csv
 from vitviz.evaluate.table_parts import TablePart, part_path, write_part
 from vitviz.views.presets import PRESETS
 
+LOCALISE_BATCH = 16
+"""Images per streamed pass of ``--only localisation`` when ``--batch-size`` is not given."""
+
 
 def prepare_argv(argv: Sequence[str]) -> list[str]:
     """``--shard -1/2`` reaches its check (see :func:`vitviz.cli.batch_flags.join_signed`)."""
@@ -89,7 +92,8 @@ def add_parser(sub) -> None:
     ev.add_argument("--csv", metavar="FILE", help="also write the AUCs as CSV (never replaces a file unless "
                                                   "--overwrite)")
     ev.add_argument("--overwrite", action="store_true", help="replace an existing --csv file")
-    ev.add_argument("--batch-size", type=int, help="perturbed images per forward (default: by the model's size)")
+    ev.add_argument("--batch-size", type=int, help="perturbed images per forward (default: by the model's size); with "
+                                                     "--only localisation: images per pass (default 16)")
     ev.add_argument("--device", default="cpu")
     add_backward_argument(ev)
     add_shard_argument(ev)
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     one line each on stderr and skipped."""
     from vitviz.batch.fingerprint import model_sha256  # torch: when the command runs, not for its --help
     from vitviz.capture.model_head import is_feature_model
-    from vitviz.evaluate.run import evaluate_views
+    from vitviz.evaluate.run import evaluate_views, localise_images
     from vitviz.pipeline import Pipeline
 
     shard, device, origin, line = shard_and_device(args.shard, args.device, "evaluate")
@@ -158,34 +162,72 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     failures: list[tuple[str, str]] = []
     bar = tqdm(total=len(paths), desc="evaluate", unit="image", file=sys.stderr, disable=None, leave=False,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total} images [{elapsed}<{remaining}]")
-    try:
-        for i, path in enumerate(paths):
-            def progress(done: int, total: int, i: int = i, k: int = 0) -> None:
-                bar.n = i + (k + done / max(total, 1)) / len(targets)
-                bar.refresh()
+    def fail(e: Exception, path: str) -> None:
+        nonlocal status
+        bar.clear()
+        status = report(e, path)
+        failures.append((path, error_text(e, path)))
 
-            try:
-                loaded = gt_plan.load(path)
-                jobs = gt_plan.jobs(path, rels[path], loaded.size, targets, prompts)
-                done = [evaluate_views(pipe, loaded, names, steps=args.steps, baseline=args.baseline,
-                                       target=target, seeds=args.seeds, batch_size=args.batch_size,
-                                       keep_graph=BACKWARD[args.backward], ground_truth=gt, object_class=cls,
-                                       curves=gt_plan.curves, tolerance=args.pointing_tolerance,
-                                       progress=lambda d, n, k=k, i=i: progress(d, n, i, k))
-                        for k, (target, gt, cls) in enumerate(jobs)]
-            except Exception as e:  # noqa: BLE001 - reported on one line, the next image still evaluated
-                bar.clear()
-                status = report(e, path)
-                failures.append((path, error_text(e, path)))
-                continue
-            finally:
-                bar.n = i + 1
+    def emit(path: str, done: list) -> None:
+        for table in done:
+            table.source = path
+            tables.append(table)
+            tqdm.write(("\n" if len(tables) > 1 else "") + table.format(), file=sys.stdout)
+        sys.stdout.flush()
+
+    def localise(ready: list) -> list:
+        flat = [(path, loaded, job) for _, path, loaded, jobs in ready for job in jobs]
+        return localise_images(pipe, [f[1] for f in flat], names, [f[2][1] for f in flat],
+                               targets=[f[2][0] for f in flat], object_classes=[f[2][2] for f in flat],
+                               sources=[f[0] for f in flat], tolerance=args.pointing_tolerance,
+                               keep_graph=BACKWARD[args.backward])
+
+    # the curves: one image at a time; localisation alone: a streamed pass over a batch of images
+    chunk = 1 if gt_plan.curves else (args.batch_size or LOCALISE_BATCH)
+    try:
+        for start in range(0, len(paths), chunk):
+            ready = []
+            for i, path in enumerate(paths[start:start + chunk], start):
+                try:
+                    loaded = gt_plan.load(path)
+                    ready.append((i, path, loaded, gt_plan.jobs(path, rels[path], loaded.size, targets, prompts)))
+                except Exception as e:  # noqa: BLE001 - reported on one line, the next image still evaluated
+                    fail(e, path)
+            if not gt_plan.curves:
+                try:
+                    done = localise(ready)
+                    groups = [(path, [done.pop(0) for _ in jobs]) for _, path, _, jobs in ready]
+                except Exception:  # noqa: BLE001 - one image at a time, so that only the bad one fails
+                    groups = []
+                    for item in ready:
+                        try:
+                            groups.append((item[1], localise([item])))
+                        except Exception as e:  # noqa: BLE001 - reported on one line
+                            fail(e, item[1])
+                for path, done in groups:
+                    emit(path, done)
+                bar.n = min(start + chunk, len(paths))
                 bar.refresh()
-            for table in done:
-                table.source = path
-                tables.append(table)
-                tqdm.write(("\n" if len(tables) > 1 else "") + table.format(), file=sys.stdout)
-            sys.stdout.flush()
+                continue
+            for i, path, loaded, jobs in ready:
+                def progress(done: int, total: int, i: int = i, k: int = 0, n_jobs: int = len(jobs)) -> None:
+                    bar.n = i + (k + done / max(total, 1)) / n_jobs
+                    bar.refresh()
+
+                try:
+                    done = [evaluate_views(pipe, loaded, names, steps=args.steps, baseline=args.baseline,
+                                           target=target, seeds=args.seeds, batch_size=args.batch_size,
+                                           keep_graph=BACKWARD[args.backward], ground_truth=gt, object_class=cls,
+                                           tolerance=args.pointing_tolerance,
+                                           progress=lambda d, n, k=k, i=i: progress(d, n, i, k))
+                            for k, (target, gt, cls) in enumerate(jobs)]
+                except Exception as e:  # noqa: BLE001 - reported on one line, the next image still evaluated
+                    fail(e, path)
+                    continue
+                finally:
+                    bar.n = i + 1
+                    bar.refresh()
+                emit(path, done)
     finally:
         bar.close()
     per_prompt = prompts is not None and gt_plan.prompts is None  # (point labels: one mean over every label)
