@@ -72,3 +72,13 @@ def session_of(tiny_model):
 def session(session_of):
     """The tiny model's result on a random 40 x 40 photo, in a Session."""
     return session_of()
+
+
+@pytest.fixture
+def tiny_ckpt(tmp_path, tiny_model):
+    """:func:`tiny_model` saved as ``tmp_path/tiny.safetensors`` (for the commands' tests)."""
+    from vitviz.model import save_checkpoint
+
+    path = tmp_path / "tiny.safetensors"
+    save_checkpoint(tiny_model, path)
+    return path

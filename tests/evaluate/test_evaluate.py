@@ -482,15 +482,6 @@ def _write_images(folder: Path, n: int) -> list[Path]:
     return out
 
 
-@pytest.fixture
-def tiny_ckpt(tmp_path, tiny_model):
-    from vitviz.model import save_checkpoint
-
-    path = tmp_path / "tiny.safetensors"
-    save_checkpoint(tiny_model, path)
-    return path
-
-
 def test_cli_evaluate_folder_glob_csv_and_bad_images(tiny_ckpt, tmp_path, capsys):
     from vitviz.cli import evaluate_command
 

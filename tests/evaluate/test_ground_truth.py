@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from ground_truth_builders import write_segmentation_mat
 from PIL import Image
 
 from vitviz.evaluate.ground_truth import (
@@ -19,19 +20,6 @@ from vitviz.evaluate.ground_truth import (
     split_mat_entry,
 )
 from vitviz.evaluate.localisation import IGNORE
-
-
-def write_segmentation_mat(path, images, masks):
-    """gtsegs_ijcv.mat's layout: /value/img[i, 0] -> [3, W, H] uint8, /value/gt[i, 0] -> a cell -> [W, H] mask."""
-    h5py = pytest.importorskip("h5py")
-    with h5py.File(path, "w") as f:
-        img = f.create_dataset("value/img", (len(images), 1), dtype=h5py.ref_dtype)
-        gt = f.create_dataset("value/gt", (len(images), 1), dtype=h5py.ref_dtype)
-        for i, (im, m) in enumerate(zip(images, masks)):
-            img[i, 0] = f.create_dataset(f"#refs#/img{i}", data=im.transpose(2, 1, 0)).ref
-            cell = f.create_dataset(f"#refs#/cell{i}", (1, 1), dtype=h5py.ref_dtype)
-            cell[0, 0] = f.create_dataset(f"#refs#/gt{i}", data=m.transpose(1, 0)).ref
-            gt[i, 0] = cell.ref
 
 
 def test_segmentation_mat_images_masks_and_names(tmp_path):

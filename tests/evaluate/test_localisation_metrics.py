@@ -167,6 +167,11 @@ def test_ties_empty_masks_and_constant_maps_are_nan_with_a_reason():
     got = localisation_scores(flat, mask)
     assert math.isnan(got.values["pointing_game"]) and "shared by" in got.reasons["pointing_game"]
     assert not math.isnan(got.values["miou"])
+    from sklearn.metrics import average_precision_score  # the plateau's ties enter together, as in scikit-learn
+    m = map_in_crop(flat, mask.shape).reshape(-1)
+    y = mask.reshape(-1) == 1
+    assert got.values["map"] == pytest.approx(
+        (average_precision_score(y, m) + average_precision_score(~y, 1 - m)) / 2, abs=1e-12)
     empty = localisation_scores(np.random.default_rng(0).random((4, 4)), np.zeros((16, 16), np.int64))
     assert all(math.isnan(empty.values[k]) for k in LOCALISATION_METRICS)
     assert "empty mask" in empty.reasons["miou"] and empty.reasons["p_miou"] == "no point labels"

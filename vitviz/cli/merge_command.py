@@ -53,7 +53,9 @@ def prepare_evaluate(out: Path, overwrite: bool) -> list[PreparedMerge]:
             if plan.command != "evaluate" or plan.shard != shard:
                 raise PartError(f"{path}: holds {plan.command} shard {plan.shard[0]}/{plan.shard[1]}, not the shard "
                                 "its name says")
-            by_source = {t.source: t for t in part.tables}
+            by_source: dict[str, list] = {}  # every table of an image (one per prompt or point label)
+            for t in part.tables:
+                by_source.setdefault(t.source, []).append(t)
             failed = dict(part.failures)
             r = ShardResult(plan, path)
             for _, src, rel in plan.images:
@@ -71,7 +73,7 @@ def prepare_evaluate(out: Path, overwrite: bool) -> list[PreparedMerge]:
         if problem:
             raise ValueError(problem)
         cov = check_coverage(results, lambda s, stem=stem: f"{stem}-{s[0]}-of-{s[1]}{PART_SUFFIX}")
-        tables = [r.done[rel] for rel, r in cov.order if r.done[rel] is not None]
+        tables = [t for rel, r in cov.order if r.done[rel] is not None for t in r.done[rel]]
         target = out / csvs[0]
         if not cov.problems and tables:
             check_writable(target, overwrite=overwrite)

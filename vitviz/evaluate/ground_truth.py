@@ -304,3 +304,85 @@ def _csv_rows(path: str | os.PathLike, needed: Sequence[str]) -> list[dict[str, 
             return list(reader)
     except OSError as e:
         raise ValueError(f"{p}: cannot read ({e.strerror or e})") from None
+
+
+class GroundTruthSource:
+    """Where ``vitviz evaluate --masks`` reads each image's ground truth: one of the readers above, chosen by what
+    ``masks`` is (a ``.csv``: OpenImages point labels with ``classes``; a ``.json``: COCO boxes; a folder: masks
+    named like the images, or VOC XML when it holds ``.xml`` files and no mask of that name), and/or the
+    ``gtsegs_ijcv.mat`` files given as images (:func:`mat_inputs`)."""
+
+    def __init__(self, masks: str | os.PathLike | None = None, *, classes: str | os.PathLike | None = None,
+                 ignore_value: int | None = None) -> None:
+        self.masks = None if masks is None else Path(masks)
+        self.kind = "none"
+        self.reader: MaskFolder | BoxFolder | CocoBoxes | PointLabels | None = None
+        self._mats: dict[str, SegmentationMat] = {}
+        self._boxes: BoxFolder | None = None
+        m = self.masks
+        if m is None:
+            return
+        if m.is_dir():
+            self.kind, self.reader = "masks", MaskFolder(m, ignore_value)
+            self._boxes = BoxFolder(m)
+        elif not m.is_file():
+            raise ValueError(f"--masks {m}: no such file or folder")
+        elif m.suffix.lower() == ".csv":
+            self.kind, self.reader = "points", PointLabels(m, classes)
+        elif m.suffix.lower() == ".json":
+            self.kind, self.reader = "boxes", CocoBoxes(m)
+        else:
+            raise ValueError(f"--masks {m}: give a folder of masks (or of VOC .xml files), a COCO .json or an "
+                             "OpenImages point-label .csv")
+
+    def mat(self, path: str) -> SegmentationMat:
+        if path not in self._mats:
+            self._mats[path] = SegmentationMat(path)
+        return self._mats[path]
+
+    def read(self, name: str, rel: str, image_size: tuple[int, int]) -> list[GroundTruth]:
+        """The ground truths of one image (one per point label for OpenImages, else one): ValueError naming the
+        file when it is missing, unreadable or of another size."""
+        entry = split_mat_entry(name)
+        if entry is not None:
+            gt = self.mat(entry[0]).ground_truth(entry[1])
+            check_size(gt.source, gt.classes.shape, image_size)
+            return [gt]
+        if self.reader is None:
+            raise ValueError(f"{name}: no ground truth for this image (give --masks)")
+        if isinstance(self.reader, PointLabels):
+            found = self.reader.read(name, image_size)
+            if not found:
+                raise ValueError(f"{self.masks}: no point labels for image {PurePosixPath(rel).name}")
+            return found
+        if isinstance(self.reader, CocoBoxes):
+            return [self.reader.read(name, image_size)]
+        if self.reader.find(rel) is None and self._boxes is not None and any(
+                (self.masks / f"{n}.xml").is_file() for n in (rel, PurePosixPath(rel).name)):
+            return [self._boxes.read(rel, image_size)]
+        return [self.reader.read(rel, image_size)]
+
+    def load_image(self, name: str) -> np.ndarray | None:
+        """The pixels of a ``file.mat/0001`` image (uint8 ``[H, W, 3]``), or None for an ordinary file."""
+        entry = split_mat_entry(name)
+        return None if entry is None else self.mat(entry[0]).image(entry[1])
+
+
+def mat_inputs(items: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """Split the IMAGES arguments: ``(name, rel)`` for every image of each ``gtsegs_ijcv.mat`` (all of them) or
+    ``gtsegs_ijcv.mat/0007`` entry (that one), ``rel = "gtsegs_ijcv/0007"``; and the other items, as given."""
+    out: list[tuple[str, str]] = []
+    rest: list[str] = []
+    for item in items:
+        entry = split_mat_entry(item)
+        if entry is not None and Path(entry[0]).is_file():
+            mat = SegmentationMat(entry[0])
+            names = mat.names()
+            if not 1 <= entry[1] <= len(names):
+                raise ValueError(f"{item}: the file holds images 1 to {len(names)}")
+            out.append((names[entry[1] - 1], f"{Path(entry[0]).stem}/{names[entry[1] - 1].rsplit('/', 1)[1]}"))
+        elif item.lower().endswith(".mat") and Path(item).is_file():
+            out += [(n, f"{Path(item).stem}/{n.rsplit('/', 1)[1]}") for n in SegmentationMat(item).names()]
+        else:
+            rest.append(item)
+    return out, rest

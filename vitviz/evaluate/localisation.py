@@ -81,16 +81,28 @@ def average_precision(scores: np.ndarray, positive: np.ndarray) -> float:
     point per distinct score, highest first (tied scores enter together); NaN when there is no positive."""
     s = np.asarray(scores, dtype=np.float64).reshape(-1)
     y = np.asarray(positive, dtype=bool).reshape(-1)
-    n_pos = int(y.sum())
+    order = np.argsort(-s)  # (the order within a run of ties does not matter: a run enters at once)
+    return _ap_sorted(s[order], y[order])
+
+
+def _ap_sorted(s: np.ndarray, y: np.ndarray) -> float:
+    """:func:`average_precision` of scores ``s`` already sorted from the highest, ``y`` in the same order."""
+    n_pos = int(np.count_nonzero(y))
     if n_pos == 0:
         return math.nan
-    order = np.argsort(-s, kind="stable")
-    s, y = s[order], y[order]
     last = np.r_[np.flatnonzero(s[1:] != s[:-1]), s.size - 1]  # the last index of each run of equal scores
     tp = np.cumsum(y)[last].astype(np.float64)
     precision = tp / (last + 1)
     recall = tp / n_pos
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def _map_score(mv: np.ndarray, ov: np.ndarray) -> float:
+    """``(AP(m, object) + AP(1 - m, background)) / 2`` with one sort: ascending ``m`` is descending ``1 - m`` (the
+    rounding of ``1 - m`` is monotone, so its runs of ties are read from its own values)."""
+    order = np.argsort(mv)
+    asc, y = mv[order], ov[order]
+    return (_ap_sorted(asc[::-1], y[::-1]) + _ap_sorted(1.0 - asc, ~y)) / 2.0
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
@@ -133,13 +145,11 @@ def localisation_scores(saliency: np.ndarray, mask: np.ndarray, *, points: Seque
     bg = ~ov
     pred = mv > m.mean()  # the threshold: the mean of the whole map in the crop (Chefer's Res.mean())
     out.values["pixel_accuracy"] = float(np.count_nonzero(pred == ov) / ov.size)
-    iou_obj, iou_bg = _iou(pred, ov), _iou(~pred, bg)
-    ap_obj, ap_bg = average_precision(mv, ov), average_precision(1.0 - mv, bg)
     if not bg.any():
         out.reasons["miou"] = out.reasons["map"] = "no background pixel in the crop"
     else:
-        out.values["miou"] = (iou_obj + iou_bg) / 2.0
-        out.values["map"] = (ap_obj + ap_bg) / 2.0
+        out.values["miou"] = (_iou(pred, ov) + _iou(~pred, bg)) / 2.0
+        out.values["map"] = _map_score(mv, ov)
     _pointing(out, m, valid, obj, tolerance)
     total = float(mv.sum())
     out.values["energy_pointing_game"] = float(mv[ov].sum()) / total if total > 0 else math.nan

@@ -150,13 +150,7 @@ def evaluate_views(
     if not curves:
         rows = [_row(name, result, compute) for name in views]
         _localise(rows, ground_truth, object_class, pipe.spec.preprocess.geometry((pil.height, pil.width)), tolerance)
-        tgt = result.target
-        return FaithfulnessTable(source=result.source, target=None if tgt is None else int(tgt),
-                                 label=result.target_text() or (result.label(int(tgt)) if tgt is not None else ""),
-                                 probability=float(result.target_score or 0.0) if tgt is None else
-                                 float(result.probabilities[int(tgt)]), steps=steps, baseline=baseline, views=rows,
-                                 random_deletion=None, random_insertion=None,
-                                 ground_truth=None if ground_truth is None else ground_truth.source)
+        return _localisation_table(result, rows, ground_truth, steps, baseline)
     tgt = _read_target(result)
     x, geometry = pipe.spec.preprocess.apply(pil)
 
@@ -200,6 +194,76 @@ def evaluate_views(
                              probability=score, steps=steps, baseline=baseline, views=rows, random_deletion=rd,
                              random_insertion=ri, ground_truth=gt,
                              measure="similarity" if isinstance(tgt, SimilarityTarget) else "value")
+
+
+def localise_images(pipe: Pipeline, images: Sequence[Any], views: Sequence[str], ground_truths: Sequence[Any], *,
+                    targets: Sequence[Any] | None = None, object_classes: Sequence[int | None] | None = None,
+                    sources: Sequence[str] | None = None, tolerance: float = 0.0, keep_graph: bool | None = None
+                    ) -> list[FaithfulnessTable]:
+    """:func:`evaluate_views` with ``curves=False`` for many images at once: the maps of every image from one
+    streamed pass over the batch (:func:`vitviz.document.streamed.stream_images`, the maps equal the one-image
+    capture's), then each image's localisation table. A model or view that cannot be streamed, or targets of mixed
+    kinds, go through :func:`evaluate_views` one image at a time.
+
+    Args:
+        images: PIL or loaded images (paths too); ``ground_truths``: one
+            :class:`~vitviz.evaluate.ground_truth.GroundTruth` (or None) per image.
+        targets: one per image (None: each image's top class; class indices; the same similarity target for all).
+        object_classes, tolerance, keep_graph: as :func:`evaluate_views`, ``object_classes`` one per image.
+    """
+    n = len(images)
+    targets = [None] * n if targets is None else list(targets)
+    classes = [None] * n if object_classes is None else list(object_classes)
+    loaded = [load_image(im) if isinstance(im, (str, os.PathLike)) else im for im in images]
+    pils = [getattr(im, "image", im) for im in loaded]
+    pils = [p if p.mode == "RGB" else p.convert("RGB") for p in pils]
+    if sources is None:
+        sources = [str(getattr(im, "path", None) or "image") for im in loaded]
+    if len(ground_truths) != n or len(targets) != n or len(classes) != n or len(sources) != n:
+        raise ValueError(f"{n} images need as many ground truths, targets, object classes and sources")
+    for name in views:
+        if name not in PRESETS:
+            registry.get(name)
+    if all(t is None for t in targets):
+        want: Any = None
+    elif all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in targets):
+        want = [int(t) for t in targets]
+    elif all(t is targets[0] for t in targets):
+        want = targets[0]
+    else:
+        want = False
+    done = None
+    if want is not False and streamable(pipe.model) is None and n:
+        def demands(r: Any) -> list[tuple[Any, Any]]:
+            return [_resolve(name, r)[:2] for name in views]
+
+        try:
+            done = stream_images(pipe, pils, sources=sources, target=want, demands=demands, keep_graph=keep_graph)
+        except NotStreamable:
+            done = None
+    if done is None:
+        return [evaluate_views(pipe, im, views, target=t, ground_truth=gt, object_class=c, curves=False,
+                               tolerance=tolerance, keep_graph=keep_graph)
+                for im, t, gt, c in zip(loaded, targets, ground_truths, classes)]
+    tables = []
+    for pil, d, gt, c in zip(pils, done, ground_truths, classes):
+        rows = [_row(name, d.result, d.map) for name in views]
+        _localise(rows, gt, c, pipe.spec.preprocess.geometry((pil.height, pil.width)), tolerance)
+        tables.append(_localisation_table(d.result, rows, gt))
+    return tables
+
+
+def _localisation_table(result: InferenceResult, rows: list[ViewScore], gt: GroundTruth | None, steps: int = 0,
+                        baseline: str = "") -> FaithfulnessTable:
+    """The table of maps without curves: the views' rows (and their localisation scores), the target of ``result``."""
+    tgt = result.target
+    if tgt is not None:
+        label, score = result.label(int(tgt)), float(result.probabilities[int(tgt)])
+    else:
+        label, score = result.target_text() or "", float(result.target_score or 0.0)
+    return FaithfulnessTable(source=result.source, target=None if tgt is None else int(tgt), label=label,
+                             probability=score, steps=steps, baseline=baseline, views=rows, random_deletion=None,
+                             random_insertion=None, ground_truth=None if gt is None else gt.source)
 
 
 def _row(name: str, result: InferenceResult, compute: Any) -> ViewScore:
