@@ -53,7 +53,7 @@ class MechanisticPanel(QWidget):
         self.widget = pg.GraphicsLayoutWidget()
         self.widget.setBackground(BACKGROUND)
         self.lens_plot = self.widget.addPlot(row=0, col=0)
-        self.lens_plot.setTitle("Logit lens: the head read after each block", size="9pt")
+        self.lens_plot.setTitle("Logit lens", size="9pt")
         self.lens_plot.setLabel("bottom", "layer")
         self.lens_plot.setLabel("left", "probability")
         self.lens_plot.setMenuEnabled(False)
@@ -62,7 +62,7 @@ class MechanisticPanel(QWidget):
         self.lens_plot.showGrid(x=True, y=True, alpha=0.2)
         self.lens_legend = self.lens_plot.addLegend(offset=(5, 5), labelTextSize="8pt")
         self.ko_plot = self.widget.addPlot(row=1, col=0)
-        self.ko_plot.setTitle("Head knock-out: change of the target's score", size="9pt")
+        self.ko_plot.setTitle("Head knock-out", size="9pt")
         self.ko_plot.setMenuEnabled(False)
         self.ko_plot.setMouseEnabled(False, False)
         self.ko_plot.hideButtons()
@@ -73,7 +73,7 @@ class MechanisticPanel(QWidget):
         self.ko_item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.ko_plot.addItem(self.ko_item)
         self.ko_bar = pg.ColorBarItem(values=(-1, 1), colorMap=pg.colormap.get("CET-D1"), interactive=False,
-                                      width=12, label="Δ score (head removed − clean)")
+                                      width=12, label="Δ score")
         self.ko_bar.setImageItem(self.ko_item, insert_in=self.ko_plot)
         self.ko_current = highlight_rect(2.0)
         self.ko_current.setVisible(False)
@@ -94,9 +94,10 @@ class MechanisticPanel(QWidget):
         if self.shown is not None and r is not self.shown_for:
             self.status.setText("These plots are of another image or target: press Run")
         o = session.options
-        if self.shown is not None and isinstance(o.head, int):
+        on = self.shown is not None and isinstance(o.head, int) and "head" in session.view.reads
+        if on:
             self.ko_current.setRect(QRectF(o.head, max(0, o.layer), 1, 1))
-            self.ko_current.setVisible(True)
+        self.ko_current.setVisible(on)
 
     def why_not(self) -> str | None:
         """Why Run cannot start now (None: it can)."""
@@ -139,7 +140,9 @@ class MechanisticPanel(QWidget):
         self.shown, self.shown_for = (lens, ko), result
         self._draw(lens, ko)
         stale = self.session is not None and self.session.result is not result
-        self.status.setText(f"Target: {lens.target_text}" + (" · of another image: press Run" if stale else ""))
+        self.status.setText(f"Target: {lens.target_text}. Logit lens: the model's head read after each block. "
+                            f"Knock-out: change of the target's score (clean {ko.clean:.3g}) with one head's output "
+                            f"zeroed; click a cell for its map" + (" · of another image: press Run" if stale else ""))
 
     def _on_failed(self, kind: str, _title: str, message: str, _job: Any) -> None:
         if kind == KIND:
@@ -167,6 +170,7 @@ class MechanisticPanel(QWidget):
             self.lens_plot.plot(xs, lens.scores.numpy(), pen=pg.mkPen(LINE_COLOURS[0], width=3), symbol="o",
                                 symbolSize=5, name=lens.target_text)
             self.lens_plot.setLabel("left", "target score")
+        self.lens_plot.enableAutoRange(False)
         self.lens_plot.setXRange(-0.3, L - 0.7, padding=0)
         self.lens_plot.getAxis("bottom").setTicks([[(i, str(i)) for i in range(L)]])
         d = ko.delta.numpy()
@@ -178,7 +182,6 @@ class MechanisticPanel(QWidget):
         self.ko_plot.setYRange(0, L, padding=0.02)
         self.ko_plot.getAxis("bottom").setTicks([[(h + 0.5, str(h)) for h in range(H)]])
         self.ko_plot.getAxis("left").setTicks([[(i + 0.5, str(i)) for i in range(L)]])
-        self.ko_plot.setTitle(f"Head knock-out: Δ score of {ko.target_text} (clean {ko.clean:.3g})", size="9pt")
 
     def _on_click(self, ev) -> None:
         if ev.button() != Qt.MouseButton.LeftButton or self.shown is None:
