@@ -5,6 +5,9 @@ Usage (a real X server, e.g. Xvfb):
 or without X (Qt's offscreen platform; fonts may differ):
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/screenshots.py --out /tmp/shots
 
+``--only mechanistic`` takes only the logit lens and head knock-out pictures (issue 34): the plots panel's Heads tab,
+its "Lens · knock-out" page run, a cell of the grid clicked, and the logit-lens class map view at two layers.
+
 ``--only prompts`` takes only the text-prompt pictures (issue 24): a random-weight CLIP (open_clip layout, ViT with
 16-pixel patches at 224 pixels, written to a temporary folder: no network) with the prompts "a cat; a dog; a sofa"
 typed into the prompt box, LeGrad on the top prompt and on another one, relevance (last layer, as Chefer's CLIP
@@ -142,13 +145,40 @@ def prompt_shots(app, settings, out: Path, tmp: Path, image: str, size: tuple[in
     return errors
 
 
+def mechanistic_shots(app, win, out: Path, wait) -> None:
+    """The logit lens and head knock-out pictures (issue 34) of the window's model and image."""
+
+    def shot(name: str) -> None:
+        for _ in range(5):
+            app.processEvents()
+        path = out / f"{name}.png"
+        win.grab().save(str(path))
+        print(path)
+
+    tab = win.plots.mechanistic
+    win.plots.setCurrentWidget(win.plots.heads_pages)
+    win.plots.heads_pages.setCurrentWidget(tab)
+    tab.run()
+    wait(lambda: tab.shown is not None, timeout=300)
+    shot("27_plots_lens_and_knockout")
+    lens, ko = tab.shown
+    layer, head = divmod(int(ko.delta.argmin()), ko.delta.shape[1])  # the head whose removal hurts most
+    tab.layerHeadSelected.emit(layer, head)
+    shot(f"28_knockout_cell_L{layer}_h{head}_clicked")
+    win.set_view("logit_lens")
+    for layer in (lens.num_layers - 3, lens.num_layers - 1):
+        win.set_layer(layer)
+        shot(f"29_logit_lens_classes_layer{layer}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="/tmp/shots")
     ap.add_argument("--model", default=None)
     ap.add_argument("--image", default=None)
     ap.add_argument("--size", default="1600x1000")
-    ap.add_argument("--only", choices=("all", "prompts"), default="all", help="prompts: only the text-prompt pictures")
+    ap.add_argument("--only", choices=("all", "prompts", "mechanistic"), default="all",
+                    help="prompts: only the text-prompt pictures; mechanistic: only the lens and knock-out pictures")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -205,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     if win.session.result is None:
         print("no result:", errors)
         return 1
+    if args.only == "mechanistic":
+        mechanistic_shots(app, win, out, wait)
+        print("errors:", errors) if errors else None
+        return 1 if errors else 0
     r = win.session.result
     gh, gw = r.grid
     win.set_query((gh // 2) * gw + gw // 3)

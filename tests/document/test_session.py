@@ -37,8 +37,9 @@ def test_layer_range_and_clamping(session):
         session.set_options(head="median")
 
 
-def test_every_view_matches_the_analysis_function(session):
+def test_every_view_matches_the_analysis_function(session, tiny_model):
     r = session.result
+    m = tiny_model
     p, g = r.num_prefix_tokens, r.grid
     session.set_options(layer=1, head=2, query=5)
     refs = {
@@ -54,6 +55,8 @@ def test_every_view_matches_the_analysis_function(session):
         # LeGrad and GradCAM count their layers from the end by default: the last two layers, the last block
         "legrad": r.legrad["mean"][r.num_layers - 2:].sum(0).reshape(g),
         "gradcam": r.gradcam[r.num_layers - 1].reshape(g),
+        # the logit lens: the model's own norm and head on each patch token of block 1's output
+        "logit_lens": m.head(m.fc_norm(m.norm(r.tokens[2, p:]))).detach().softmax(-1).max(-1).values.reshape(g),
     }
     assert set(refs) == {v.key for v in views.all_views()}
     for key, ref in refs.items():

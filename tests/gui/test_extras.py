@@ -199,7 +199,7 @@ def test_unusual_models_show_every_view_without_errors(qtbot, settings, image_pa
         w.step_layer(1)
         w.step_head(1)
         m_ = w.session.current_map()
-        if kwargs.get("num_classes") == 0 and ("target" in v.reads or v.key == "rollout"):
+        if kwargs.get("num_classes") == 0 and ("target" in v.reads or v.key in ("rollout", "logit_lens")):
             assert m_ is None and not w.canvas.overlay_item.isVisible()
             assert "not available" in w.statusBar().currentMessage()
         else:  # a view in colours of its own (feature PCA) is drawn by the RGB layer instead of the colormap's

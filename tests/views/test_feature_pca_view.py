@@ -12,7 +12,7 @@ def test_listed_and_declared():
     assert v in views.all_views()
     assert v.rgb and not v.needs_grads and not v.needs_cls and "target" not in v.reads
     assert v.reads == {"layer", "mask_background", "pca_joint"} and v.slider == "layer"
-    assert all(not x.rgb for x in views.all_views() if x.key != "feature_pca")
+    assert all(not x.rgb for x in views.all_views() if x.key not in ("feature_pca", "logit_lens"))
 
 
 def test_computes_for_the_tiny_model(session):

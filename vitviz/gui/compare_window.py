@@ -26,7 +26,16 @@ import numpy as np
 from PIL import Image
 from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QGraphicsRectItem, QGridLayout, QLabel, QMainWindow, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QGraphicsRectItem,
+    QGridLayout,
+    QLabel,
+    QMainWindow,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 from vitviz.document import comparison as cmp
 from vitviz.document.session import Session
@@ -35,6 +44,7 @@ from vitviz.gui.compare_bar import CompareBar, default_spec
 from vitviz.gui.controller import Controller
 from vitviz.gui.export_service import ExportService
 from vitviz.gui.mosaic import BACKGROUND, ScaleBar
+from vitviz.gui.patching_panel import PatchingPanel
 from vitviz.gui.worker import split_detail
 from vitviz.imaging import load_image
 
@@ -236,6 +246,12 @@ class CompareWindow(QMainWindow):
         self.setCentralWidget(central)
         self.bar.changed.connect(self.set_spec)
         self.bar.export_button.clicked.connect(self.export_dialog)
+        # activation patching from the shown image into another open one (vitviz.gui.patching_panel)
+        self.patching = PatchingPanel(self.session, self.controller)
+        dock = QDockWidget("Patching", self)
+        dock.setObjectName("patching")
+        dock.setWidget(self.patching)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
 
     # ------------------------------------------------------------------ the user's choices
     def set_spec(self, spec: cmp.CompareSpec) -> None:
@@ -359,6 +375,7 @@ class CompareWindow(QMainWindow):
 
     def refresh(self) -> None:
         """Rebuild the comparison from the main window's document and draw it (runs what is missing first)."""
+        self.patching.refresh()
         if not self.isVisible():
             return
         base = self.session

@@ -197,6 +197,7 @@ class MainWindow(QMainWindow):
         self.plots.layerHeadSelected.connect(self._on_head_tile)
         self.plots.patchSelected.connect(self.set_query)
         self.plots.faithfulness.attach(self.controller)
+        self.plots.mechanistic.attach(self.controller)
         self.plots.faithfulness.viewRequested.connect(lambda view, changes: self._set(view=view, **changes))
         self.predictions.targetChosen.connect(self.set_target)
         self.predictions.modelOffered.connect(self.choose_photo_model)

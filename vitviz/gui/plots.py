@@ -1,5 +1,5 @@
-"""The plots tab: mean attention distance, position-embedding similarity, patch-embedding filters, entropy, and
-faithfulness (:mod:`vitviz.gui.faithfulness`).
+"""The plots tab: mean attention distance, position-embedding similarity, patch-embedding filters, entropy with the
+logit lens and head knock-out (:mod:`vitviz.gui.mechanistic_panel`), and faithfulness (:mod:`vitviz.gui.faithfulness`).
 
 Every plot says what it shows: a title (these are statistics of *this image*, not the paper's dataset averages), axes
 from 0 for non-negative quantities, a legend or a colour bar. The tile grids keep their tiles at least
@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from vitviz.batch.stats_files import read_stats_csv
 from vitviz.gui.canvas import highlight_rect
 from vitviz.gui.faithfulness import FaithfulnessPanel
+from vitviz.gui.mechanistic_panel import MechanisticPanel
 from vitviz.gui.mosaic import (
     BACKGROUND,
     MIN_TILE,
@@ -195,8 +196,20 @@ class PlotsPanel(QTabWidget):
         self.ent_current = highlight_rect(2.0)
         self.ent_plot.addItem(self.ent_current)
         self.ent_widget.scene().sigMouseClicked.connect(self._on_entropy_click)
-        self.addTab(_titled(self.ent_title, self.ent_widget), "Entropy")
-        self.setTabToolTip(3, "Mean attention entropy per layer and head for this image; click a cell")
+        # the heads tab: the entropy grid, and the logit lens and head knock-out (vitviz.gui.mechanistic_panel: run
+        # on request, attached like faithfulness) as a second page (a sixth tab would widen the dock)
+        self.mechanistic = MechanisticPanel()
+        self.mechanistic.layerHeadSelected.connect(self.layerHeadSelected)
+        self.heads_pages = QTabWidget()
+        self.heads_pages.setDocumentMode(True)
+        self.heads_pages.setTabPosition(QTabWidget.TabPosition.South)
+        self.heads_pages.addTab(_titled(self.ent_title, self.ent_widget), "Entropy")
+        self.heads_pages.addTab(self.mechanistic, "Lens · knock-out")
+        self.heads_pages.setTabToolTip(1, "Logit lens against depth and the knock-out of every head (press Run); "
+                                          "click a cell of the grid to show that head's map")
+        self.addTab(self.heads_pages, "Heads")
+        self.setTabToolTip(3, "Mean attention entropy per layer and head for this image; the logit lens and the "
+                              "knock-out of every head; click a cell")
         # faithfulness (vitviz.gui.faithfulness): run on request; the window attaches it to its controller
         self.faithfulness = FaithfulnessPanel()
         self.addTab(self.faithfulness, "Faithfulness")
@@ -214,6 +227,7 @@ class PlotsPanel(QTabWidget):
         if r is None:
             return
         self.faithfulness.refresh(session)
+        self.mechanistic.refresh(session)
         o = session.options
         if id(r) != self._result_id:
             self._result_id = id(r)

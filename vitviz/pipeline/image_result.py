@@ -15,6 +15,7 @@ import torch
 from vitviz import analysis as A
 from vitviz._util.arrays import to_numpy
 from vitviz.capture import ImageCapture
+from vitviz.capture.mechanistic import token_decoder
 from vitviz.model.preprocess import CropGeometry
 
 
@@ -26,13 +27,17 @@ class ModelData:
         pos_embed: ``[N_pos, D]`` float32 position embedding resampled to ``grid`` (prefix slots included when the
             model has them), or None.
         patch_embed_weight: ``[D, C, P, P]`` float32 patch-embedding filters, or None.
+        decoder: the classifier's head after the last block, a float32 CPU copy
+            (:class:`vitviz.capture.mechanistic.TokenDecoder`: decodes any layer's stored tokens, the logit lens's
+            class map), or None (a feature model, a module vitviz only adapted).
     """
 
     def __init__(self, grid: tuple[int, int], pos_embed: torch.Tensor | None,
-                 patch_embed_weight: torch.Tensor | None):
+                 patch_embed_weight: torch.Tensor | None, decoder: Any = None):
         self.grid = (int(grid[0]), int(grid[1]))
         self.pos_embed = pos_embed
         self.patch_embed_weight = patch_embed_weight
+        self.decoder = decoder
         self._lock = threading.Lock()
         self._cache: dict[Any, Any] = {}
 
@@ -78,7 +83,7 @@ class ModelData:
                 pos_embed = pos[0].detach().float().cpu()
         pe = getattr(model, "patch_embed", None)
         weight = pe.proj.weight.detach().float().cpu() if pe is not None and hasattr(pe, "proj") else None
-        return cls(grid, pos_embed, weight)
+        return cls(grid, pos_embed, weight, token_decoder(model))
 
 
 @dataclass

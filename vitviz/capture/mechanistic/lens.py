@@ -12,17 +12,19 @@ Layer ``0`` is the output of the first block (the CLI's numbering too). No Qt.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from vitviz.capture.foreign import is_vitviz_model
 from vitviz.capture.mechanistic.residual import ResidualStream, chunks, model_lock, probabilities_of
-from vitviz.capture.model_head import embedding_of
+from vitviz.capture.model_head import embedding_of, is_feature_model
 from vitviz.capture.targets import ClassTarget, Target
 
-__all__ = ["LensResult", "decode_tokens", "logit_lens"]
+__all__ = ["LensResult", "TokenDecoder", "decode_tokens", "logit_lens", "token_decoder"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,31 @@ def decode_tokens(model: nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor,
         out = (out + model.head_dist(x[:, 0])) / 2
     emb = embedding_of(model, out, pre)
     return out.reshape(B, N, -1), None if emb is None else emb.reshape(B, N, -1)
+
+
+class TokenDecoder(nn.Module):
+    """A float32 CPU copy of what a classifier does after its last block (``norm``, ``attn_pool``, ``fc_norm``,
+    ``head``, ``head_dist``; the model's ``spec``), to decode a result's stored tokens without the model
+    (:func:`decode_tokens`; the logit-lens class map view)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        for name in ("norm", "attn_pool", "fc_norm", "head", "head_dist"):
+            part = getattr(model, name, None)
+            setattr(self, name, None if part is None else copy.deepcopy(part).float().cpu().eval())
+        self.spec = getattr(model, "spec", None)
+
+    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        with torch.no_grad():
+            return decode_tokens(self, tokens.float())
+
+
+def token_decoder(model: nn.Module) -> TokenDecoder | None:
+    """The :class:`TokenDecoder` of a vitviz ViT classifier (prompt models included); None for a feature model or a
+    module vitviz only adapted."""
+    if not is_vitviz_model(model) or is_feature_model(model):
+        return None
+    return TokenDecoder(model)
 
 
 def logit_lens(model: nn.Module, x: torch.Tensor, target: Any = None, *, stream: ResidualStream | None = None,
