@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from vitviz.analysis.artefacts import ArtefactTokens
     from vitviz.pipeline import InferenceResult
 
-__all__ = ["Cache", "artefact_grid", "artefact_patches", "artefact_text", "artefacts", "colormap", "levels", "mask",
+__all__ = ["Cache", "artefact_grid", "artefact_patches", "artefact_text", "artefacts", "colormap", "excluded_grid",
+           "filled", "levels", "mask",
            "quantity_text", "reads_pool_row", "register_share", "result_for", "scale_stack", "scale_text",
            "shows_query", "title"]
 
@@ -54,6 +55,32 @@ def artefact_grid(result: InferenceResult | None, cache: Cache) -> np.ndarray | 
 def artefact_patches(grid: np.ndarray | None) -> list[tuple[int, int]]:
     """(row, col) of every flagged patch of ``grid`` (:func:`artefact_grid`), row-major."""
     return [] if grid is None else [(int(r), int(c)) for r, c in zip(*np.nonzero(grid))]
+
+
+def excluded_grid(result: InferenceResult | None, cache: Cache, options: ViewOptions) -> np.ndarray | None:
+    """bool ``[gh, gw]``: the patches left out of the colour scale and drawn in the neutral colour (the flagged
+    ones when the options leave them out of the scale); None when there are none."""
+    if not options.scale_excludes_artefacts:
+        return None
+    grid = artefact_grid(result, cache)
+    return grid if grid is not None and grid.any() else None
+
+
+def filled(m: np.ndarray | None, exclude: np.ndarray | None) -> np.ndarray | None:
+    """``m`` with each ``exclude``d cell replaced by the mean of its kept 8-neighbours (the median of the kept
+    cells where none is kept): a smooth (bilinear) drawing then does not spread an excluded token's value, which
+    may lie far above the scale, into its neighbours. ``m`` itself when nothing is excluded."""
+    if m is None or exclude is None or exclude.shape != m.shape or not exclude.any():
+        return m
+    out = np.array(m, dtype=np.float32, copy=True)
+    keep = ~exclude & np.isfinite(out)
+    fallback = float(np.median(out[keep])) if keep.any() else 0.0
+    gh, gw = m.shape
+    for r, c in zip(*np.nonzero(exclude)):
+        r0, r1, c0, c1 = max(r - 1, 0), min(r + 2, gh), max(c - 1, 0), min(c + 2, gw)
+        k = keep[r0:r1, c0:c1]
+        out[r, c] = float(out[r0:r1, c0:c1][k].mean()) if k.any() else fallback
+    return out
 
 
 def register_share(result: InferenceResult | None, cache: Cache, layer: int) -> float | None:

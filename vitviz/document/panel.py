@@ -57,16 +57,22 @@ def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str |
         scale = session.levels()
     y0, x0, y1, x1 = session.crop_rect_yx()
     outlined = tuple(session.artefact_patches())
+    excluded = session.excluded_grid() if has_map else None
+    neutral = outlined if excluded is not None else ()
     words = session.scale_text()
-    if outlined:  # outlined as in the window
-        words = words.replace("artefact tokens excluded", "artefact tokens (dashed) excluded") \
+    if outlined:  # outlined as in the window; left out of the scale: drawn grey
+        words = words.replace("artefact tokens excluded", "artefact tokens (grey, dashed) left out of the scale") \
             if "artefact tokens excluded" in words else words + ", artefact tokens dashed"
+    shown = session.display_map() if has_map else None
+    if shown is not None and excluded is not None:  # the neutral colour is drawn there, never a scale colour
+        f = shown.shape[0] // excluded.shape[0]
+        shown = np.where(np.repeat(np.repeat(excluded, f, axis=0), f, axis=1), np.nan, shown).astype(np.float32)
     return Panel(photo=r.rgb, values=session.image_map() if has_map and on_image else None,
                  scale=scale if has_map else None, opacity=o.opacity,
                  marker=session.patch_rect(o.query) if session.shows_query() else None, mask=session.mask(),
-                 mask_style=o.mask_style, badge=badge, outlined=outlined, colorbar_label=session.quantity_text(),
-                 crop=(x0, y0, x1 - x0, y1 - y0), grid=r.grid,
-                 grid_values=session.display_map() if has_map else None,
+                 mask_style=o.mask_style, badge=badge, outlined=outlined, neutral=neutral,
+                 colorbar_label=session.quantity_text(), crop=(x0, y0, x1 - x0, y1 - y0), grid=r.grid,
+                 grid_values=shown,
                  title=session.title() if has_map or rgb is not None else f"{session.view.title}: not available",
                  caption=_caption(session, f"colour: {session.view.rgb_text(o) if rgb is not None else words}"),
                  scale_text=session.scale_text(), unavailable=session.unavailable_reason(), rgb=rgb)

@@ -458,6 +458,7 @@ class MainWindow(QMainWindow):
             self.canvas.set_rgb(p.rgb)
             self.canvas.set_marker(p.marker)
             self.canvas.set_artefacts(list(p.outlined), p.grid)
+            self.canvas.set_neutral(list(p.neutral), p.grid)
             self.canvas.set_mask(p.mask, p.mask_style)
             self.canvas.set_title(p.title)
             self.status.set_artefacts(s.artefact_text())

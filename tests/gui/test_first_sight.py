@@ -1,0 +1,55 @@
+"""What a researcher sees first (issue 37): excluded artefact tokens drawn in the neutral grey (canvas and figures),
+the default query patch, the prefix-token share of a head tile, the precision in the tables, prompts after a
+precision change, and the layout at 1280x800."""
+
+import numpy as np
+from gui_helpers import open_and_wait
+
+from vitviz.document.panel import panel_of, render_view
+from vitviz.render.colormaps import NEUTRAL_RGB
+
+
+def _plant_artefact(session, result, row, col):
+    """One patch token made high-norm in the later layers (as ViT-Ti's corner tokens are) and the highest value of
+    every map that reads the tokens' attention (the key column of that patch weighs 50x)."""
+    p, gw = result.num_prefix_tokens, result.grid[1]
+    t = p + row * gw + col
+    result.capture.tokens[result.num_layers // 2:, t] *= 50.0
+    session.set_result(result)
+
+
+def _pixel(widget, x, y):
+    img = widget.grab().toImage()
+    c = img.pixelColor(x, y)
+    return c.red(), c.green(), c.blue()
+
+
+def test_excluded_artefact_tokens_are_neutral_on_the_canvas_and_in_the_figure(qtbot, window, image_path):
+    r = open_and_wait(qtbot, window, image_path)
+    s = window.session
+    _plant_artefact(s, r, 2, 1)
+    window.set_view("token_norm")  # the token norm: the planted token is the highest value
+    s.set_options(opacity=1.0, interpolation="nearest")
+    window.refresh_view()
+    assert s.artefact_patches() == [(2, 1)] and s.options.scale_excludes_artefacts
+    p = panel_of(s, on_image=True)
+    assert p.neutral == ((2, 1),) and "grey" in p.caption
+    # the canvas: the overlay is transparent there and the neutral item grey
+    assert np.isnan(p.grid_values[2, 1]) and window.canvas.neutral_cells == [(2, 1)]
+    x0, y0, w, h = s.patch_rect(2 * r.grid[1] + 1)
+    pt = window.canvas.image_to_widget(x0 + w / 2, y0 + h / 2)
+    assert _pixel(window.canvas, pt.x(), pt.y()) == NEUTRAL_RGB
+    # a kept patch is in a colour of the scale, not grey
+    x0, y0, w, h = s.patch_rect(0)
+    pt = window.canvas.image_to_widget(x0 + w / 2, y0 + h / 2)
+    assert _pixel(window.canvas, pt.x(), pt.y()) != NEUTRAL_RGB
+    # the exported figure (no caption, no bar: the overlay at the image's pixels) draws it grey too
+    s.set_options(caption=False, colorbar=False)
+    px = render_view(s)
+    x0, y0, w, h = s.patch_rect(2 * r.grid[1] + 1)
+    cell = px[int(y0 + 1):int(y0 + h - 1), int(x0 + 1):int(x0 + w - 1)]
+    assert cell.size and (cell == np.asarray(NEUTRAL_RGB, dtype=np.uint8)).all()
+    # with the scale including them, the token is drawn in the scale's colours again
+    s.set_options(scale_excludes_artefacts=False)
+    window.refresh_view()
+    assert panel_of(s).neutral == () and not window.canvas.neutral_item.isVisible()
