@@ -53,3 +53,20 @@ def test_excluded_artefact_tokens_are_neutral_on_the_canvas_and_in_the_figure(qt
     s.set_options(scale_excludes_artefacts=False)
     window.refresh_view()
     assert panel_of(s).neutral == () and not window.canvas.neutral_item.isVisible()
+
+
+def test_the_default_query_patch_is_the_centre_of_the_grid_not_an_artefact(qtbot, window, image_path):
+    from vitviz.document.appearance import default_query
+
+    r = open_and_wait(qtbot, window, image_path)
+    gh, gw = r.grid
+    assert window.session.options.query == (gh // 2) * gw + gw // 2 != 0
+    # the centre flagged as an artefact token: its nearest kept neighbour
+    art = np.zeros(r.grid, dtype=bool)
+    art[gh // 2, gw // 2] = True
+    q = default_query(r, art)
+    assert not art.reshape(-1)[q] and abs(q // gw - gh // 2) + abs(q % gw - gw // 2) == 1
+    # a patch the user picked is kept for the next image
+    window.set_query(3)
+    open_and_wait(qtbot, window, image_path)
+    assert window.session.options.query == 3

@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from vitviz.analysis.artefacts import ArtefactTokens
     from vitviz.pipeline import InferenceResult
 
-__all__ = ["Cache", "artefact_grid", "artefact_patches", "artefact_text", "artefacts", "colormap", "excluded_grid",
-           "filled", "levels", "mask",
+__all__ = ["Cache", "artefact_grid", "artefact_patches", "artefact_text", "artefacts", "colormap", "default_query",
+           "excluded_grid", "filled", "levels", "mask",
            "quantity_text", "reads_pool_row", "register_share", "result_for", "scale_stack", "scale_text",
            "shows_query", "title"]
 
@@ -81,6 +81,21 @@ def filled(m: np.ndarray | None, exclude: np.ndarray | None) -> np.ndarray | Non
         k = keep[r0:r1, c0:c1]
         out[r, c] = float(out[r0:r1, c0:c1][k].mean()) if k.any() else fallback
     return out
+
+
+def default_query(result: InferenceResult | None, artefacts: np.ndarray | None = None) -> int:
+    """The query patch (row-major index, prefix not counted) a window starts at: the centre of the patch grid, or
+    the kept patch nearest to it when the centre is a flagged artefact token (``artefacts``: bool ``[gh, gw]``).
+    Not patch 0: the top-left corner is an artefact token on many ViTs (ViT-Ti's four corners), so "token
+    similarity of the selected patch" would first light only the corners. 0 without a result."""
+    if result is None:
+        return 0
+    gh, gw = result.grid
+    rows, cols = np.mgrid[0:gh, 0:gw]
+    dist = (rows - gh // 2) ** 2 + (cols - gw // 2) ** 2  # (7, 7) of a 14 x 14 grid
+    if artefacts is not None and artefacts.shape == (gh, gw) and not artefacts.all():
+        dist = np.where(artefacts, np.inf, dist)
+    return int(np.argmin(dist))
 
 
 def register_share(result: InferenceResult | None, cache: Cache, layer: int) -> float | None:

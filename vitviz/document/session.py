@@ -468,6 +468,10 @@ class Session:
         """bool ``[gh, gw]``: the patches left out of the colour scale, drawn in the neutral colour (None: none)."""
         return appearance.excluded_grid(self.result, self._cache, self.options)
 
+    def default_query(self) -> int:
+        """The query patch a new patch grid starts at: the centre (:func:`appearance.default_query`)."""
+        return appearance.default_query(self.result, self.artefact_grid())
+
     def artefact_patches(self) -> list[tuple[int, int]]:
         """(row, col) of every flagged patch, row-major."""
         return appearance.artefact_patches(self.artefact_grid())

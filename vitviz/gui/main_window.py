@@ -85,6 +85,7 @@ class MainWindow(QMainWindow):
         self.session = Session()
         self.controller = Controller(self, device=device or self.prefs.device(), precision=self.prefs.precision())
         self._closing = False
+        self._query_chosen = False  # the user picked a query patch (else each new patch grid starts at its centre)
         self._hover_xy: tuple[float, float] | None = None
         self._logged: set[str] = set()  # start-up log lines printed
 
@@ -341,8 +342,13 @@ class MainWindow(QMainWindow):
         if self._closing:
             return
         try:
+            before = self.session.result
+            restoring = self.sessions.pending is not None
             self.sessions.before_result(result)  # an opened session's options, as its image arrives
             self.session.set_result(result)
+            if (before is None or before.grid != result.grid) and not restoring and not self._query_chosen:
+                # a new patch grid: the query starts at its centre (a corner is an artefact token on many ViTs)
+                self.session.set_options(query=self.session.default_query())
             if remember and result.source in self.session.images:
                 self.prefs.add_recent_file(result.source)
                 self._rebuild_recent_menu()
@@ -409,6 +415,7 @@ class MainWindow(QMainWindow):
         self.set_head(self.session.next_head(delta))
 
     def set_query(self, index: int) -> None:
+        self._query_chosen = True  # the user's patch is kept across models
         self._set(query=int(index))
 
     def _on_head_tile(self, layer: int, head: int) -> None:
