@@ -70,3 +70,27 @@ def test_the_default_query_patch_is_the_centre_of_the_grid_not_an_artefact(qtbot
     window.set_query(3)
     open_and_wait(qtbot, window, image_path)
     assert window.session.options.query == 3
+
+
+def test_a_head_tile_says_its_prefix_share_when_most_attention_goes_to_cls(qtbot, window, image_path):
+    from vitviz.document.panel import heads_figure
+
+    r = open_and_wait(qtbot, window, image_path)
+    s = window.session
+    att = r.attentions  # [L, H, N, N], the result's own store
+    att[0, 1, 0] = 0.0
+    att[0, 1, 0, 0] = 0.97  # head 1 of layer 0: 97 % of the [CLS] row to [CLS] itself
+    att[0, 1, 0, r.num_prefix_tokens:] = 0.03 / r.num_patches
+    s.set_result(r)
+    window.set_view("cls")
+    s.set_options(layer=0)
+    window.heads.refresh(s, force=True)
+    notes = window.heads.notes
+    assert notes[1] == "97% to [CLS]"
+    # the others, ordinary softmax rows of a random model, spread over the patches: no note
+    shares = 1 - att[0, :, 0, r.num_prefix_tokens:].float().sum(-1)
+    assert all((n == "") == (float(v) < 0.5) for n, v in zip(notes, shares))
+    assert window.heads.mosaic.label_texts()[1] == "h1 · 97% to [CLS]"  # drawn on the tile
+    assert heads_figure(s).panels[1].label == "head 1 · 97% to [CLS]"
+    window.heads.grid_toggle.setChecked(True)  # every layer x head: the short note on layer 0 head 1
+    assert window.heads.notes[1] == "97% [CLS]"
