@@ -94,3 +94,33 @@ def test_a_head_tile_says_its_prefix_share_when_most_attention_goes_to_cls(qtbot
     assert heads_figure(s).panels[1].label == "head 1 · 97% to [CLS]"
     window.heads.grid_toggle.setChecked(True)  # every layer x head: the short note on layer 0 head 1
     assert window.heads.notes[1] == "97% [CLS]"
+
+
+def test_the_figures_and_the_faithfulness_table_say_their_precision(qtbot, window, image_path):
+    import pytest
+    from PySide6.QtCore import Qt
+
+    from vitviz.devices import available_precisions
+    from vitviz.document.panel import heads_figure, view_figure
+
+    open_and_wait(qtbot, window, image_path)
+    first = window.controller.pipeline.precision  # "auto": bf16 where the CPU multiplies it natively, else fp32
+    s = window.session
+    assert view_figure(s).caption.endswith(f"computed in {first}") and f"computed in {first}" in heads_figure(s).caption
+    second = "fp32" if first == "bf16" else "bf16"
+    if second not in available_precisions("cpu"):
+        pytest.skip("the CPU offers no bf16 here")
+    with qtbot.waitSignal(window.resultShown, timeout=60000):
+        window.set_precision(second)
+    assert view_figure(window.session).caption.endswith(f"computed in {second}")
+    if second == "fp32":
+        with qtbot.waitSignal(window.resultShown, timeout=60000):
+            window.set_precision("bf16")
+    tab = window.plots.faithfulness
+    window.plots.setCurrentWidget(tab)
+    tab.steps_spin.setValue(4)
+    tab.seeds = 2
+    with qtbot.waitSignal(window.controller.evaluationReady, timeout=120000):
+        qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
+    text = tab.status.text()
+    assert "computed in bf16" in text and "vitviz evaluate runs fp32" in text

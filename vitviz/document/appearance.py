@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from vitviz.pipeline import InferenceResult
 
 __all__ = ["Cache", "artefact_grid", "artefact_patches", "artefact_text", "artefacts", "colormap", "default_query",
-           "excluded_grid", "filled", "levels", "mask",
+           "excluded_grid", "filled", "precision_text", "levels", "mask",
            "quantity_text", "reads_pool_row", "register_share", "result_for", "scale_stack", "scale_text",
            "shows_query", "title"]
 
@@ -96,6 +96,19 @@ def default_query(result: InferenceResult | None, artefacts: np.ndarray | None =
     if artefacts is not None and artefacts.shape == (gh, gw) and not artefacts.all():
         dist = np.where(artefacts, np.inf, dist)
     return int(np.argmin(dist))
+
+
+PRECISION_WORDS = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float64": "fp64"}
+
+
+def precision_text(result: InferenceResult | None) -> str:
+    """The precision the model computed ``result`` in (its stored tokens'): ``"fp32"``, ``"bf16"``, ``"fp16"``; ""
+    without a result. Every figure's caption and every table says it: bf16 maps and scores differ from fp32 ones in
+    the second or third digit."""
+    if result is None:
+        return ""
+    dtype = str(getattr(result.tokens, "dtype", ""))
+    return PRECISION_WORDS.get(dtype, dtype.removeprefix("torch."))
 
 
 def register_share(result: InferenceResult | None, cache: Cache, layer: int) -> float | None:

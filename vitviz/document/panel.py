@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vitviz.document.appearance import precision_text
 from vitviz.document.session import Session
 from vitviz.render import figures
 from vitviz.render.figures import FigureSpec, Panel, grid_shape
@@ -86,6 +87,7 @@ def _caption(s: Session, extra: str = "") -> str:
     parts = [r.model_name, Path(r.source).name or str(r.source)]
     if extra:
         parts.append(extra)
+    parts.append(f"computed in {precision_text(r)}")
     return " · ".join(parts)
 
 
