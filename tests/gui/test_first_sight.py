@@ -124,3 +124,45 @@ def test_the_figures_and_the_faithfulness_table_say_their_precision(qtbot, windo
         qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
     text = tab.status.text()
     assert "computed in bf16" in text and "vitviz evaluate runs fp32" in text
+
+
+def test_the_layout_at_1280x800_gives_the_canvas_half_the_width(qtbot, tiny_model, settings, image_path):
+    from gui_helpers import shown_window
+    from PySide6.QtCore import QPoint
+
+    w = shown_window(qtbot, settings, tiny_model, size=(1280, 800))
+    open_and_wait(qtbot, w, image_path)
+    qtbot.wait(50)
+    assert w.width() == 1280
+    assert w.canvas.width() >= 0.5 * w.width(), (w.canvas.width(), {k: d.width() for k, d in w.docks.items()})
+    # every plot tab's name whole (no "Distan…"): the tab is as wide as its text needs
+    bar = w.plots.tabBar()
+    for i in range(w.plots.count()):
+        need = bar.fontMetrics().horizontalAdvance(w.plots.tabText(i))
+        assert bar.tabRect(i).width() >= need, w.plots.tabText(i)
+    # the status bar keeps the model's layers, heads and precision; a passing message hides neither part
+    w.statusBar().showMessage("Exported somewhere.png", 5000)
+    qtbot.wait(20)
+    m = w.status.model_label
+    assert m.isVisible() and " L" in m.text() and " H" in m.text() and ("fp32" in m.text() or "bf16" in m.text())
+    assert m.width() >= m.sizeHint().width()  # not clipped
+    assert w.status.artefact_label.isVisible() and w.status.artefact_text
+    assert w.status.artefact_label.mapTo(w, QPoint(0, 0)).x() + w.status.artefact_label.width() <= w.width()
+    # "no artefact tokens" is no warning: not in the outline's orange
+    w.status.set_artefacts("no artefact tokens")
+    assert "255, 170, 80" not in w.status.artefact_label.styleSheet()
+    w.close()
+
+
+def test_the_app_first_opens_on_rollout_and_then_on_the_remembered_view(qtbot, settings):
+    from gui_helpers import shown_window
+
+    from vitviz.gui.main_window import FIRST_VIEW
+
+    w = shown_window(qtbot, settings, None, model_key="demo")  # the app: it opens its model from a reference
+    assert FIRST_VIEW == "rollout" and w.session.options.view == "rollout"
+    w.set_view("relevance")
+    w.close()  # remembers the view
+    again = shown_window(qtbot, settings, None, model_key="demo")
+    assert again.session.options.view == "relevance"
+    again.close()

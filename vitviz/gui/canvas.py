@@ -56,7 +56,7 @@ class ColorBar(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
-        self.setFixedWidth(96)
+        self.setFixedWidth(88)
         self._image = QImage()
         self.levels: tuple[float, float] | None = None
         self.scale = None  # a vitviz.render.scales.ColourScale (or None: linear between levels)
