@@ -127,6 +127,11 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         raise ValueError(f"{model.spec.name}: the model has no classifier, so there is no class probability to "
                          "perturb: give --target similar:IMAGE, similar:IMAGE@ROW,COL or similar:VECTOR.npy (the "
                          "curves then read the similarity)")
+    # the first line: what was resolved (the model, where and in what precision, the images, the work per image)
+    print(f"vitviz evaluate: {model.spec.name} on {pipe.device} ({pipe.precision}) · {len(paths)} "
+          f"image{'s' * (len(paths) != 1)} · {len(targets)} target{'s' * (len(targets) != 1)} each · views "
+          f"{', '.join(names)} · {args.steps} steps, {args.seeds} random rankings, {args.baseline} baseline",
+          file=sys.stderr, flush=True)
     tables = []
     failures: list[tuple[str, str]] = []
     bar = tqdm(total=len(paths), desc="evaluate", unit="image", file=sys.stderr, disable=None, leave=False,
