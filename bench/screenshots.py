@@ -171,14 +171,71 @@ def mechanistic_shots(app, win, out: Path, wait) -> None:
         shot(f"29_logit_lens_classes_layer{layer}")
 
 
+def first_sight_shots(app, settings_for, out: Path, tmp: Path, image: str, size: tuple[int, int], wait,
+                      model: str | None) -> list[str]:
+    """The pictures of issue 37 (what a researcher sees first): the first screen (the demo model on its samples, a
+    fresh settings file), then the real ViT-Ti (``model``) on ``image`` with rollout / relevance / LeGrad, the
+    all-layers heads grid and feature PCA; file names end with the window size. Returns the errors shown."""
+    from vitviz.gui.main_window import MainWindow
+
+    tag = f"{size[0]}x{size[1]}"
+    errors: list[str] = []
+
+    def opened(win):
+        win.resize(*size)
+        win.show()
+        win.errorShown.connect(lambda t, m: errors.append(f"{t}: {m}"))
+        win.dialogs.error = lambda t, m, d="": None
+        return win
+
+    def shot(win, name: str) -> None:
+        for _ in range(8):
+            app.processEvents()
+        path = out / f"{name}_{tag}.png"
+        win.grab().save(str(path))
+        print(path)
+
+    demo = opened(MainWindow(settings=settings_for("demo"), model_key="demo", load_samples=True))
+    wait(lambda: demo.session.result is not None)
+    wait(lambda: False, timeout=0.5)
+    shot(demo, "first_screen_demo")
+    demo.close()
+    if model is None:
+        return errors
+    from vitviz.model import load_checkpoint
+    from vitviz.model.spec import inception_preprocess
+
+    m = load_checkpoint(model)
+    m.spec = m.spec.replace(preprocess=inception_preprocess(224), name="ViT-Ti/16 augreg")
+    win = opened(MainWindow(settings=settings_for("vit"), model=m, model_key=f"file:{model}"))
+    wait(lambda: win.model is not None)
+    win.open_images([image])
+    wait(lambda: win.session.result is not None)
+    shot(win, "first_screen_vit_ti_chelsea")
+    for view in ("rollout", "relevance", "legrad"):
+        win.set_view(view)
+        wait(lambda: False, timeout=0.3)
+        shot(win, f"vit_ti_{view}")
+    win.set_view("cls")
+    win.heads.grid_toggle.setChecked(True)
+    shot(win, "vit_ti_heads_all_layers")
+    win.heads.grid_toggle.setChecked(False)
+    win.set_view("feature_pca")
+    win.set_layer(win.session.result.num_layers - 1)
+    shot(win, "vit_ti_feature_pca")
+    win.close()
+    return errors
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="/tmp/shots")
     ap.add_argument("--model", default=None)
     ap.add_argument("--image", default=None)
     ap.add_argument("--size", default="1600x1000")
-    ap.add_argument("--only", choices=("all", "prompts", "mechanistic"), default="all",
-                    help="prompts: only the text-prompt pictures; mechanistic: only the lens and knock-out pictures")
+    ap.add_argument("--only", choices=("all", "prompts", "mechanistic", "first"), default="all",
+                    help="prompts: only the text-prompt pictures; mechanistic: only the lens and knock-out pictures; "
+                         "first: what a researcher sees first (issue 37)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -204,6 +261,14 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(5):
             app.processEvents()
 
+    if args.only == "first":
+        size = tuple(int(x) for x in args.size.split("x"))
+        errors = first_sight_shots(app, lambda name: QSettings(str(tmp / f"{name}.ini"), QSettings.Format.IniFormat),
+                                   out, tmp, args.image or _default_image(tmp), size, wait,
+                                   args.model or _default_model())
+        if errors:
+            print("errors:", errors)
+        return 1 if errors else 0
     if args.only == "prompts":
         size = tuple(int(x) for x in args.size.split("x"))
         errors = prompt_shots(app, settings, out, tmp, args.image or _default_image(tmp), size, wait)

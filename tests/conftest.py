@@ -75,7 +75,7 @@ def session(session_of):
 
 
 @pytest.fixture
-def tiny_ckpt(tmp_path, tiny_model):
+def tiny_model_file(tmp_path, tiny_model):
     """:func:`tiny_model` saved as ``tmp_path/tiny.safetensors`` (for the commands' tests)."""
     from vitviz.model import save_checkpoint
 

@@ -30,7 +30,9 @@ def test_the_panel_holds_what_the_session_shows(session):
     session.set_options(view="query", query=5, mask_keep=0.5, mask_style="dim", interpolation="bilinear")
     p = P.panel_of(session)
     s, r = session, session.result
-    np.testing.assert_array_equal(p.grid_values, s.display_map())
+    grey = np.repeat(np.repeat(s.excluded_grid(), 8, axis=0), 8, axis=1)  # left out of the scale: drawn neutral
+    np.testing.assert_array_equal(p.grid_values[~grey], s.display_map()[~grey])
+    assert np.isnan(p.grid_values[grey]).all() and p.neutral == ((1, 2),)
     assert p.values is None  # the screens draw the grid map; a figure asks for the map on the image's pixels
     assert p.scale == s.levels() and p.opacity == s.options.opacity
     assert p.marker == s.patch_rect(5) and p.outlined == ((1, 2),) and p.grid == r.grid
@@ -40,7 +42,8 @@ def test_the_panel_holds_what_the_session_shows(session):
     np.testing.assert_array_equal(p.mask, s.mask())
     assert p.mask_style == "dim" and p.title == s.title() and p.colorbar_label == s.quantity_text()
     assert p.scale_text == s.scale_text() and p.unavailable is None
-    assert p.caption.startswith(f"{r.model_name} · cat.png · colour: ") and "artefact tokens (dashed)" in p.caption
+    assert p.caption.startswith(f"{r.model_name} · cat.png · colour: ")
+    assert "artefact tokens (grey, dashed)" in p.caption
     q = P.panel_of(s, on_image=True)
     np.testing.assert_array_equal(q.values, s.image_map())
     # the figure of the view draws exactly that panel

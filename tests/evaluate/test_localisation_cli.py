@@ -39,10 +39,10 @@ def _rows(path):
         return list(csv.DictReader(fh))
 
 
-def test_only_localisation_csv_equals_the_library_and_has_the_summary(tiny_ckpt, tiny_model, tmp_path, capsys):
+def test_only_localisation_csv_equals_the_library_and_has_the_summary(tiny_model_file, tiny_model, tmp_path, capsys):
     pics, masks = _data(tmp_path)
     out = tmp_path / "loc.csv"
-    argv = ["evaluate", str(tiny_ckpt), str(pics), "--masks", str(masks), "--only", "localisation",
+    argv = ["evaluate", str(tiny_model_file), str(pics), "--masks", str(masks), "--only", "localisation",
             "--views", "rollout,relevance,cls_last", "--csv", str(out), "--precision", "fp32"]
     assert main(argv) == 0
     text = capsys.readouterr().out
@@ -68,10 +68,10 @@ def test_only_localisation_csv_equals_the_library_and_has_the_summary(tiny_ckpt,
     assert float(mean["miou"]) == pytest.approx(np.mean(vals), abs=1e-6)
 
 
-def test_masks_beside_the_curves_and_target_gt(tiny_ckpt, tmp_path, capsys):
+def test_masks_beside_the_curves_and_target_gt(tiny_model_file, tmp_path, capsys):
     pics, masks = _data(tmp_path, n=2)
     out = tmp_path / "both.csv"
-    assert main(["evaluate", str(tiny_ckpt), str(pics), "--masks", str(masks), "--steps", "2", "--seeds", "1",
+    assert main(["evaluate", str(tiny_model_file), str(pics), "--masks", str(masks), "--steps", "2", "--seeds", "1",
                  "--views", "relevance", "--target", "gt", "--csv", str(out)]) == 0
     text = capsys.readouterr().out
     assert "deletion AUC" in text and "localisation" in text
@@ -83,7 +83,7 @@ def test_masks_beside_the_curves_and_target_gt(tiny_ckpt, tmp_path, capsys):
     assert got == {str(pics / "b" / "0.png"): "1", str(pics / "a" / "1.png"): "2"}
 
 
-def test_segmentation_mat_as_images(tiny_ckpt, tmp_path, capsys):
+def test_segmentation_mat_as_images(tiny_model_file, tmp_path, capsys):
     rng = np.random.default_rng(1)
     images = [rng.integers(0, 255, (36, 44, 3), dtype=np.uint8) for _ in range(3)]
     gts = []
@@ -94,13 +94,13 @@ def test_segmentation_mat_as_images(tiny_ckpt, tmp_path, capsys):
     mat = tmp_path / "gtsegs_ijcv.mat"
     write_segmentation_mat(mat, images, gts)
     out = tmp_path / "seg.csv"
-    assert main(["evaluate", str(tiny_ckpt), str(mat), "--only", "localisation", "--views", "rollout",
+    assert main(["evaluate", str(tiny_model_file), str(mat), "--only", "localisation", "--views", "rollout",
                  "--csv", str(out)]) == 0
     capsys.readouterr()
     rows = [r for r in _rows(out) if r["image"] not in ("mean", "ci95")]
     assert [r["image"] for r in rows] == [f"{mat}/0001", f"{mat}/0002", f"{mat}/0003"]
     assert all(0 <= float(r["pixel_accuracy"]) <= 1 for r in rows)
-    assert main(["evaluate", str(tiny_ckpt), f"{mat}/2", "--only", "localisation", "--views", "rollout"]) == 0
+    assert main(["evaluate", str(tiny_model_file), f"{mat}/2", "--only", "localisation", "--views", "rollout"]) == 0
     assert "gtsegs_ijcv.mat/0002" in capsys.readouterr().out
 
 
@@ -111,20 +111,20 @@ def test_segmentation_mat_as_images(tiny_ckpt, tmp_path, capsys):
     (["--masks", "{masks}", "--pointing-tolerance", "-1"], "--pointing-tolerance -1: must be 0 or more"),
     (["--target", "gt"], "--target gt: give the ground truth"),
 ])
-def test_bad_flags_are_one_line(tiny_ckpt, tmp_path, capsys, extra, needle):
+def test_bad_flags_are_one_line(tiny_model_file, tmp_path, capsys, extra, needle):
     pics, masks = _data(tmp_path, n=1)
     extra = [e.format(tmp=tmp_path, masks=masks) for e in extra]
-    assert main(["evaluate", str(tiny_ckpt), str(pics), *extra]) == 2
+    assert main(["evaluate", str(tiny_model_file), str(pics), *extra]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert needle.format(tmp=tmp_path) in err, err
 
 
-def test_a_mask_of_the_wrong_size_is_one_line_naming_it(tiny_ckpt, tmp_path, capsys):
+def test_a_mask_of_the_wrong_size_is_one_line_naming_it(tiny_model_file, tmp_path, capsys):
     pics, masks = _data(tmp_path, n=2)
     Image.fromarray(np.zeros((10, 10), np.uint8)).save(masks / "a" / "1.png")
     out = tmp_path / "x.csv"
-    assert main(["evaluate", str(tiny_ckpt), str(pics), "--masks", str(masks), "--only", "localisation",
+    assert main(["evaluate", str(tiny_model_file), str(pics), "--masks", str(masks), "--only", "localisation",
                  "--views", "rollout", "--csv", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert any(f"{masks / 'a' / '1.png'}: the mask is 10x10 pixels but its image 50x40" in line for line in err)
@@ -132,9 +132,9 @@ def test_a_mask_of_the_wrong_size_is_one_line_naming_it(tiny_ckpt, tmp_path, cap
 
 
 @pytest.mark.parametrize("only", [None, "localisation"])
-def test_shards_merged_equal_one_run(tiny_ckpt, tmp_path, capsys, only):
+def test_shards_merged_equal_one_run(tiny_model_file, tmp_path, capsys, only):
     pics, masks = _data(tmp_path, n=5)
-    base = ["evaluate", str(tiny_ckpt), str(pics), "--masks", str(masks), "--views", "rollout,relevance",
+    base = ["evaluate", str(tiny_model_file), str(pics), "--masks", str(masks), "--views", "rollout,relevance",
             "--steps", "2", "--seeds", "2"] + (["--only", only] if only else [])
     one = tmp_path / "one" / "eval.csv"
     one.parent.mkdir()

@@ -294,3 +294,22 @@ def test_prompts_survive_a_change_of_precision_and_clear_after_it(qtbot, clip_wi
     assert type_prompts(qtbot, w, "a car; a cat").labels == ("a car", "a cat")
     cleared = type_prompts(qtbot, w, "")
     assert cleared.num_classes == 0 and w.controller.pipeline.precision == other
+
+
+def test_prompts_work_when_typed_after_a_change_of_precision(qtbot, clip_window, image):
+    """The pipeline made again on the new precision keeps where the model came from (its text tower's source): the
+    prompt box does not say the model was handed over in memory (issue 37)."""
+    from vitviz.devices import available_precisions
+    from vitviz.gui.prompting import IN_MEMORY, text_reason
+
+    w = clip_window
+    other = next((p for p in available_precisions("cpu") if p not in ("auto", "fp32")), None)
+    if other is None:
+        pytest.skip("the CPU offers no second precision here")
+    open_and_wait(qtbot, w, image)
+    source = w.controller.pipeline.source
+    with qtbot.waitSignal(w.resultShown, timeout=60000):
+        w.set_precision(other)  # before any prompt was typed
+    assert w.controller.pipeline.precision == other and w.controller.pipeline.source == source is not None
+    assert text_reason(w.controller.pipeline, {}) != IN_MEMORY
+    assert type_prompts(qtbot, w, "a cat; a dog").labels == ("a cat", "a dog")

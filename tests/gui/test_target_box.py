@@ -70,7 +70,8 @@ def test_a_feature_model_has_no_class_part_and_says_it_needs_a_similarity_target
     texts = _menu_texts(box.menu)
     assert not any("Top class" in t for t in texts)
     assert {"Similar to image", "Similar to this patch of", "Similar to a vector (.npy)…"} <= set(texts)
-    assert "  a.png: the selected patch (0, 0)" in texts and "  Image file…" in texts
+    gh, gw = r.grid  # the query starts at the grid's centre
+    assert f"  a.png: the selected patch ({gh // 2}, {gw // 2})" in texts and "  Image file…" in texts
     for key in GRADIENT_VIEWS:  # off, with the reason
         w.set_view(key)
         assert w.session.current_map() is None, key

@@ -79,14 +79,15 @@ def test_exclude_ignores_entries_for_the_levels_only():
     v = np.array([[0.1, 0.2, 5.0], [0.3, 0.4, 0.5]])
     art = np.array([[False, False, True], [False, False, False]])
     s = scale_for(v, mode="per_map", exclude=art)
-    assert (s.lo, s.hi) == (0.1, 0.5) and s.clipped_high and not s.clipped_low
+    assert (s.lo, s.hi) == (0.1, 0.5) and not s.clipped_high and not s.clipped_low  # the excluded one is drawn grey
     assert s.normalise(v)[0, 2] == 1.0
+    assert scale_for(v, mode="per_map", exclude=art, percentile=100).clipped_high is False
     stack = np.stack([v, 2 * v])  # one [gh, gw] mask for every layer of the stack
     s = scale_for(v, mode="shared", shared=stack, exclude=art, percentile=100)
     assert (s.lo, s.hi) == (0.1, 1.0)
     assert scale_for(-v, mode="per_map", exclude=art).lo == -0.5  # signed: symmetric without the artefact
     everything = scale_for(v, exclude=np.ones_like(art))  # nothing left: a valid default range
-    assert (everything.lo, everything.hi) == (0.0, 1.0) and everything.clipped_high
+    assert (everything.lo, everything.hi) == (0.0, 1.0) and not everything.clipped_high
 
 
 def test_log_scale():

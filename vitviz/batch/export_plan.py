@@ -4,6 +4,7 @@ options of each map drawn (what a streamed pass must gather). No Qt."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -41,9 +42,21 @@ def resolve_target(text: str | int | None, labels: Sequence[str] | None, num_cla
     if len(hits) == 1:
         return hits[0]
     if not hits:
-        raise ValueError(f"--target {t}: no class name contains {t!r}")
+        raise ValueError(f"--target {t}: no class name contains {t!r}" + did_you_mean(low, labels))
     shown = ", ".join(f"{labels[i]} ({i})" for i in hits[:6]) + (" ..." if len(hits) > 6 else "")
     raise ValueError(f"--target {t}: {len(hits)} classes match ({shown}); be more precise or give the index")
+
+
+def did_you_mean(text: str, labels: Sequence[str]) -> str:
+    """``"; did you mean tabby (281), tiger cat (282)?"``: the class names closest to ``text`` (difflib, each
+    comma-separated name of a label on its own), or "" when none is close."""
+    names: dict[str, int] = {}
+    for i, lab in enumerate(labels):
+        for n in [lab, *lab.split(",")]:
+            names.setdefault(n.strip().lower(), i)
+    close = difflib.get_close_matches(text.strip().lower(), list(names), n=6, cutoff=0.6)
+    found = list(dict.fromkeys(names[n] for n in close))[:3]
+    return "; did you mean " + ", ".join(f"{labels[i]} ({i})" for i in found) + "?" if found else ""
 
 
 def needs_gradients(view_keys: Sequence[str]) -> bool:

@@ -160,7 +160,11 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         raise ValueError(f"{model.spec.name}: the model has no classifier, so there is no class probability to "
                          "perturb: give --target similar:IMAGE, similar:IMAGE@ROW,COL or similar:VECTOR.npy (the "
                          "curves then read the similarity)")
-    run_flags.announce(model.spec.name, lead=f"{len(paths)} image(s)", batch_words=BY_SIZE)  # the first line
+    work = (f"{len(paths)} image{'s' * (len(paths) != 1)} · {len(targets)} target{'s' * (len(targets) != 1)} each "
+            f"· views {', '.join(names)}")
+    if gt_plan.curves:
+        work += f" · {args.steps} steps, {args.seeds} random rankings, {args.baseline} baseline"
+    run_flags.announce(model.spec.name, lead=work, batch_words=BY_SIZE)  # the first line: what was resolved
     tables = []
     failures: list[tuple[str, str]] = []
     bar = tqdm(total=len(paths), desc="evaluate", unit="image", file=sys.stderr, disable=None, leave=False,

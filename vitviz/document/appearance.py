@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from vitviz.analysis.artefacts import ArtefactTokens
     from vitviz.pipeline import InferenceResult
 
-__all__ = ["Cache", "artefact_grid", "artefact_patches", "artefact_text", "artefacts", "colormap", "levels", "mask",
+__all__ = ["Cache", "artefact_grid", "artefact_patches", "artefact_text", "artefacts", "colormap", "default_query",
+           "excluded_grid", "filled", "precision_text", "levels", "mask",
            "quantity_text", "reads_pool_row", "register_share", "result_for", "scale_stack", "scale_text",
            "shows_query", "title"]
 
@@ -54,6 +55,60 @@ def artefact_grid(result: InferenceResult | None, cache: Cache) -> np.ndarray | 
 def artefact_patches(grid: np.ndarray | None) -> list[tuple[int, int]]:
     """(row, col) of every flagged patch of ``grid`` (:func:`artefact_grid`), row-major."""
     return [] if grid is None else [(int(r), int(c)) for r, c in zip(*np.nonzero(grid))]
+
+
+def excluded_grid(result: InferenceResult | None, cache: Cache, options: ViewOptions) -> np.ndarray | None:
+    """bool ``[gh, gw]``: the patches left out of the colour scale and drawn in the neutral colour (the flagged
+    ones when the options leave them out of the scale); None when there are none."""
+    if not options.scale_excludes_artefacts:
+        return None
+    grid = artefact_grid(result, cache)
+    return grid if grid is not None and grid.any() else None
+
+
+def filled(m: np.ndarray | None, exclude: np.ndarray | None) -> np.ndarray | None:
+    """``m`` with each ``exclude``d cell replaced by the mean of its kept 8-neighbours (the median of the kept
+    cells where none is kept): a smooth (bilinear) drawing then does not spread an excluded token's value, which
+    may lie far above the scale, into its neighbours. ``m`` itself when nothing is excluded."""
+    if m is None or exclude is None or exclude.shape != m.shape or not exclude.any():
+        return m
+    out = np.array(m, dtype=np.float32, copy=True)
+    keep = ~exclude & np.isfinite(out)
+    fallback = float(np.median(out[keep])) if keep.any() else 0.0
+    gh, gw = m.shape
+    for r, c in zip(*np.nonzero(exclude)):
+        r0, r1, c0, c1 = max(r - 1, 0), min(r + 2, gh), max(c - 1, 0), min(c + 2, gw)
+        k = keep[r0:r1, c0:c1]
+        out[r, c] = float(out[r0:r1, c0:c1][k].mean()) if k.any() else fallback
+    return out
+
+
+def default_query(result: InferenceResult | None, artefacts: np.ndarray | None = None) -> int:
+    """The query patch (row-major index, prefix not counted) a window starts at: the centre of the patch grid, or
+    the kept patch nearest to it when the centre is a flagged artefact token (``artefacts``: bool ``[gh, gw]``).
+    Not patch 0: the top-left corner is an artefact token on many ViTs (ViT-Ti's four corners), so "token
+    similarity of the selected patch" would first light only the corners. 0 without a result."""
+    if result is None:
+        return 0
+    gh, gw = result.grid
+    rows, cols = np.mgrid[0:gh, 0:gw]
+    dist = (rows - gh // 2) ** 2 + (cols - gw // 2) ** 2  # (7, 7) of a 14 x 14 grid
+    if artefacts is not None and artefacts.shape == (gh, gw) and not artefacts.all():
+        dist = np.where(artefacts, np.inf, dist)
+    return int(np.argmin(dist))
+
+
+PRECISION_WORDS = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float64": "fp64"}
+
+
+def precision_text(result: InferenceResult | None) -> str:
+    """The precision the model computed ``result`` in (its stored tokens'): ``"fp32"``, ``"bf16"``, ``"fp16"``; ""
+    without a result. Every figure's caption and every table says it: bf16 maps and scores differ from fp32 ones in
+    the second or third digit."""
+    if result is None:
+        return ""
+    dtype = str(getattr(result.tokens, "dtype", ""))
+    return PRECISION_WORDS.get(dtype, dtype.removeprefix("torch."))
 
 
 def register_share(result: InferenceResult | None, cache: Cache, layer: int) -> float | None:

@@ -16,16 +16,20 @@ from pathlib import Path
 
 import numpy as np
 
+from vitviz.document.appearance import precision_text
 from vitviz.document.session import Session
 from vitviz.render import figures
 from vitviz.render.figures import FigureSpec, Panel, grid_shape
 from vitviz.render.scales import ColourScale, scale_for
 
-__all__ = ["HEADS_QUANTITY", "HeadsGrid", "heads_figure", "heads_of", "layer_figures", "panel_of", "render_heads",
-           "render_view", "view_figure"]
+__all__ = ["HEADS_QUANTITY", "PREFIX_NOTE_SHARE", "HeadsGrid", "heads_figure", "heads_of", "layer_figures",
+           "panel_of", "render_heads", "render_view", "view_figure"]
 
 HEADS_QUANTITY = "attention weight"
 """What the tiles of the heads grid show (their colour bar's label)."""
+PREFIX_NOTE_SHARE = 0.5
+"""A head tile says how much of its row goes to the prefix tokens when that share is at least this: such a tile is
+nearly black on the patch grid (ViT-Ti layer 0 head 2: 6e-8 at most), which is not "attends to nothing"."""
 
 
 # ----------------------------------------------------------------------------------------------- one panel
@@ -57,16 +61,22 @@ def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str |
         scale = session.levels()
     y0, x0, y1, x1 = session.crop_rect_yx()
     outlined = tuple(session.artefact_patches())
+    excluded = session.excluded_grid() if has_map else None
+    neutral = outlined if excluded is not None else ()
     words = session.scale_text()
-    if outlined:  # outlined as in the window
-        words = words.replace("artefact tokens excluded", "artefact tokens (dashed) excluded") \
+    if outlined:  # outlined as in the window; left out of the scale: drawn grey
+        words = words.replace("artefact tokens excluded", "artefact tokens (grey, dashed) left out of the scale") \
             if "artefact tokens excluded" in words else words + ", artefact tokens dashed"
+    shown = session.display_map() if has_map else None
+    if shown is not None and excluded is not None:  # the neutral colour is drawn there, never a scale colour
+        f = shown.shape[0] // excluded.shape[0]
+        shown = np.where(np.repeat(np.repeat(excluded, f, axis=0), f, axis=1), np.nan, shown).astype(np.float32)
     return Panel(photo=r.rgb, values=session.image_map() if has_map and on_image else None,
                  scale=scale if has_map else None, opacity=o.opacity,
                  marker=session.patch_rect(o.query) if session.shows_query() else None, mask=session.mask(),
-                 mask_style=o.mask_style, badge=badge, outlined=outlined, colorbar_label=session.quantity_text(),
-                 crop=(x0, y0, x1 - x0, y1 - y0), grid=r.grid,
-                 grid_values=session.display_map() if has_map else None,
+                 mask_style=o.mask_style, badge=badge, outlined=outlined, neutral=neutral,
+                 colorbar_label=session.quantity_text(), crop=(x0, y0, x1 - x0, y1 - y0), grid=r.grid,
+                 grid_values=shown,
                  title=session.title() if has_map or rgb is not None else f"{session.view.title}: not available",
                  caption=_caption(session, f"colour: {session.view.rgb_text(o) if rgb is not None else words}"),
                  scale_text=session.scale_text(), unavailable=session.unavailable_reason(), rgb=rgb)
@@ -77,6 +87,7 @@ def _caption(s: Session, extra: str = "") -> str:
     parts = [r.model_name, Path(r.source).name or str(r.source)]
     if extra:
         parts.append(extra)
+    parts.append(f"computed in {precision_text(r)}")
     return " · ".join(parts)
 
 
@@ -96,6 +107,10 @@ class HeadsGrid:
         pool_row: the rows are the attention-pooling head's (a model without [CLS] whose view reads the pooling
             head's row).
         excludes_artefacts: artefact patches were left out of the scale.
+        prefix_share: float ``[L, H]``: the share of each row that goes to the prefix tokens (1 - the row's sum over
+            the patch keys: attention rows sum to 1); None where the rows are not softmax rows over all tokens (no
+            prefix tokens, or the pooling head's row).
+        prefix_name: the prefix tokens in words: ``"[CLS]"`` or ``"prefix tokens"`` ([CLS] and registers).
     """
 
     maps: np.ndarray
@@ -105,11 +120,22 @@ class HeadsGrid:
     all_layers: bool = False
     pool_row: bool = False
     excludes_artefacts: bool = False
+    prefix_share: np.ndarray | None = None
+    prefix_name: str = "[CLS]"
 
     @property
     def tiles(self) -> np.ndarray:
         """``[L * H, gh, gw]``: the maps row-major (layer by layer)."""
         return self.maps.reshape(-1, *self.maps.shape[2:])
+
+    def prefix_notes(self, *, short: bool = False) -> list[str]:
+        """One text per tile, row-major: ``"97% to [CLS]"`` (``short``: ``"97% [CLS]"``) where at least
+        :data:`PREFIX_NOTE_SHARE` of the row goes to the prefix tokens, else ``""``."""
+        if self.prefix_share is None:
+            return [""] * (self.maps.shape[0] * self.maps.shape[1])
+        sep = " " if short else " to "
+        return [f"{v:.0%}{sep}{self.prefix_name}" if v >= PREFIX_NOTE_SHARE else ""
+                for v in self.prefix_share.reshape(-1)]
 
 
 def heads_of(session: Session, *, all_layers: bool = False) -> HeadsGrid | None:
@@ -128,8 +154,12 @@ def heads_of(session: Session, *, all_layers: bool = False) -> HeadsGrid | None:
     flat = maps.reshape(-1, *r.grid)
     ex = None if exclude is None else np.broadcast_to(exclude, flat.shape)
     scale = scale_for(flat, mode="shared", shared=flat, percentile=o.percentile, exclude=ex, cmap=o.cmap)
+    pooled = session.reads_pool_row()
+    share = None if pooled or r.num_prefix_tokens == 0 else \
+        np.clip(1.0 - maps.astype(np.float64).sum(axis=(-2, -1)), 0.0, 1.0)
     return HeadsGrid(maps=maps, scale=scale, layer=layer, query=query, all_layers=all_layers,
-                     pool_row=session.reads_pool_row(), excludes_artefacts=exclude is not None)
+                     pool_row=pooled, excludes_artefacts=exclude is not None, prefix_share=share,
+                     prefix_name="[CLS]" if r.num_prefix_tokens == 1 else "prefix tokens")
 
 
 # ----------------------------------------------------------------------------------------------- figures
@@ -172,8 +202,9 @@ def heads_figure(session: Session, *, all_layers: bool = False) -> FigureSpec | 
                           col_labels=tuple(f"head {h}" for h in range(H)), colorbar=True,
                           colorbar_label=HEADS_QUANTITY, scale=g.scale)
     _, cols = grid_shape(H, r.image_size)
-    panels = tuple(Panel(photo=r.rgb, values=v, scale=g.scale, opacity=o.opacity, label=f"head {h}")
-                   for h, v in enumerate(img))
+    notes = g.prefix_notes()
+    panels = tuple(Panel(photo=r.rgb, values=v, scale=g.scale, opacity=o.opacity,
+                         label=f"head {h}" + (f" · {notes[h]}" if notes[h] else "")) for h, v in enumerate(img))
     title = f"{what} · layer {g.layer} · {H} heads"
     return FigureSpec(panels=panels, ncols=cols, title=title, caption=_caption(session, scale_words), colorbar=True,
                       colorbar_label=HEADS_QUANTITY, scale=g.scale)

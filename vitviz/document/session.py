@@ -273,7 +273,8 @@ class Session:
 
         from vitviz.analysis import upsample
 
-        key = ("display",) + self._map_key(self.view, self.options)
+        m = appearance.filled(m, self.excluded_grid())  # an excluded token's value does not bleed into its neighbours
+        key = ("display", self.options.scale_excludes_artefacts) + self._map_key(self.view, self.options)
         return self._cache.get_or(key, lambda: upsample(torch.as_tensor(m), (m.shape[0] * 8, m.shape[1] * 8),
                                                         mode="bilinear").numpy())
 
@@ -448,7 +449,7 @@ class Session:
         from vitviz.analysis import map_to_image
 
         r = self.result
-        m = self.current_map() if m is None else m
+        m = appearance.filled(self.current_map(), self.excluded_grid()) if m is None else m
         if r is None or m is None:
             return None
         mode = "bilinear" if self.options.interpolation == "bilinear" else "nearest"
@@ -462,6 +463,14 @@ class Session:
     def artefact_grid(self) -> np.ndarray | None:
         """bool ``[gh, gw]``: the flagged patches (None without a result)."""
         return appearance.artefact_grid(self.result, self._cache)
+
+    def excluded_grid(self) -> np.ndarray | None:
+        """bool ``[gh, gw]``: the patches left out of the colour scale, drawn in the neutral colour (None: none)."""
+        return appearance.excluded_grid(self.result, self._cache, self.options)
+
+    def default_query(self) -> int:
+        """The query patch a new patch grid starts at: the centre (:func:`appearance.default_query`)."""
+        return appearance.default_query(self.result, self.artefact_grid())
 
     def artefact_patches(self) -> list[tuple[int, int]]:
         """(row, col) of every flagged patch, row-major."""

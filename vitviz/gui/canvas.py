@@ -56,7 +56,7 @@ class ColorBar(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
-        self.setFixedWidth(96)
+        self.setFixedWidth(88)
         self._image = QImage()
         self.levels: tuple[float, float] | None = None
         self.scale = None  # a vitviz.render.scales.ColourScale (or None: linear between levels)
@@ -167,6 +167,12 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.vb.addItem(self.image_item)
         self.vb.addItem(self.overlay_item)
         self.vb.addItem(self.rgb_item)
+        # the tokens left out of the colour scale: the neutral grey (the overlay is NaN, transparent, there)
+        self.neutral_item = pg.ImageItem(axisOrder="row-major")
+        self.neutral_item.setZValue(1.2)
+        self.neutral_item.setVisible(False)
+        self.vb.addItem(self.neutral_item)
+        self.neutral_cells: list[tuple[int, int]] = []
 
         self.crop_outline = outline(QGraphicsRectItem(), QColor(255, 255, 255, 150), 1.0, 2, dashed=True,
                                     visible=False)
@@ -317,6 +323,21 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.artefact_outline.setPath(self._cells_path(cells, grid))
         self.artefact_outline.setVisible(True)
 
+    def set_neutral(self, cells: list[tuple[int, int]], grid: tuple[int, int] | None) -> None:
+        """Draw the given patches (left out of the colour scale) in the neutral grey at the map's opacity; an empty
+        list hides them."""
+        self.neutral_cells = list(cells)
+        if not cells or grid is None:
+            self.neutral_item.setVisible(False)
+            return
+        rgba = np.zeros(tuple(grid) + (4,), dtype=np.uint8)
+        rows, cols = np.asarray(cells).T
+        rgba[rows, cols, :3] = colormaps.NEUTRAL_RGB
+        rgba[rows, cols, 3] = 255
+        self.neutral_item.setImage(rgba, autoLevels=False, levels=(0, 255))
+        self.neutral_item.setRect(self._crop)
+        self.neutral_item.setVisible(True)
+
     def set_mask(self, mask: np.ndarray | None, style: str = "contour") -> None:
         """The top-mass mask (bool ``[gh, gw]``): the area outside it darkened ("dim") or its boundary drawn
         ("contour"); None hides it."""
@@ -347,6 +368,7 @@ class Canvas(pg.GraphicsLayoutWidget):
     def set_opacity(self, opacity: float) -> None:
         self.overlay_item.setOpacity(float(opacity))
         self.rgb_item.setOpacity(float(opacity))
+        self.neutral_item.setOpacity(float(opacity))
 
     def set_marker(self, rect: tuple[float, float, float, float] | None) -> None:
         """Outline one patch ``(x0, y0, w, h)`` in image pixels; None hides it."""

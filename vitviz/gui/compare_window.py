@@ -128,6 +128,7 @@ class ComparePanel(QWidget):
         # the selected patch where the view uses it (as on the main canvas); the hover outline links every panel
         self.canvas.set_marker(p.marker if p.scale is not None else None)
         self.canvas.set_artefacts(list(p.outlined), p.grid)
+        self.canvas.set_neutral(list(p.neutral), p.grid)
         self.scale_bar.setVisible(own_bar and p.scale is not None)
         if own_bar and p.scale is not None:
             self.scale_bar.set_scale(p.scale, p.colorbar_label)

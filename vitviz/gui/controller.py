@@ -87,6 +87,7 @@ class Controller(QObject):
         self._generation = 0  # +1 whenever another pipeline (model, device or precision) is adopted
         self._made_by: dict[int, tuple[Any, int, str]] = {}  # id(result) -> (weakref, generation, pixel digest)
         self.evaluations: OrderedDict[tuple, Any] = OrderedDict()
+        self.evaluated_in: dict[tuple, str] = {}  # the precision each table was measured in ("fp32", "bf16")
         self.evaluating: tuple | None = None
         self.evaluation_batch: int | None = None  # perturbed images per forward (None: see evaluate)
         self.runner.done.connect(self._on_done)
@@ -191,6 +192,7 @@ class Controller(QObject):
                 cast_model(model, old[0], DTYPES[old[1]])
                 raise
             if image is None:
+                carry_prompts(shown, p)  # where the model came from (its text tower) stays with it
                 return ref, p, None
             moved = Pipeline(image.model, device=device, precision=precision)  # (its weights moved with p's)
             carry_prompts(image, moved)
@@ -382,7 +384,7 @@ class Controller(QObject):
             self.evaluations[key] = table
             self.evaluations.move_to_end(key)
             while len(self.evaluations) > EVALUATIONS_KEPT:
-                self.evaluations.popitem(last=False)
+                self.evaluated_in.pop(self.evaluations.popitem(last=False)[0], None)
             self.evaluationReady.emit(key, table)
 
     def _adopt_target(self, generation: int, choice: TargetChoice, target: Any, note: str, standing: bool) -> None:
@@ -480,6 +482,7 @@ class Controller(QObject):
             return key, table
 
         self.evaluating = key
+        self.evaluated_in[key] = str(pipeline.precision)
         self.runner.submit("evaluate", work, subject=Path(result.source).name,
                            title="Could not measure the faithfulness of the maps")
         return key

@@ -335,6 +335,11 @@ class FaithfulnessPanel(QWidget):
             score = (f"{t.label} (p = {t.probability:.2f})" if t.target is not None
                      else f"{t.label} ({t.measure} {t.probability:.2f})")
             parts.append(f"Target {score} · {t.random_deletion.seeds} random rankings")
+            prec = c.evaluated_in.get(key, "")
+            if prec:
+                parts.append(f"· computed in {prec}." + ("" if prec == "fp32" else
+                             " (vitviz evaluate runs fp32: its numbers differ in the second or third digit; "
+                             "choose the fp32 precision to match them.)"))
         else:
             what = "image and target" if self.shown is None else _what_changed(self.shown_key, key)
             parts.append(f"Not measured for this {what} yet: press Run (about {self._forwards()} model forwards).")

@@ -93,22 +93,24 @@ def make_scrollable(docks: Docks, names: tuple[str, ...] = ("controls",)) -> Non
         dock.setWidget(area)
 
 
-def dock_widths(width: int, left_min: int, separator: int = 6) -> tuple[int, int]:
+def dock_widths(width: int, left_min: int, separator: int = 6, reserve: int = 0) -> tuple[int, int]:
     """Widths of the left and right dock columns for a window ``width`` px wide: today's 290/400 on a wide
-    window; on a narrow one the right column gives way first so that both columns take at most half."""
-    budget = width // 2 - 2 * separator
+    window; on a narrow one the right column gives way first so that both columns take at most half (less
+    ``reserve``: the canvas's colour bar, so that the canvas itself keeps half the width)."""
+    budget = width // 2 - 2 * separator - reserve
     left = max(left_min, min(LEFT_WIDTH, budget // 2))
     right = max(RIGHT_MIN, min(RIGHT_WIDTH, budget - left))
     return left, right
 
 
-def fit_docks(win: QMainWindow, docks: Docks, size: QSize | None = None) -> None:
-    """Size the dock columns of ``win`` for its size (or ``size``, before the window is shown)."""
+def fit_docks(win: QMainWindow, docks: Docks, size: QSize | None = None, reserve: int = 0) -> None:
+    """Size the dock columns of ``win`` for its size (or ``size``, before the window is shown); ``reserve``: px of
+    the centre that are not the canvas (its colour bar), see :func:`dock_widths`."""
     d = docks
     size = size or win.size()
     sep = win.style().pixelMetric(QStyle.PixelMetric.PM_DockWidgetSeparatorExtent, None, win)
     left_min = max(d["controls"].minimumSizeHint().width(), d["predictions"].minimumSizeHint().width())
-    left, right = dock_widths(size.width(), left_min, sep)
+    left, right = dock_widths(size.width(), left_min, sep, reserve)
     column = max(200, size.height() - 120)  # without menu bar, tool bar and status bar
     win.resizeDocks([d["controls"], d["predictions"]],
                     [int(column * CONTROLS_SHARE), column - int(column * CONTROLS_SHARE)], Qt.Orientation.Vertical)

@@ -61,6 +61,7 @@ class HeadsPanel(QWidget):
         self._layer = 0
         self._key = None
         self._marked = None
+        self.notes: list[str] = []  # the text on each tile, row-major (a head's prefix-token share)
 
     @property
     def all_layers(self) -> bool:
@@ -89,15 +90,18 @@ class HeadsPanel(QWidget):
             note = " (artefact tokens left out of it)" if g.excludes_artefacts else ""
             L, H = g.maps.shape[:2]
             self.scale = g.scale
+            self.notes = g.prefix_notes(short=self.all_layers)
             tiles = upscale(colorize_shared(g.tiles, self.scale), factor)
             if self.all_layers:
-                self.mosaic.set_tiles(tiles, L, H, gap=max(2, (gh * factor) // 10))
+                self.mosaic.set_tiles(tiles, L, H, gap=max(2, (gh * factor) // 10),
+                                      labels=g.prefix_notes(short=True))
                 self.mosaic.set_axes([str(i) for i in range(L)], [str(h) for h in range(H)], "layer", "head")
                 self.title.setText(f"All layers x heads · attention from {g.query}")
             else:
                 cols = self._cols(H)
                 self.mosaic.set_tiles(tiles, int(math.ceil(H / cols)), cols, gap=max(2, (gh * factor) // 10),
-                                      labels=[f"h{h}" for h in range(H)])
+                                      labels=[f"h{h}" + (f" · {n}" if n else "")
+                                              for h, n in enumerate(g.prefix_notes())])
                 self.mosaic.set_axes(None, None)
                 self.title.setText("Pooling head's heads · attention from its query (no [CLS] token)"
                                    if g.pool_row else f"Layer {g.layer} heads · attention from {g.query}")

@@ -36,7 +36,7 @@ from vitviz.gui.compare_window import CompareWindow
 from vitviz.gui.controller import Controller
 from vitviz.gui.dialogs import Dialogs, mime_content, qimage_from_rgb
 from vitviz.gui.export_service import ExportService
-from vitviz.gui.geometry import place_window
+from vitviz.gui.geometry import fit_docks, place_window
 from vitviz.gui.heads import HeadsPanel
 from vitviz.gui.menus import LEFT, RIGHT, add_docks, build_menus, build_toolbar, canvas_area, fill_recent_menu
 from vitviz.gui.model_choice import ModelChoice
@@ -51,6 +51,10 @@ from vitviz.gui.token_reader import TokenReader
 from vitviz.gui.toolbar import ModelBar
 from vitviz.gui.worker import describe_error
 from vitviz.model.sources import catalog  # plain data: no torch at start-up
+
+FIRST_VIEW = "rollout"
+"""The view of a first start (no view remembered): attention rollout reads every layer and heads into one map of
+what reaches [CLS], so it explains itself; layer-0 [CLS] attention (the option table's default) is scattered."""
 
 
 class MainWindow(QMainWindow):
@@ -87,6 +91,8 @@ class MainWindow(QMainWindow):
         self.controller = Controller(self, device=device or self.prefs.device(),
                                      precision=precision or self.prefs.precision())
         self._closing = False
+        self._docks_fitted = False
+        self._query_chosen = False  # the user picked a query patch (else each new patch grid starts at its centre)
         self._hover_xy: tuple[float, float] | None = None
         self._logged: set[str] = set()  # start-up log lines printed
 
@@ -134,7 +140,7 @@ class MainWindow(QMainWindow):
                                        redraw=lambda: self.refresh_view(), status=say)  # feature PCA's joint fit
         self._connect()
         self.compare_window: CompareWindow | None = None  # File > Compare, made when first asked for
-        self._restore_settings()
+        self._restore_settings(first_view=FIRST_VIEW if model is None else None)
 
         if model is not None:
             self.controller.adopt(model, model_key or "memory")
@@ -215,9 +221,14 @@ class MainWindow(QMainWindow):
         ctl.progress.connect(self.status.set_progress)
 
     # ================================================================== settings
-    def _restore_settings(self) -> None:
+    def _restore_settings(self, first_view: str | None = None) -> None:
+        """The remembered geometry and options; ``first_view``: the view when none is remembered (the app's first
+        start; a window handed a model, e.g. by ``vitviz.show``, keeps the option table's default)."""
         place_window(self, self.docks, self.prefs.geometry(), self.prefs.window_state())  # clamped to the screen
-        self.session.set_options(**self.prefs.view_options())
+        remembered = self.prefs.view_options()
+        if first_view is not None and not self.prefs.remembers("view"):  # a map that explains itself
+            remembered["view"] = first_view
+        self.session.set_options(**remembered)
         self.model_bar.fill_devices(self.device, self.precision)
         self.models.fill_bar()
         self._rebuild_recent_menu()
@@ -344,8 +355,13 @@ class MainWindow(QMainWindow):
         if self._closing:
             return
         try:
+            before = self.session.result
+            restoring = self.sessions.pending is not None
             self.sessions.before_result(result)  # an opened session's options, as its image arrives
             self.session.set_result(result)
+            if (before is None or before.grid != result.grid) and not restoring and not self._query_chosen:
+                # a new patch grid: the query starts at its centre (a corner is an artefact token on many ViTs)
+                self.session.set_options(query=self.session.default_query())
             if remember and result.source in self.session.images:
                 self.prefs.add_recent_file(result.source)
                 self._rebuild_recent_menu()
@@ -412,6 +428,7 @@ class MainWindow(QMainWindow):
         self.set_head(self.session.next_head(delta))
 
     def set_query(self, index: int) -> None:
+        self._query_chosen = True  # the user's patch is kept across models
         self._set(query=int(index))
 
     def _on_head_tile(self, layer: int, head: int) -> None:
@@ -461,6 +478,7 @@ class MainWindow(QMainWindow):
             self.canvas.set_rgb(p.rgb)
             self.canvas.set_marker(p.marker)
             self.canvas.set_artefacts(list(p.outlined), p.grid)
+            self.canvas.set_neutral(list(p.neutral), p.grid)
             self.canvas.set_mask(p.mask, p.mask_style)
             self.canvas.set_title(p.title)
             self.status.set_artefacts(s.artefact_text())
@@ -575,6 +593,10 @@ class MainWindow(QMainWindow):
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
+        if not self._docks_fitted:  # the size it is first shown at (a caller may resize it after the restore)
+            self._docks_fitted = True
+            if self.prefs.window_state() is None:  # no remembered dock layout: the canvas keeps half the width
+                fit_docks(self, self.docks, reserve=self.canvas.colorbar.width())
         QTimer.singleShot(0, lambda: self._startup_log("window shown"))
 
     def dragEnterEvent(self, event) -> None:

@@ -165,6 +165,10 @@ class Mosaic(pg.GraphicsLayoutWidget):
             self._labels[i].setText(text)
             self._labels[i].setPos(c * (tw + self.gap), r * (th + self.gap))
 
+    def label_texts(self) -> list[str]:
+        """The texts drawn on the tiles, row-major."""
+        return [t.toPlainText() for t in self._labels]
+
     def tile_rect(self, row: int, col: int) -> QRectF:
         th, tw = self.tile
         return QRectF(col * (tw + self.gap), row * (th + self.gap), tw, th)

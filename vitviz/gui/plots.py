@@ -92,8 +92,8 @@ class PlotsPanel(QTabWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setDocumentMode(True)
-        self.setUsesScrollButtons(False)  # a narrow dock shows every tab, with elided names
-        self.setElideMode(Qt.TextElideMode.ElideRight)
+        self.setUsesScrollButtons(True)  # tab names whole ("Distan..." reads as nothing); a narrow dock scrolls them
+        self.setElideMode(Qt.TextElideMode.ElideNone)
         # mean attention distance
         self.dist_widget = pg.GraphicsLayoutWidget()
         self.dist_widget.setBackground(BACKGROUND)

@@ -74,6 +74,7 @@ class PromptBox(QWidget):
         """Grey the box out with ``reason`` (the model has no text tower), or offer it (None)."""
         self.reason = reason
         self.edit.setEnabled(reason is None)
+        self.edit.setHidden(reason is not None)  # a model without a text tower: no greyed, truncated row taking room
         self.edit.setPlaceholderText(PLACEHOLDER if reason is None else f"No prompts: {reason}")
         self.edit.setToolTip(TIP if reason is None else f"Text prompts need a CLIP or SigLIP model with its text "
                                                           f"tower: {reason}")

@@ -74,6 +74,11 @@ class Prefs:
             opts[row.name] = value
         return opts
 
+    def remembers(self, name: str) -> bool:
+        """Whether the option ``name`` was saved by an earlier session (its row's ``setting`` key is set)."""
+        row = next((r for r in all_options() if r.name == name), None)
+        return row is not None and row.setting is not None and self.qsettings.contains(row.setting)
+
     def save_view_options(self, options: Any) -> None:
         """Remember the options that have a ``setting`` key in the option table."""
         for row in all_options():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QToolButton
 
 from vitviz.devices import precision_label
+
+ARTEFACT_WIDTH = 330  # px: the artefact part, elided beyond (the whole text in its tooltip)
 
 
 class StatusParts:
@@ -12,12 +15,13 @@ class StatusParts:
 
     def __init__(self, bar: QStatusBar):
         self.hover_label = QLabel("")
-        self.hover_label.setMinimumWidth(380)
+        self.hover_label.setMinimumWidth(200)
         bar.addWidget(self.hover_label, 1)
+        # permanent parts: a passing message (hover, export) never hides them
         self.artefact_label = QLabel("")
-        self.artefact_label.setStyleSheet("color: rgb(255, 170, 80);")
-        self.artefact_label.setToolTip("High-norm patch tokens (Darcet et al. 2023), outlined in orange on the canvas")
-        bar.addWidget(self.artefact_label)
+        self.artefact_label.setMaximumWidth(ARTEFACT_WIDTH)
+        bar.addPermanentWidget(self.artefact_label)
+        self._artefact_text = ""
         self.busy_label = QLabel("")
         self.busy_bar = QProgressBar()
         self.busy_bar.setMaximumWidth(160)
@@ -50,8 +54,20 @@ class StatusParts:
 
     def set_artefacts(self, text: str) -> None:
         """Which patches are flagged as artefact tokens ("" hides the part)."""
-        self.artefact_label.setText(text)
+        self._artefact_text = text
+        flagged = bool(text) and not text.startswith("no artefact")
+        # orange (the canvas's outline colour) only when patches are flagged: "none" is no warning
+        self.artefact_label.setStyleSheet("color: rgb(255, 170, 80);" if flagged else "")
+        shown = self.artefact_label.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, ARTEFACT_WIDTH - 4)
+        self.artefact_label.setText(shown)
+        self.artefact_label.setToolTip(f"{text}\nHigh-norm patch tokens (Darcet et al. 2023): outlined dashed in "
+                                       "orange on the canvas, grey when left out of the colour scale" if text else "")
         self.artefact_label.setVisible(bool(text))
+
+    @property
+    def artefact_text(self) -> str:
+        """The artefact part's whole text (the label may show it elided)."""
+        return self._artefact_text
 
     def set_progress(self, done: int, total: int) -> None:
         if total > 0:

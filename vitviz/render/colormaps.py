@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["COLORMAPS", "DEFAULT_COLORMAP", "apply_colormap", "colormap_names", "get_colormap", "normalize", "overlay",
-           "value_range"]
+__all__ = ["COLORMAPS", "DEFAULT_COLORMAP", "NEUTRAL_RGB", "apply_colormap", "colormap_names", "get_colormap",
+           "normalize", "overlay", "value_range"]
 
 
 def _hex(colors: Sequence[str]) -> np.ndarray:
@@ -69,6 +69,10 @@ COLORMAPS: dict[str, np.ndarray] = {
                                             [180, 4, 38]], dtype=np.float64)),
 }
 DEFAULT_COLORMAP = "inferno"
+NEUTRAL_RGB = (150, 150, 150)
+"""The colour of a token left out of the colour scale (an artefact token): a mid grey outside every sequential and
+diverging colormap of :data:`COLORMAPS` (drawn at the map's opacity), named in the legend. Never a scale colour:
+an excluded token is not a value at the top (or bottom) of the scale."""
 
 
 def colormap_names() -> list[str]:

@@ -131,8 +131,8 @@ def scale_for(
         log: logarithmic scale (values <= 0 are shown at the bottom and count as clipped).
         fixed: ``(lo, hi)`` for ``mode="fixed"``.
         shared: the stack of maps for ``mode="shared"``.
-        exclude: bool mask broadcastable to the level data: entries ignored for the levels (artefact tokens),
-            still displayed (and clipped) like the others.
+        exclude: bool mask broadcastable to the level data: entries ignored for the levels (artefact tokens);
+            where it has ``values``' shape they do not count as clipped either (they are drawn in a neutral colour).
         cmap: the user's sequential colormap; diverging_cmap: the one suggested for signed quantities.
 
     Returns:
@@ -166,7 +166,10 @@ def scale_for(
         lo, hi = float(fixed[0]), float(fixed[1])
     else:
         lo, hi = _levels(data, q if mode != "per_map" else 100.0, bool(signed), log)
-    finite = v[np.isfinite(v)]
+    shown = np.isfinite(v)
+    if exclude is not None and np.shape(exclude) == v.shape:  # excluded entries are drawn neutral, never clipped
+        shown &= ~np.asarray(exclude, dtype=bool)
+    finite = v[shown]
     clipped_low = bool(finite.size and (finite.min() < lo or (log and finite.min() <= 0)))
     clipped_high = bool(finite.size and finite.max() > hi)
     return ColourScale(lo=lo, hi=hi, mode=mode, diverging=bool(signed), log=log, clipped_low=clipped_low,

@@ -41,6 +41,14 @@ def composite(panel: Panel, k: int = 1) -> np.ndarray:
         t = panel.scale.normalise(panel.values).astype(np.float32)
         t = _repeat(t, k)
         out = colormaps.overlay(photo, t, cmap=panel.scale.cmap, opacity=panel.opacity, vmin=0.0, vmax=1.0)
+        if panel.neutral:  # left out of the scale: the neutral colour at the map's opacity, never a scale colour
+            cells = np.zeros(panel.grid, dtype=bool)
+            cells[tuple(np.asarray(panel.neutral).T)] = True
+            inside = _repeat(_cells_on_image(cells, panel.crop, (h, w)), k)
+            a = float(np.clip(panel.opacity, 0.0, 1.0))
+            grey = np.asarray(colormaps.NEUTRAL_RGB, dtype=np.float32)
+            out = out.copy()
+            out[inside] = np.round(photo[inside].astype(np.float32) * (1 - a) + grey * a).astype(np.uint8)
     if panel.rgb is not None:
         out = _rgb_over(out, panel, (h, w), k)
     if panel.mask is not None and panel.mask_style == "dim":
@@ -73,14 +81,18 @@ def _rgb_over(photo: np.ndarray, panel: Panel, size: tuple[int, int], k: int) ->
 def _mask_outside(panel: Panel, size: tuple[int, int]) -> np.ndarray:
     """bool ``[H, W]``: image pixels inside the mask's area whose patch is not in the mask."""
     mask = np.asarray(panel.mask, dtype=bool)
-    gh, gw = mask.shape
-    x0, y0, mw, mh = panel.crop
+    return _cells_on_image(np.ones_like(mask), panel.crop, size) & ~_cells_on_image(mask, panel.crop, size)
+
+
+def _cells_on_image(cells: np.ndarray, crop: tuple, size: tuple[int, int]) -> np.ndarray:
+    """bool ``[H, W]``: image pixels whose patch (of the bool ``[gh, gw]`` grid over ``crop``) is set."""
+    gh, gw = cells.shape
+    x0, y0, mw, mh = crop
     h, w = size
     rows = np.floor((np.arange(h) + 0.5 - y0) / (mh / gh)).astype(int)
     cols = np.floor((np.arange(w) + 0.5 - x0) / (mw / gw)).astype(int)
     vr, vc = (rows >= 0) & (rows < gh), (cols >= 0) & (cols < gw)
-    inside = mask[np.clip(rows, 0, gh - 1)][:, np.clip(cols, 0, gw - 1)]
-    return vr[:, None] & vc[None, :] & ~inside
+    return vr[:, None] & vc[None, :] & cells[np.clip(rows, 0, gh - 1)][:, np.clip(cols, 0, gw - 1)]
 
 
 def _mask_segments(panel: Panel) -> list[list[tuple[float, float]]]:

@@ -35,6 +35,9 @@ class Panel:
         badge: text in a box in the panel's top-left corner (the layer of an animation frame).
         outlined: ``(row, col)`` patches of the ``grid`` over ``crop`` outlined dashed (the artefact tokens, as the
             window outlines them).
+        neutral: ``(row, col)`` patches of the ``grid`` over ``crop`` left out of the colour scale (the artefact
+            tokens the scale excludes): drawn in :data:`~vitviz.render.colormaps.NEUTRAL_RGB` at ``opacity``, never
+            in a colour of the scale.
         colorbar_label: the quantity and unit of this panel's own colour bar (a figure without a shared scale
             whose panels show different quantities, e.g. a comparison of views); None: the figure's.
         own_colorbar: draw this panel's own colour bar (a figure without a shared scale); False, e.g., for all but
@@ -62,6 +65,7 @@ class Panel:
     mask_style: str = "contour"
     badge: str | None = None
     outlined: tuple[tuple[int, int], ...] = ()
+    neutral: tuple[tuple[int, int], ...] = ()
     colorbar_label: str | None = None
     own_colorbar: bool = True
     crop: Rect | None = None
@@ -85,7 +89,7 @@ class Panel:
             raise ValueError("a panel's mask or grid map needs crop (the area its grid covers)")
         if self.rgb is not None and (np.ndim(self.rgb) != 3 or np.shape(self.rgb)[2] != 4 or self.crop is None):
             raise ValueError(f"a panel's rgb must be RGBA [gh, gw, 4] with its crop, got shape {np.shape(self.rgb)}")
-        if self.outlined and (self.crop is None or self.grid is None):
+        if (self.outlined or self.neutral) and (self.crop is None or self.grid is None):
             raise ValueError("a panel's outlined patches need crop and grid (the patch grid they lie on)")
         if self.mask_style not in MASK_STYLES:
             raise ValueError(f"mask_style must be 'contour' or 'dim', got {self.mask_style!r}")

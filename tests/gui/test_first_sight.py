@@ -1,0 +1,168 @@
+"""What a researcher sees first (issue 37): excluded artefact tokens drawn in the neutral grey (canvas and figures),
+the default query patch, the prefix-token share of a head tile, the precision in the tables, prompts after a
+precision change, and the layout at 1280x800."""
+
+import numpy as np
+from gui_helpers import open_and_wait
+
+from vitviz.document.panel import panel_of, render_view
+from vitviz.render.colormaps import NEUTRAL_RGB
+
+
+def _plant_artefact(session, result, row, col):
+    """One patch token made high-norm in the later layers (as ViT-Ti's corner tokens are) and the highest value of
+    every map that reads the tokens' attention (the key column of that patch weighs 50x)."""
+    p, gw = result.num_prefix_tokens, result.grid[1]
+    t = p + row * gw + col
+    result.capture.tokens[result.num_layers // 2:, t] *= 50.0
+    session.set_result(result)
+
+
+def _pixel(widget, x, y):
+    img = widget.grab().toImage()
+    c = img.pixelColor(x, y)
+    return c.red(), c.green(), c.blue()
+
+
+def test_excluded_artefact_tokens_are_neutral_on_the_canvas_and_in_the_figure(qtbot, window, image_path):
+    r = open_and_wait(qtbot, window, image_path)
+    s = window.session
+    _plant_artefact(s, r, 2, 1)
+    window.set_view("token_norm")  # the token norm: the planted token is the highest value
+    s.set_options(opacity=1.0, interpolation="nearest")
+    window.refresh_view()
+    assert s.artefact_patches() == [(2, 1)] and s.options.scale_excludes_artefacts
+    p = panel_of(s, on_image=True)
+    assert p.neutral == ((2, 1),) and "grey" in p.caption
+    # the canvas: the overlay is transparent there and the neutral item grey
+    assert np.isnan(p.grid_values[2, 1]) and window.canvas.neutral_cells == [(2, 1)]
+    x0, y0, w, h = s.patch_rect(2 * r.grid[1] + 1)
+    pt = window.canvas.image_to_widget(x0 + w / 2, y0 + h / 2)
+    assert _pixel(window.canvas, pt.x(), pt.y()) == NEUTRAL_RGB
+    # a kept patch is in a colour of the scale, not grey
+    x0, y0, w, h = s.patch_rect(0)
+    pt = window.canvas.image_to_widget(x0 + w / 2, y0 + h / 2)
+    assert _pixel(window.canvas, pt.x(), pt.y()) != NEUTRAL_RGB
+    # the exported figure (no caption, no bar: the overlay at the image's pixels) draws it grey too
+    s.set_options(caption=False, colorbar=False)
+    px = render_view(s)
+    x0, y0, w, h = s.patch_rect(2 * r.grid[1] + 1)
+    cell = px[int(y0 + 1):int(y0 + h - 1), int(x0 + 1):int(x0 + w - 1)]
+    assert cell.size and (cell == np.asarray(NEUTRAL_RGB, dtype=np.uint8)).all()
+    # with the scale including them, the token is drawn in the scale's colours again
+    s.set_options(scale_excludes_artefacts=False)
+    window.refresh_view()
+    assert panel_of(s).neutral == () and not window.canvas.neutral_item.isVisible()
+
+
+def test_the_default_query_patch_is_the_centre_of_the_grid_not_an_artefact(qtbot, window, image_path):
+    from vitviz.document.appearance import default_query
+
+    r = open_and_wait(qtbot, window, image_path)
+    gh, gw = r.grid
+    assert window.session.options.query == (gh // 2) * gw + gw // 2 != 0
+    # the centre flagged as an artefact token: its nearest kept neighbour
+    art = np.zeros(r.grid, dtype=bool)
+    art[gh // 2, gw // 2] = True
+    q = default_query(r, art)
+    assert not art.reshape(-1)[q] and abs(q // gw - gh // 2) + abs(q % gw - gw // 2) == 1
+    # a patch the user picked is kept for the next image
+    window.set_query(3)
+    open_and_wait(qtbot, window, image_path)
+    assert window.session.options.query == 3
+
+
+def test_a_head_tile_says_its_prefix_share_when_most_attention_goes_to_cls(qtbot, window, image_path):
+    from vitviz.document.panel import heads_figure
+
+    r = open_and_wait(qtbot, window, image_path)
+    s = window.session
+    att = r.attentions  # [L, H, N, N], the result's own store
+    att[0, 1, 0] = 0.0
+    att[0, 1, 0, 0] = 0.97  # head 1 of layer 0: 97 % of the [CLS] row to [CLS] itself
+    att[0, 1, 0, r.num_prefix_tokens:] = 0.03 / r.num_patches
+    s.set_result(r)
+    window.set_view("cls")
+    s.set_options(layer=0)
+    window.heads.refresh(s, force=True)
+    notes = window.heads.notes
+    assert notes[1] == "97% to [CLS]"
+    # the others, ordinary softmax rows of a random model, spread over the patches: no note
+    shares = 1 - att[0, :, 0, r.num_prefix_tokens:].float().sum(-1)
+    assert all((n == "") == (float(v) < 0.5) for n, v in zip(notes, shares))
+    assert window.heads.mosaic.label_texts()[1] == "h1 · 97% to [CLS]"  # drawn on the tile
+    assert heads_figure(s).panels[1].label == "head 1 · 97% to [CLS]"
+    window.heads.grid_toggle.setChecked(True)  # every layer x head: the short note on layer 0 head 1
+    assert window.heads.notes[1] == "97% [CLS]"
+
+
+def test_the_figures_and_the_faithfulness_table_say_their_precision(qtbot, window, image_path):
+    import pytest
+    from PySide6.QtCore import Qt
+
+    from vitviz.devices import available_precisions
+    from vitviz.document.panel import heads_figure, view_figure
+
+    open_and_wait(qtbot, window, image_path)
+    first = window.controller.pipeline.precision  # "auto": bf16 where the CPU multiplies it natively, else fp32
+    s = window.session
+    assert view_figure(s).caption.endswith(f"computed in {first}") and f"computed in {first}" in heads_figure(s).caption
+    second = "fp32" if first == "bf16" else "bf16"
+    if second not in available_precisions("cpu"):
+        pytest.skip("the CPU offers no bf16 here")
+    with qtbot.waitSignal(window.resultShown, timeout=60000):
+        window.set_precision(second)
+    assert view_figure(window.session).caption.endswith(f"computed in {second}")
+    if second == "fp32":
+        with qtbot.waitSignal(window.resultShown, timeout=60000):
+            window.set_precision("bf16")
+    tab = window.plots.faithfulness
+    window.plots.setCurrentWidget(tab)
+    tab.steps_spin.setValue(4)
+    tab.seeds = 2
+    with qtbot.waitSignal(window.controller.evaluationReady, timeout=120000):
+        qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
+    text = tab.status.text()
+    assert "computed in bf16" in text and "vitviz evaluate runs fp32" in text
+
+
+def test_the_layout_at_1280x800_gives_the_canvas_half_the_width(qtbot, tiny_model, settings, image_path):
+    from gui_helpers import shown_window
+    from PySide6.QtCore import QPoint
+
+    w = shown_window(qtbot, settings, tiny_model, size=(1280, 800))
+    open_and_wait(qtbot, w, image_path)
+    qtbot.wait(50)
+    assert w.width() == 1280
+    assert w.canvas.width() >= 0.5 * w.width(), (w.canvas.width(), {k: d.width() for k, d in w.docks.items()})
+    # every plot tab's name whole (no "Distan…"): the tab is as wide as its text needs
+    bar = w.plots.tabBar()
+    for i in range(w.plots.count()):
+        need = bar.fontMetrics().horizontalAdvance(w.plots.tabText(i))
+        assert bar.tabRect(i).width() >= need, w.plots.tabText(i)
+    # the status bar keeps the model's layers, heads and precision; a passing message hides neither part
+    w.statusBar().showMessage("Exported somewhere.png", 5000)
+    qtbot.wait(20)
+    m = w.status.model_label
+    assert m.isVisible() and " L" in m.text() and " H" in m.text() and ("fp32" in m.text() or "bf16" in m.text())
+    assert m.width() >= m.sizeHint().width()  # not clipped
+    assert w.status.artefact_label.isVisible() and w.status.artefact_text
+    assert w.status.artefact_label.mapTo(w, QPoint(0, 0)).x() + w.status.artefact_label.width() <= w.width()
+    # "no artefact tokens" is no warning: not in the outline's orange
+    w.status.set_artefacts("no artefact tokens")
+    assert "255, 170, 80" not in w.status.artefact_label.styleSheet()
+    w.close()
+
+
+def test_the_app_first_opens_on_rollout_and_then_on_the_remembered_view(qtbot, settings):
+    from gui_helpers import shown_window
+
+    from vitviz.gui.main_window import FIRST_VIEW
+
+    w = shown_window(qtbot, settings, None, model_key="demo")  # the app: it opens its model from a reference
+    assert FIRST_VIEW == "rollout" and w.session.options.view == "rollout"
+    w.set_view("relevance")
+    w.close()  # remembers the view
+    again = shown_window(qtbot, settings, None, model_key="demo")
+    assert again.session.options.view == "relevance"
+    again.close()
