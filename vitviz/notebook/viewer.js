@@ -155,13 +155,19 @@ function render({ model, el: root }) {
       ctx.strokeStyle = "rgb(0,230,255)"; ctx.lineWidth = Math.max(1, w / 200);
       ctx.strokeRect(x0 + c * sx + 0.5, y0 + r * sy + 0.5, sx - 1, sy - 1);
     }
+    if (f.outlined && f.outlined.length) { // the artefact tokens, dashed as in the window
+      const [x0, y0, cw, ch] = crop, sx = cw / meta.grid[1], sy = ch / meta.grid[0];
+      ctx.save(); ctx.setLineDash([3, 2]); ctx.strokeStyle = "rgb(255,150,40)"; ctx.lineWidth = Math.max(1, w / 300);
+      for (const [r, c] of f.outlined) ctx.strokeRect(x0 + c * sx + 0.5, y0 + r * sy + 0.5, sx - 1, sy - 1);
+      ctx.restore();
+    }
     title.textContent = f.title;
     caption.textContent = f.caption;
     note.textContent = f.unavailable ? `${f.title}: ${f.unavailable}` : "";
     layerVal.textContent = f.label || "";
     drawColorbar(f.scale);
     root.dataset.painted = [meta.view, model.get("layer"), model.get("query"), model.get("head"),
-                            model.get("opacity"), meta.frames.length].join("|");
+                            model.get("opacity"), meta.frames.length, model.get("image_index")].join("|");
   }
 
   function drawColorbar(scale) {
@@ -211,6 +217,7 @@ function render({ model, el: root }) {
   function loadPhoto() {
     const png = bytes(model.get("photo"));
     if (!png.length) return;
+    photo = null; // the maps of a new image wait for its photo (the canvas keeps the last picture meanwhile)
     const url = URL.createObjectURL(new Blob([png], { type: "image/png" }));
     const im = new Image();
     im.onload = () => {
