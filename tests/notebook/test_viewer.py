@@ -175,6 +175,23 @@ def test_a_new_image_runs_on_the_worker_and_shows(viewer, tiny_model, photos):
     _check_view(viewer, _reference(tiny_model, photos[1]))
 
 
+def test_a_new_image_runs_off_the_thread_that_asked(viewer, monkeypatch):
+    import threading
+
+    ran_on = []
+    run = viewer.pipeline.run
+
+    def recording(*args, **kwargs):
+        ran_on.append(threading.current_thread())
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(viewer.pipeline, "run", recording)
+    viewer.image_index = 1
+    viewer.wait()
+    assert ran_on and threading.current_thread() not in ran_on
+    assert viewer.session.index == 1
+
+
 def test_an_unreadable_image_is_one_line_and_changes_nothing(viewer, tmp_path):
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"not an image at all")

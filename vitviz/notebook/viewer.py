@@ -172,6 +172,11 @@ class Viewer(anywidget.AnyWidget):
         return self._session
 
     @property
+    def pipeline(self) -> Any:
+        """The model the viewer runs (:class:`~vitviz.pipeline.Pipeline`; over the prompts when there are some)."""
+        return self._pipe
+
+    @property
     def state(self) -> st.SessionState:
         """What the viewer shows as a session file's state (``vitviz.document.state.save_state(viewer.state, p)``
         writes one; :meth:`from_state` reopens it)."""
