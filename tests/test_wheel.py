@@ -58,6 +58,7 @@ def test_wheel_contains_resources_and_every_package(wheel):
     assert "vitviz/_resources/demo/shapes_vit.safetensors" in names
     samples = sorted(n for n in names if n.startswith("vitviz/_resources/samples/") and n.endswith(".png"))
     assert len(samples) == 8, samples
+    assert {"vitviz/notebook/viewer.js", "vitviz/notebook/viewer.css"} <= names  # the notebook viewer's browser half
     expected = sorted(p.name for p in (REPO / "resources" / "samples").glob("*.png"))
     assert [n.rsplit("/", 1)[-1] for n in samples] == expected
     # pyproject.toml lists the packages (a mapped resources folder rules out packages.find): a new subpackage that

@@ -6,61 +6,16 @@ finds its attention). Qt (and torch) are imported only when the window opens.
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-from PIL import Image
-
-from vitviz import imaging
-from vitviz.model.sources.refs import parse_model_ref
+from vitviz.document.handed import as_images, check_target, memory_pipeline, with_text
 
 __all__ = ["show"]
 
 # windows opened without blocking -> the event filter that forgets each when it closes (keeps both alive until then)
 _OPEN: dict[Any, Any] = {}
-
-
-def _as_images(images: Any) -> list[tuple[str, Any]]:
-    """``[(name, PIL image or None for a file)]`` from paths, PIL images, uint8 arrays ``[H, W(, C)]`` or tensors
-    ``[C, H, W]`` (floats in 0..1 or uint8)."""
-    if images is None:
-        return []
-    if isinstance(images, (str, os.PathLike, Image.Image, np.ndarray)) or hasattr(images, "detach"):
-        images = [images]
-    out: list[tuple[str, Any]] = []
-    for i, item in enumerate(images, start=1):
-        if isinstance(item, (str, os.PathLike)):
-            p = Path(item).expanduser()
-            if not p.is_file():
-                raise ValueError(f"{p}: no such image file")
-            out.append((str(p), None))
-            continue
-        name = f"image {i}"
-        if isinstance(item, Image.Image):
-            fn = getattr(item, "filename", "")
-            name = f"{Path(fn).name} ({i})" if fn else name
-            out.append((name, imaging.to_rgb(item)))
-            continue
-        if hasattr(item, "detach"):  # a torch tensor [C, H, W] (or [H, W])
-            t = item.detach().cpu()
-            if t.ndim == 3 and t.shape[0] in (1, 3, 4):
-                t = t.permute(1, 2, 0)
-            arr = (t.double() if t.is_floating_point() else t).numpy()  # bfloat16 has no numpy dtype
-            if arr.dtype != np.uint8:
-                arr = np.clip(np.round(arr.astype(np.float64) * 255.0), 0, 255).astype(np.uint8)
-            item = arr.squeeze(-1) if arr.ndim == 3 and arr.shape[-1] == 1 else arr
-        if isinstance(item, np.ndarray):
-            if item.dtype != np.uint8:
-                raise ValueError(f"{name}: an image array must be uint8 [H, W] or [H, W, 3], got dtype {item.dtype}")
-            out.append((name, imaging.image_from_array(item, name).image))
-            continue
-        raise ValueError(f"{name}: expected an image file path, a PIL image, a uint8 array or a tensor, got "
-                         f"{type(item).__name__}")
-    return out
 
 
 def _qt_loop_running() -> bool:
@@ -83,72 +38,11 @@ def _qt_loop_running() -> bool:
     return QThread.currentThread().loopLevel() > 0
 
 
-def _check_target(pipe: Any, target: Any, items: list[tuple[str, Any]]) -> Any:
-    """``target`` as the window's standing target, checked before any window opens: a function of the output is
-    called on the first image's output (one forward pass, with autograd on), so that one that raises, returns no
-    tensor, no scalar or a value that does not depend on the output is one :class:`TargetError` naming it."""
-    from vitviz.capture.targets import CallableTarget, TargetError, as_target, differentiable_scores
-    from vitviz.document.target_choice import as_choice
-
-    try:
-        choice, made = as_choice(target)
-    except ValueError as e:
-        raise TargetError(f"vitviz.show(target=...): {e}") from None
-    if choice.kind == "class":
-        choice.build(pipe)  # a class the model has (TargetError naming the range), on a classifier
-    if choice.kind == "text":
-        return choice.build(pipe)  # the prompt encoded by the model's text tower (TargetError: none, why)
-    t = made if made is not None else as_target(choice.fn) if choice.kind == "callable" else None
-    if not isinstance(t, CallableTarget):
-        return choice if made is None else made
-    import torch
-
-    name, pil = items[0] if items else (None, None)
-    if pil is None:
-        from vitviz.demo import sample_images
-
-        pil = imaging.load_image(name if name is not None else sample_images()[0]).image
-    x = pipe.prepare(pil).x[None].to(device=pipe.device, dtype=next(pipe.model.parameters()).dtype)
-    with torch.enable_grad():
-        out = pipe.model(x)
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        differentiable_scores(t, out, None)  # TargetError: raises, not a scalar, not of the output
-    return t
-
-
-def _with_text(pipe: Any, model: Any, text: Any, text_tower: Any) -> Any:
-    """The pipeline over the prompts ``text`` (checked before any window opens): the text tower given, else the one
-    of the model's source (a model opened from a folder, a file or by name).
-
-    Raises:
-        TargetError: no prompts, an empty one, no text tower (a module handed over without ``text_tower``, a model
-            whose source has none), one line naming it.
-    """
-    from vitviz.capture.targets import TargetError
-    from vitviz.pipeline import prompt_pipeline
-
-    if text_tower is not None:
-        pipe.attach_text_tower(text_tower)
-    elif pipe.source is None:
-        source = getattr(getattr(model, "spec", None), "source_path", None)
-        if source is None:
-            raise TargetError("vitviz.show(text=...): this model was handed over as a module, so vitviz does not know "
-                              "its text tower: pass text_tower=vitviz.model.text.open_text_tower(SOURCE), or give the "
-                              "model's folder, file or name instead of the module")
-        pipe.source = str(source)
-    prompts = list(text) if not isinstance(text, str) else text
-    try:
-        return prompt_pipeline(pipe, prompts)
-    except TargetError as e:
-        raise TargetError(f"vitviz.show(text=...): {e}") from None
-    except Exception as e:  # noqa: BLE001 - no text tower (why), a tokenizer file missing, another model's tower
-        raise TargetError(f"vitviz.show(text=...): {str(e).strip().splitlines()[0]}") from None
-
-
 def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None, preprocess: Any = None,
          target: Any = None, text: Any = None, text_tower: Any = None, block: bool | None = None,
-         settings: Any = None, **adapter_options: Any) -> Any:
-    """Open the vitviz window on an in-memory model.
+         settings: Any = None, notebook: bool | None = None, **adapter_options: Any) -> Any:
+    """Open the vitviz window on an in-memory model; in a notebook kernel, or where there is no display, return the
+    notebook viewer (:class:`vitviz.notebook.Viewer`) instead.
 
     Args:
         model: a :class:`vitviz.model.ViT`, or any ViT ``nn.Module`` (timm, Hugging Face, ``nn.MultiheadAttention``
@@ -171,11 +65,15 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
         block: wait until the window is closed (default: yes, unless a Qt event loop already runs, as in IPython or
             Jupyter after ``%gui qt``).
         settings: a ``QSettings`` (default: the user's vitviz settings).
+        notebook: return the notebook viewer (True) or open the window (False); None: the viewer in a notebook
+            kernel without ``%gui qt`` or where no display can show a window (:func:`vitviz.notebook.routing.
+            notebook_wanted`).
         adapter_options: for modules that are not vitviz ViTs: ``attention``, ``blocks``, ``patch_size``, ``grid``,
             ``num_prefix_tokens``, ``input_size``, ``name`` (:class:`vitviz.capture.foreign.AdaptedModel`).
 
     Returns:
-        The window when not blocking (it stays open; keep using the notebook), else None once it is closed.
+        The notebook viewer (see ``notebook``); the window when not blocking (it stays open; keep using the
+        notebook), else None once it is closed.
 
     Raises:
         NoDisplay: no window can open in this process (no display, no Qt platform plugin); one line, raised before
@@ -188,19 +86,18 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
             or returns no scalar on the first image), one line naming it; raised before any window opens.
     """
     from vitviz._util.display import NoDisplay, display_problem
-    from vitviz.capture.foreign import adapt
+    from vitviz.notebook.routing import notebook_wanted
 
+    if notebook if notebook is not None else notebook_wanted():  # a notebook kernel, or no display: the widget
+        from vitviz.notebook import Viewer
+
+        return Viewer(model, images, labels=labels, preprocess=preprocess, target=target, text=text,
+                      text_tower=text_tower, **adapter_options)
     problem = display_problem()  # before the QApplication: Qt would abort the process (a kernel, a script)
     if problem is not None:
-        raise NoDisplay(f"vitviz.show: no window can open here: {problem}")
-    source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
-    if source is not None:  # a folder, a file or a name: opened here (its text tower comes from it)
-        from vitviz.pipeline import Pipeline
-
-        source = parse_model_ref(source)
-        model = Pipeline.open(source, show_bar=False).model
-    m = adapt(model, labels=labels, preprocess=preprocess, **adapter_options)
-    items = _as_images(images)
+        raise NoDisplay(f"vitviz.show: no window can open here: {problem} (notebook=True gives the notebook viewer)")
+    pipe, source = memory_pipeline(model, labels=labels, preprocess=preprocess, **adapter_options)
+    items = as_images(images)
 
     from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
 
@@ -210,21 +107,15 @@ def show(model: Any, images: Any = None, *, labels: Sequence[str] | None = None,
     app = make_app()
     if block is None:
         block = not _qt_loop_running()
-    from vitviz.pipeline import DTYPES, Pipeline
-
     # the caller's model stays on its device and in its precision (the window's remembered choice would cast it)
-    first = next((p for p in m.parameters() if p.is_floating_point()), None)
-    device = str(first.device) if first is not None else "cpu"
-    precision = next((k for k, v in DTYPES.items() if first is not None and v == first.dtype), "fp32")
-    pipe = Pipeline(m, device=device, precision=precision)
-    pipe.source = source
+    device, precision = pipe.device, pipe.precision
     image = pipe
     if text is not None:
-        pipe = _with_text(pipe, model, text, text_tower)
+        pipe = with_text(pipe, model, text, text_tower)
         pipe.precision_choice = precision
     elif text_tower is not None:
         pipe.attach_text_tower(text_tower)  # the prompt box offers prompts
-    standing = _check_target(pipe, target, items) if target is not None else None
+    standing = check_target(pipe, target, items) if target is not None else None
     win = MainWindow(settings=settings, model=pipe, model_key=source or "memory", device=device,
                      load_samples=not items)
     win.controller.device, win.controller.precision = device, precision
