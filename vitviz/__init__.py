@@ -10,6 +10,9 @@ The public API here is Qt-free and imported lazily (``import vitviz`` stays chea
     vitviz.show(my_own_vit, ["cat.png"])                   # the window on any ViT module (timm, HF, hand-written)
     vitviz.show(dino, ["a.png", "b.png"], target=lambda out: out[7])      # explain any scalar of the output
 
+In a notebook kernel, or where no display can show the window, ``vitviz.show`` returns the notebook viewer
+(:class:`vitviz.notebook.Viewer`, the ``notebook`` extra) instead.
+
 The GUI lives in ``vitviz.gui`` (the only package that imports Qt).
 """
 

@@ -144,3 +144,26 @@ def test_the_view_selector_switches_views(viewer_page, reference):
     title = page.locator(".vitviz .vitviz-title").inner_text()
     assert title == reference.title()
     assert page.locator(".vitviz .vitviz-status").inner_text() == ""
+
+
+def test_the_next_image_runs_in_the_kernel_and_shows_its_map(viewer_page):
+    """The ▶ button: the kernel runs the next sample on the viewer's worker thread, the browser paints its map."""
+    from vitviz.demo import load_demo_model, sample_images
+    from vitviz.document.session import Session
+    from vitviz.imaging import load_image
+    from vitviz.pipeline import run_inference
+
+    page = viewer_page
+    page.locator(".vitviz select.vitviz-view").select_option("cls")
+    _painted(page, "cls|")
+    page.locator(".vitviz button.vitviz-next").click()
+    page.wait_for_function("() => { const r = document.querySelector('.vitviz');"
+                           " return (r.dataset.painted || '').endsWith('|1') && !r.dataset.busy; }", timeout=WAIT_MS)
+    assert "02_" in page.locator(".vitviz .vitviz-image").inner_text()
+    path = str(sample_images()[1])
+    s = Session()
+    s.images = [path]
+    s.set_result(run_inference(load_demo_model(), load_image(path).image, source=path))
+    shown = _shown(page)
+    s.set_options(view="cls", layer=shown["layer"], query=shown["query"])
+    _assert_same_picture(_canvas(page), _library(s))

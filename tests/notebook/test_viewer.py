@@ -261,6 +261,8 @@ def test_an_unknown_view_or_colormap_is_one_line_and_changes_nothing(viewer):
 def test_state_is_a_session_file_and_a_session_file_opens_as_a_viewer(model_file, photos, tmp_path):
     v = Viewer(model_file, photos)
     try:
+        v.target = "square"
+        v.wait()
         v.view, v.head, v.layer, v.cmap = "cls", "1", 2, "viridis"
         path = st.save_state(v.state, tmp_path / "s.vitviz.json")
         assert _plain(st.read_state(path)) == _plain(v.state)
@@ -269,6 +271,10 @@ def test_state_is_a_session_file_and_a_session_file_opens_as_a_viewer(model_file
             assert w.state == v.state
             assert (w.view, w.head, w.layer, w.cmap) == ("cls", "1", 2, "viridis")
             assert w.frames == v.frames and w.values == v.values
+            assert w.target == "1" and w.session.result.target == 1  # the class, kept for the next images
+            w.image_index = 1
+            w.wait()
+            assert w.session.result.target == 1
         finally:
             w.close()
     finally:

@@ -337,6 +337,7 @@ function render({ model, el: root }) {
   root.addEventListener("keydown", (ev) => {
     if (["INPUT", "SELECT", "TEXTAREA"].includes(ev.target.tagName) && ev.target.type !== "range") return;
     const acts = { ArrowRight: () => setLayer(model.get("layer") + 1), ArrowLeft: () => setLayer(model.get("layer") - 1),
+                   Home: () => setLayer(model.get("layer_range")[0]), End: () => setLayer(model.get("layer_range")[1]),
                    ArrowUp: () => stepHead(1), ArrowDown: () => stepHead(-1),
                    PageDown: () => stepImage(1), PageUp: () => stepImage(-1) };
     if (acts[ev.key]) { acts[ev.key](); ev.preventDefault(); ev.stopPropagation(); }

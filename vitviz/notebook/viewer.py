@@ -163,7 +163,17 @@ class Viewer(anywidget.AnyWidget):
         if pipeline is None and state.model == st.IN_MEMORY_MODEL:
             raise st.StateError(None, "the session's model was handed over in memory: pass it as pipeline=")
         session, pipe = st.reproduce(state, pipeline=pipeline, device=device)
-        return cls(session=session, pipeline=pipe, model_ref=state.model)
+        viewer = cls(session=session, pipeline=pipe, model_ref=state.model)
+        r = session.result
+        if r is not None and r.target_spec is not None and state.target is not None:  # a class: kept for new images
+            with viewer._lock:
+                viewer._target = r.target_spec
+                viewer._applying = True
+                try:
+                    viewer.target = viewer._shown["target"] = str(state.target)
+                finally:
+                    viewer._applying = False
+        return viewer
 
     # ------------------------------------------------------------------ what Python reads
     @property
@@ -257,9 +267,13 @@ class Viewer(anywidget.AnyWidget):
             return
         name, old, new = change["name"], change["old"], change["new"]
         with self._lock:
+            before = self._session.options
             try:
                 self._apply(name, new)
             except Exception as e:  # noqa: BLE001 - one line in the widget, the intent undone
+                if self._session.options != before:  # (a map that could not be made: what was shown comes back)
+                    self._session.options = before
+                    self._push()
                 self._undo(name, old, f"{name} {new!r}: {_line(e)}")
             else:
                 if name not in ("image_index", "target", "prompts"):
