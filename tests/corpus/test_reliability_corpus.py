@@ -160,3 +160,50 @@ def test_feature_pca_of_non_finite_tokens_says_so_and_the_other_views_are_export
     pca = next(m for m in record["maps"] if m["view"] == "feature_pca")
     assert "hold NaN or infinite values" in pca["unavailable"]
     assert any(m["view"] == "cls" and "npy" in m for m in record["maps"])
+
+
+# ----------------------------------------------------------------------------------------- values echoed, '@' names
+LONG = "x" * 10_000
+
+
+@pytest.mark.parametrize("argv_tail,env", [
+    (["--target", LONG], {}),
+    (["--target", f"similar:{LONG}"], {}),
+    (["--target", f"similar:{LONG}.npy"], {}),
+    ([], {"SLURM_ARRAY_TASK_ID": "7" * 5000, "SLURM_ARRAY_TASK_COUNT": "4"}),
+    ([], {"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "9" * 5000}),
+])
+def test_huge_values_are_echoed_shortened(tiny_inputs, tmp_path, capsys, monkeypatch, argv_tail, env):
+    """A 10,000-character --target or a 5,000-digit job id: one line of bounded length that still names the flag
+    (was a 20 kB line, the value printed twice); nothing written."""
+    model, images = tiny_inputs
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    status, err, _ = cli(["export", "--model", str(model), str(images), "--out", str(tmp_path / "out"), "--quiet",
+                          "--views", "legrad", *argv_tail], capsys, timeout=HANG_BOUND_S)
+    line = _one_line(status, err)
+    assert len(line) < 1200, len(line)
+    assert ("--target" in line) if argv_tail else ("SLURM" in line), line
+    assert "characters)" in line  # the value's length is said where it is shortened
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_reference_image_whose_name_has_an_at_sign_is_that_file(tiny_inputs, tmp_path, capsys):
+    """``similar:ref@2x.png`` names the existing file (was read as the patch '2x.png' of 'ref'); ``similar:IMG@1,2``
+    is still a patch of IMG when no file has that whole name."""
+    model, images = tiny_inputs
+    ref = tmp_path / "ref@2x.png"
+    ref.write_bytes((images / "i0.png").read_bytes())
+    for target, out in ((f"similar:{ref}", "a"), (f"similar:{images / 'i1.png'}@1,2", "b")):
+        status, err, _ = cli(["export", "--model", str(model), str(images), "--out", str(tmp_path / out), "--quiet",
+                              "--format", "npy", "--views", "legrad", "--target", target], capsys,
+                             timeout=HANG_BOUND_S)
+        assert status == 0, err
+    record = next(r for r in map(json.loads, (tmp_path / "a" / "manifest.jsonl").read_text().splitlines())
+                  if "source" in r)
+    assert str(ref) in json.dumps(record["target"]) and "patch" not in record["target"].get("origin", {})
+    status, err, _ = cli(["export", "--model", str(model), str(images), "--out", str(tmp_path / "c"), "--quiet",
+                          "--views", "legrad", "--target", f"similar:{tmp_path / 'gone@2x.png'}"], capsys,
+                         timeout=HANG_BOUND_S)
+    line = _one_line(status, err)
+    assert "--target" in line and "ROW,COL" in line, line
