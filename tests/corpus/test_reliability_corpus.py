@@ -207,3 +207,66 @@ def test_a_reference_image_whose_name_has_an_at_sign_is_that_file(tiny_inputs, t
                          timeout=HANG_BOUND_S)
     line = _one_line(status, err)
     assert "--target" in line and "ROW,COL" in line, line
+
+
+# ---------------------------------------------------------------------------------------------------- targets
+def _outsider():
+    import torch
+
+    return torch.ones((), requires_grad=True) * 2.0  # a gradient of its own, not from the output
+
+
+@pytest.mark.parametrize("fn,needle", [
+    (lambda out: out[0] * float("nan"), "returned nan on image 1 (not a finite number"),
+    (lambda out: out[0] * float("inf"), "returned inf on image 1 (not a finite number"),
+    (lambda out: _outsider(), "does not depend on the model's output"),
+])
+def test_a_target_function_that_gives_no_usable_score_is_one_line(tiny_model, fn, needle):
+    """NaN, inf, or a tensor with a gradient that does not come from the output: refused before any map is drawn
+    (were NaN maps, and all-zero maps, with no message)."""
+    import torch
+
+    from vitviz.capture.targets import CallableTarget, TargetError, differentiable_scores
+
+    x = torch.randn(2, 3, 32, 32)
+    out = tiny_model(x)
+    with pytest.raises(TargetError) as e:
+        differentiable_scores(CallableTarget(fn, name="score"), out, None)
+    assert needle in str(e.value) and "score" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_model_with_non_finite_output_is_named_at_the_target(tiny_model):
+    import torch
+
+    from vitviz.capture.targets import ClassTarget, TargetError, differentiable_scores
+
+    with torch.no_grad():
+        tiny_model.head.bias[2] = float("nan")
+    out = tiny_model(torch.randn(1, 3, 32, 32))
+    with pytest.raises(TargetError, match=r"the model's output is not finite"):
+        differentiable_scores(ClassTarget(2), out, None, torch.tensor([2]))
+
+
+@pytest.mark.parametrize("scale", [3e38, 1e-25])
+def test_a_finite_reference_vector_of_extreme_size_keeps_its_direction(scale):
+    """3e38 overflows float32's norm (was score 0.0, all-zero maps, exit 0), 1e-25 falls under the cosine's eps: the
+    same scores as the unit vector of that direction."""
+    import torch
+
+    from vitviz.capture.targets import SimilarityTarget, target_scores
+
+    direction = torch.tensor([3.0, -4.0, 0.0, 12.0])
+    emb = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+    huge = SimilarityTarget(direction / 13 * scale, "extreme")
+    unit = SimilarityTarget(direction / 13, "unit")
+    assert torch.isfinite(huge.vector).all()
+    assert torch.allclose(target_scores(huge, emb, emb), target_scores(unit, emb, emb), atol=1e-6)
+
+
+@pytest.mark.parametrize("index", [10**30, 2**63, 2**62])
+def test_a_huge_class_index_is_one_line(index):
+    from vitviz.capture.targets import ClassTarget, TargetError
+
+    with pytest.raises(TargetError, match="larger than any model's number of classes") as e:
+        ClassTarget(index)
+    assert len(str(e.value)) < 120
