@@ -270,3 +270,22 @@ def test_a_huge_class_index_is_one_line(index):
     with pytest.raises(TargetError, match="larger than any model's number of classes") as e:
         ClassTarget(index)
     assert len(str(e.value)) < 120
+
+
+# ----------------------------------------------------------------------------------------------------- prompts
+@pytest.mark.parametrize("prompts,needle", [
+    (["a cat", None], "prompt 2 of 2 is NoneType, not text"),
+    ([3, "a dog"], "prompt 1 of 2 is int, not text"),
+    (None, "the prompts must be text or a list of texts, got NoneType"),
+    (b"a cat", "got bytes"),
+    (5, "got int"),
+])
+def test_prompts_that_are_not_text_are_named(prompts, needle):
+    """``prompt_pipeline(pipe, ["a cat", None])`` made the prompt "None": now one line naming its place."""
+    from vitviz.capture.targets import TargetError
+    from vitviz.pipeline.prompts import split_prompts
+
+    with pytest.raises(TargetError) as e:
+        split_prompts(prompts)
+    assert needle in str(e.value)
+    assert split_prompts(("a cat", "a dog")) == ["a cat", "a dog"]  # any sequence of texts
