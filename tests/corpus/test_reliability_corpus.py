@@ -289,3 +289,57 @@ def test_prompts_that_are_not_text_are_named(prompts, needle):
         split_prompts(prompts)
     assert needle in str(e.value)
     assert split_prompts(("a cat", "a dog")) == ["a cat", "a dog"]  # any sequence of texts
+
+
+# ------------------------------------------------------------------------------------------- damaged stats parts
+def _spoil(part, change):
+    with np.load(part, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["meta"][()]))
+    change(arrays, meta)
+    arrays["meta"] = np.array(json.dumps(meta))
+    with open(part, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def _huge(arrays, meta):
+    arrays["distance_sum_hi"] = np.full_like(arrays["distance_sum_hi"], 2**62)
+
+
+def _negative_sum(arrays, meta):
+    arrays["entropy_sq_hi"] = -np.abs(arrays["entropy_sq_hi"]) - 1
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda a, m: m.update(n=-5), "counts -5 image(s) analysed"),
+    (lambda a, m: m.update(n=10**6), "counts 1000000 image(s) analysed"),
+    (_huge, "the sums of distance are negative or beyond any dataset"),
+    (_negative_sum, "the sums of entropy are negative or beyond any dataset"),
+    (lambda a, m: m["grids"][0].update(images=-1), "counts outside"),
+])
+def test_a_damaged_stats_part_is_named_and_nothing_is_merged(tiny_inputs, tmp_path, capsys, change, needle):
+    """A part counting -5 images, sums beyond int64's reach (was a mean distance of -7.7e17 px, exit 0), negative
+    sums, negative patch counts: one line naming the part, nothing written."""
+    model, images = tiny_inputs
+    out = tmp_path / "out"
+    for k in (1, 2):
+        status, err, _ = cli(["stats", "--model", str(model), str(images), "--out", str(out), "--quiet",
+                              "--shard", f"{k}/2"], capsys, timeout=HANG_BOUND_S)
+        assert status == 0, err
+    part = out / "attention_stats-2-of-2.npz"
+    _spoil(part, change)
+    before = sorted(p.name for p in out.iterdir())
+    line = _one_line(*cli(["merge", str(out)], capsys, timeout=HANG_BOUND_S)[:2])
+    assert str(part) in line and needle in line, line
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_parts_whose_sums_overflow_together_name_the_part():
+    from vitviz.batch.fixed_point import FixedSum
+
+    a, b = FixedSum((2,)), FixedSum((2,))
+    a.hi[:] = 2**61
+    b.hi[:] = 2**61
+    with pytest.raises(ValueError, match="the sums overflow"):
+        a.add_sum(b)
+    assert (a.hi == 2**61).all()  # unchanged
