@@ -160,3 +160,186 @@ def test_feature_pca_of_non_finite_tokens_says_so_and_the_other_views_are_export
     pca = next(m for m in record["maps"] if m["view"] == "feature_pca")
     assert "hold NaN or infinite values" in pca["unavailable"]
     assert any(m["view"] == "cls" and "npy" in m for m in record["maps"])
+
+
+# ----------------------------------------------------------------------------------------- values echoed, '@' names
+LONG = "x" * 10_000
+
+
+@pytest.mark.parametrize("argv_tail,env", [
+    (["--target", LONG], {}),
+    (["--target", f"similar:{LONG}"], {}),
+    (["--target", f"similar:{LONG}.npy"], {}),
+    ([], {"SLURM_ARRAY_TASK_ID": "7" * 5000, "SLURM_ARRAY_TASK_COUNT": "4"}),
+    ([], {"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "9" * 5000}),
+])
+def test_huge_values_are_echoed_shortened(tiny_inputs, tmp_path, capsys, monkeypatch, argv_tail, env):
+    """A 10,000-character --target or a 5,000-digit job id: one line of bounded length that still names the flag
+    (was a 20 kB line, the value printed twice); nothing written."""
+    model, images = tiny_inputs
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    status, err, _ = cli(["export", "--model", str(model), str(images), "--out", str(tmp_path / "out"), "--quiet",
+                          "--views", "legrad", *argv_tail], capsys, timeout=HANG_BOUND_S)
+    line = _one_line(status, err)
+    assert len(line) < 1200, len(line)
+    assert ("--target" in line) if argv_tail else ("SLURM" in line), line
+    assert "characters)" in line  # the value's length is said where it is shortened
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_reference_image_whose_name_has_an_at_sign_is_that_file(tiny_inputs, tmp_path, capsys):
+    """``similar:ref@2x.png`` names the existing file (was read as the patch '2x.png' of 'ref'); ``similar:IMG@1,2``
+    is still a patch of IMG when no file has that whole name."""
+    model, images = tiny_inputs
+    ref = tmp_path / "ref@2x.png"
+    ref.write_bytes((images / "i0.png").read_bytes())
+    for target, out in ((f"similar:{ref}", "a"), (f"similar:{images / 'i1.png'}@1,2", "b")):
+        status, err, _ = cli(["export", "--model", str(model), str(images), "--out", str(tmp_path / out), "--quiet",
+                              "--format", "npy", "--views", "legrad", "--target", target], capsys,
+                             timeout=HANG_BOUND_S)
+        assert status == 0, err
+    record = next(r for r in map(json.loads, (tmp_path / "a" / "manifest.jsonl").read_text().splitlines())
+                  if "source" in r)
+    assert str(ref) in json.dumps(record["target"]) and "patch" not in record["target"].get("origin", {})
+    status, err, _ = cli(["export", "--model", str(model), str(images), "--out", str(tmp_path / "c"), "--quiet",
+                          "--views", "legrad", "--target", f"similar:{tmp_path / 'gone@2x.png'}"], capsys,
+                         timeout=HANG_BOUND_S)
+    line = _one_line(status, err)
+    assert "--target" in line and "ROW,COL" in line, line
+
+
+# ---------------------------------------------------------------------------------------------------- targets
+def _outsider():
+    import torch
+
+    return torch.ones((), requires_grad=True) * 2.0  # a gradient of its own, not from the output
+
+
+@pytest.mark.parametrize("fn,needle", [
+    (lambda out: out[0] * float("nan"), "returned nan on image 1 (not a finite number"),
+    (lambda out: out[0] * float("inf"), "returned inf on image 1 (not a finite number"),
+    (lambda out: _outsider(), "does not depend on the model's output"),
+])
+def test_a_target_function_that_gives_no_usable_score_is_one_line(tiny_model, fn, needle):
+    """NaN, inf, or a tensor with a gradient that does not come from the output: refused before any map is drawn
+    (were NaN maps, and all-zero maps, with no message)."""
+    import torch
+
+    from vitviz.capture.targets import CallableTarget, TargetError, differentiable_scores
+
+    x = torch.randn(2, 3, 32, 32)
+    out = tiny_model(x)
+    with pytest.raises(TargetError) as e:
+        differentiable_scores(CallableTarget(fn, name="score"), out, None)
+    assert needle in str(e.value) and "score" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_model_with_non_finite_output_is_named_at_the_target(tiny_model):
+    import torch
+
+    from vitviz.capture.targets import ClassTarget, TargetError, differentiable_scores
+
+    with torch.no_grad():
+        tiny_model.head.bias[2] = float("nan")
+    out = tiny_model(torch.randn(1, 3, 32, 32))
+    with pytest.raises(TargetError, match=r"the model's output is not finite"):
+        differentiable_scores(ClassTarget(2), out, None, torch.tensor([2]))
+
+
+@pytest.mark.parametrize("scale", [3e38, 1e-25])
+def test_a_finite_reference_vector_of_extreme_size_keeps_its_direction(scale):
+    """3e38 overflows float32's norm (was score 0.0, all-zero maps, exit 0), 1e-25 falls under the cosine's eps: the
+    same scores as the unit vector of that direction."""
+    import torch
+
+    from vitviz.capture.targets import SimilarityTarget, target_scores
+
+    direction = torch.tensor([3.0, -4.0, 0.0, 12.0])
+    emb = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+    huge = SimilarityTarget(direction / 13 * scale, "extreme")
+    unit = SimilarityTarget(direction / 13, "unit")
+    assert torch.isfinite(huge.vector).all()
+    assert torch.allclose(target_scores(huge, emb, emb), target_scores(unit, emb, emb), atol=1e-6)
+
+
+@pytest.mark.parametrize("index", [10**30, 2**63, 2**62])
+def test_a_huge_class_index_is_one_line(index):
+    from vitviz.capture.targets import ClassTarget, TargetError
+
+    with pytest.raises(TargetError, match="larger than any model's number of classes") as e:
+        ClassTarget(index)
+    assert len(str(e.value)) < 120
+
+
+# ----------------------------------------------------------------------------------------------------- prompts
+@pytest.mark.parametrize("prompts,needle", [
+    (["a cat", None], "prompt 2 of 2 is NoneType, not text"),
+    ([3, "a dog"], "prompt 1 of 2 is int, not text"),
+    (None, "the prompts must be text or a list of texts, got NoneType"),
+    (b"a cat", "got bytes"),
+    (5, "got int"),
+])
+def test_prompts_that_are_not_text_are_named(prompts, needle):
+    """``prompt_pipeline(pipe, ["a cat", None])`` made the prompt "None": now one line naming its place."""
+    from vitviz.capture.targets import TargetError
+    from vitviz.pipeline.prompts import split_prompts
+
+    with pytest.raises(TargetError) as e:
+        split_prompts(prompts)
+    assert needle in str(e.value)
+    assert split_prompts(("a cat", "a dog")) == ["a cat", "a dog"]  # any sequence of texts
+
+
+# ------------------------------------------------------------------------------------------- damaged stats parts
+def _spoil(part, change):
+    with np.load(part, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["meta"][()]))
+    change(arrays, meta)
+    arrays["meta"] = np.array(json.dumps(meta))
+    with open(part, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def _huge(arrays, meta):
+    arrays["distance_sum_hi"] = np.full_like(arrays["distance_sum_hi"], 2**62)
+
+
+def _negative_sum(arrays, meta):
+    arrays["entropy_sq_hi"] = -np.abs(arrays["entropy_sq_hi"]) - 1
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda a, m: m.update(n=-5), "counts -5 image(s) analysed"),
+    (lambda a, m: m.update(n=10**6), "counts 1000000 image(s) analysed"),
+    (_huge, "the sums of distance are negative or beyond any dataset"),
+    (_negative_sum, "the sums of entropy are negative or beyond any dataset"),
+    (lambda a, m: m["grids"][0].update(images=-1), "counts outside"),
+])
+def test_a_damaged_stats_part_is_named_and_nothing_is_merged(tiny_inputs, tmp_path, capsys, change, needle):
+    """A part counting -5 images, sums beyond int64's reach (was a mean distance of -7.7e17 px, exit 0), negative
+    sums, negative patch counts: one line naming the part, nothing written."""
+    model, images = tiny_inputs
+    out = tmp_path / "out"
+    for k in (1, 2):
+        status, err, _ = cli(["stats", "--model", str(model), str(images), "--out", str(out), "--quiet",
+                              "--shard", f"{k}/2"], capsys, timeout=HANG_BOUND_S)
+        assert status == 0, err
+    part = out / "attention_stats-2-of-2.npz"
+    _spoil(part, change)
+    before = sorted(p.name for p in out.iterdir())
+    line = _one_line(*cli(["merge", str(out)], capsys, timeout=HANG_BOUND_S)[:2])
+    assert str(part) in line and needle in line, line
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_parts_whose_sums_overflow_together_name_the_part():
+    from vitviz.batch.fixed_point import FixedSum
+
+    a, b = FixedSum((2,)), FixedSum((2,))
+    a.hi[:] = 2**61
+    b.hi[:] = 2**61
+    with pytest.raises(ValueError, match="the sums overflow"):
+        a.add_sum(b)
+    assert (a.hi == 2**61).all()  # unchanged

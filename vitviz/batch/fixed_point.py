@@ -48,6 +48,8 @@ class FixedSum:
         """Add another sum (a shard's) of the same shape: exact, so the order of shards does not matter."""
         if other.shape != self.shape:
             raise ValueError(f"shape {other.shape}, but the sums have {self.shape}")
+        if (np.abs(self.hi.astype(np.float64) + other.hi.astype(np.float64)) >= 2.0 ** 62).any():
+            raise ValueError("the sums overflow (a damaged part: no dataset adds up to 2^62)")
         self.hi += other.hi
         self.lo += other.lo
         self.bad |= other.bad

@@ -268,7 +268,10 @@ def prepare_stats(out: str | Path, *, overwrite: bool = False) -> PreparedMerge 
     acc = StatsAccumulator()
     if not cov.problems:
         for part in sorted(parts, key=lambda p: p.plan.shard):
-            acc.add_shard(part.accumulator)  # exact: the order does not matter, but it is fixed anyway
+            try:
+                acc.add_shard(part.accumulator)  # exact: the order does not matter, but it is fixed anyway
+            except ValueError as e:  # other layers or heads (another model), sums that overflow: name the part
+                raise PartError(f"{found[part.plan.shard]}: cannot be added to the other parts ({e})") from None
         if acc.n == 0:
             raise ValueError(f"none of the {cov.images} image(s) could be analysed by any shard: there are no "
                              "statistics to write")

@@ -151,6 +151,7 @@ def _check_paths(out: str | os.PathLike, paths: list[Path], overwrite: bool, our
             raise FileExistsError(f"{p} already exists (pass --overwrite to replace it)")
 
 
+PLAUSIBLE_SUM = 1 << 56  # a part's exact sums (integer parts) stay below: 2^30 images x values below 2^26
 PART_STEM = "attention_stats"  # a shard's part: attention_stats-K-of-N.npz
 PART_SUFFIX = ".npz"
 _PART_KIND = "vitviz stats part"
@@ -228,6 +229,8 @@ def read_part(path: str | os.PathLike) -> StatsPart:
         plan = ShardPlan.from_json(meta["plan"], p)
         acc = StatsAccumulator()
         acc.n = int(meta["n"])
+        if not 0 <= acc.n <= len(plan.images):  # (a damaged part: -5 images, more than its shard was given)
+            raise ValueError(f"it counts {acc.n} image(s) analysed, but its shard has {len(plan.images)}")
         index, model, tokens = meta["last"]
         acc.last = (int(index), str(model), int(tokens))
         for k in meta["stats"] if acc.n else ():
@@ -235,10 +238,15 @@ def read_part(path: str | os.PathLike) -> StatsPart:
             acc.squares[str(k)] = FixedSum.from_arrays(arrays, f"{k}_sq")
         if acc.n and sorted(acc.sums) != ["distance", "entropy"]:
             raise ValueError(f"statistics {sorted(acc.sums)}")
+        for k, fixed in [*acc.sums.items(), *acc.squares.items()]:  # sums of distances, entropies and their squares
+            if (fixed.hi < 0).any() or (fixed.hi >= PLAUSIBLE_SUM).any():  # are >= 0, and far below int64's end
+                raise ValueError(f"the sums of {k} are negative or beyond any dataset (damaged)")
         for i, g in enumerate(meta["grids"]):
             flags = np.asarray(arrays[f"grid{i}_flags"])
             if flags.dtype != np.int64 or list(flags.shape) != [int(x) for x in g["shape"]]:
                 raise ValueError(f"grid{i}_flags")
+            if not 0 <= int(g["images"]) <= acc.n or (flags < 0).any() or (flags > int(g["images"])).any():
+                raise ValueError(f"grid{i}: counts outside 0..{acc.n} images")
             acc.grids[tuple(flags.shape)] = GridFlags(flags.copy(), int(g["images"]), int(g["first"]))
         failures = [(str(a), str(b)) for a, b in meta["failures"]]
         settings = meta.get("settings") or {}

@@ -49,6 +49,8 @@ def read_target(pipeline: Any, text: str | int | None, *, flag: str = "--target"
             target = parse_target(pipeline, t)
         except TargetError as e:
             raise ValueError(f"{flag} {t}: {_without_echo(str(e), t)}") from None
+        except OSError as e:  # a name the system refuses (too long ...): the flag, and the cause without the name
+            raise ValueError(f"{flag} {t}: cannot read the reference ({e.strerror or e})") from None
         problem = _size_problem(model, target.vector.shape[0])
         if problem:
             raise ValueError(f"{flag} {t}: {problem}")

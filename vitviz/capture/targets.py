@@ -52,6 +52,9 @@ class ClassTarget:
             raise TargetError(f"a class target is a class index, got {self.index!r}")
         if self.index is not None and int(self.index) < 0:
             raise TargetError(f"class {self.index}: a class index is 0 or more")
+        if self.index is not None and int(self.index) >= 2**62:  # beyond any model's classes (and torch's int64)
+            raise TargetError(f"class {str(int(self.index))[:30]}{'…' if len(str(int(self.index))) > 30 else ''}: "
+                              "larger than any model's number of classes")
 
     @property
     def key(self) -> tuple:
@@ -103,8 +106,11 @@ class SimilarityTarget:
                               f"{tuple(v.shape)}")
         if not bool(torch.isfinite(v).all()):
             raise TargetError(f"similarity target {self.name!r}: the reference vector has NaN or infinite values")
-        if float(v.norm()) == 0.0:
+        if float(v.norm()) == 0.0 and float(v.abs().max()) == 0.0:
             raise TargetError(f"similarity target {self.name!r}: the reference vector is zero (no direction)")
+        norm = float(v.double().norm())
+        if not 1e-6 < norm < 1e30:  # its float32 norm would overflow (3e38) or fall under the cosine's eps: the
+            v = (v.double() / norm).float()  # same direction at unit length (the score is a cosine)
         object.__setattr__(self, "vector", v)
         object.__setattr__(self, "scale", float(self.scale))
         object.__setattr__(self, "bias", float(self.bias))
@@ -262,9 +268,23 @@ def target_scores(target: Target, output: torch.Tensor, embedding: torch.Tensor 
                 raise TargetError(f"target function {target.name} returned shape {tuple(y.shape)}, not a scalar")
             if not y.is_floating_point():
                 raise TargetError(f"target function {target.name} returned dtype {y.dtype}, not a floating scalar")
+            if not bool(torch.isfinite(y.detach()).all()):
+                raise TargetError(f"target function {target.name} returned {float(y.detach())} on image {b + 1} (not "
+                                  "a finite number: the maps would be NaN)")
             values.append(y.reshape(()))
         return torch.stack(values)
     raise TargetError(f"unknown target {target!r}")
+
+
+def finite_scores(target: Target, scores: torch.Tensor) -> torch.Tensor:
+    """``scores``, checked to be finite numbers (NaN or infinite ones come from a model whose output is not finite:
+    the maps would be NaN)."""
+    bad = ~torch.isfinite(scores.detach())
+    if bool(bad.any()):
+        raise TargetError(f"target {target.describe()}: the score of image {int(bad.nonzero()[0, 0]) + 1} is "
+                          f"{float(scores.detach()[bad][0])}: the model's output is not finite (NaN or infinite "
+                          "values in its weights or its input?), so the maps would be NaN")
+    return scores
 
 
 def differentiable_scores(target: Target, output: torch.Tensor, embedding: torch.Tensor | None,
@@ -275,8 +295,10 @@ def differentiable_scores(target: Target, output: torch.Tensor, embedding: torch
         TargetError: as :func:`target_scores`, or a value that does not depend on the ``owner``'s output (a constant,
             a detached tensor).
     """
-    scores = target_scores(target, output, embedding, classes)
-    if not scores.requires_grad:
+    scores = finite_scores(target, target_scores(target, output, embedding, classes))
+    unrelated = scores.requires_grad and isinstance(target, CallableTarget) and output.requires_grad and \
+        torch.autograd.grad(scores.sum(), output, retain_graph=True, allow_unused=True)[0] is None
+    if not scores.requires_grad or unrelated:  # (a tensor with a gradient of its own, not from the output)
         raise TargetError(f"target {target.describe()}: its value does not depend on the {owner}'s output, so it has "
                           "no gradient")
     return scores

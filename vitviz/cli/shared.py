@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
 
@@ -50,9 +51,20 @@ def check_templates(args: argparse.Namespace) -> None:
         raise ValueError(f"--templates {args.templates}: give --text too (the templates are put around its prompts)")
 
 
+LONG_WORD = 160  # characters of one word (a value, a path) echoed whole; longer ones are shortened
+LINE_MAX = 2000  # characters of one error line
+
+
 def one_line(text: str) -> str:
-    """``text`` on one line: library messages (torch's among them) can span several; so can a file name."""
-    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    """``text`` on one line: library messages (torch's among them) can span several; so can a file name. A value
+    echoed back is bounded: a word longer than :data:`LONG_WORD` keeps its start and end with its length between
+    (a 10,000-character ``--target`` or a 5,000-digit job id is not printed whole, once or twice), and the line is
+    cut at :data:`LINE_MAX`."""
+    line = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    if len(line) <= LONG_WORD:
+        return line
+    line = re.sub(rf"\S{{{LONG_WORD + 1},}}", lambda m: f"{m[0][:100]}…({len(m[0])} characters)…{m[0][-30:]}", line)
+    return line if len(line) <= LINE_MAX else f"{line[:LINE_MAX - 40]}… ({len(line)} characters in all)"
 
 
 class Reporter:

@@ -28,9 +28,16 @@ def split_prompts(text: str | Sequence[str]) -> list[str]:
     """Prompts from ``"a cat; a dog"`` or a list: each stripped; empty ones refused.
 
     Raises:
-        TargetError: no prompt, or an empty one (naming its place).
+        TargetError: no prompt, an empty one or one that is not text (None, a number: naming its place).
     """
-    parts = [str(p) for p in text] if not isinstance(text, str) else str(text).split(";")
+    if text is None or isinstance(text, bytes) or not hasattr(text, "__iter__"):
+        raise TargetError(f"the prompts must be text or a list of texts, got {type(text).__name__}")
+    if not isinstance(text, str):
+        text = list(text)
+        wrong = [(i + 1, p) for i, p in enumerate(text) if not isinstance(p, str)]
+        if wrong:  # (None, a number ...: never their repr as a prompt)
+            raise TargetError(f"prompt {wrong[0][0]} of {len(text)} is {type(wrong[0][1]).__name__}, not text")
+    parts = list(text) if not isinstance(text, str) else str(text).split(";")
     out = [p.strip() for p in parts]
     if not any(out):
         raise TargetError("the prompt is empty: type a phrase (several separated by ';')")

@@ -137,7 +137,7 @@ def parse_target(pipeline: Any, text: str, labels: Any = None) -> Any:
     if t.lower().startswith(SIMILAR):
         ref = t[len(SIMILAR):].strip()
         patch = None
-        if "@" in ref:
+        if "@" in ref and not os.path.isfile(ref):  # (a file whose name has '@', e.g. ref@2x.png, is that file)
             ref, where = ref.rsplit("@", 1)
             try:
                 row, col = (int(v) for v in where.split(","))
