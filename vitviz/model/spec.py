@@ -137,7 +137,11 @@ def _parts(c: ViTConfig) -> str:
         parts.append("attention-pool head")
     parts.append({"learned": "learned", "sincos": "sin-cos", "none": "no"}[c.pos_embed] + " position embedding"
                  + (f" (resampled: {c.pos_embed_interp})" if c.pos_embed == "learned" else ""))
-    parts.append(f"LayerNorm eps {c.layer_norm_eps:g}")
+    if c.embed_norm:
+        parts.append("normed patch embeddings")
+    if not c.proj_bias:
+        parts.append("no projection / MLP biases")
+    parts.append(f"{'RMSNorm' if c.norm_layer == 'rmsnorm' else 'LayerNorm'} eps {c.layer_norm_eps:g}")
     return ", ".join(parts)
 
 

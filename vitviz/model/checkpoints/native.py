@@ -28,7 +28,7 @@ from vitviz.model.checkpoints.common import (
     want_size,
     want_str,
 )
-from vitviz.model.layers import ACT_LAYERS, MLP_LAYERS
+from vitviz.model.layers import ACT_LAYERS, MLP_LAYERS, NORM_LAYERS
 from vitviz.model.pos_embed import POS_EMBED_INTERPS, REL_POS_INTERPS
 from vitviz.model.preprocess import Interpolation, Preprocess
 from vitviz.model.spec import HEAD_KINDS, ModelSpec
@@ -73,7 +73,8 @@ CONFIG_FIELDS: dict[str, _Check] = {
     "act_layer": _choice(*ACT_LAYERS), "mlp_layer": _choice(*MLP_LAYERS), "pre_norm": want_bool,
     "post_norm": want_bool, "patch_bias": want_bool, "head_bias": want_bool,
     "rel_pos_bias": _choice(*REL_POS_BIASES), "pos_embed_interp": _choice(*POS_EMBED_INTERPS),
-    "rel_pos_interp": _choice(*REL_POS_INTERPS),
+    "rel_pos_interp": _choice(*REL_POS_INTERPS), "norm_layer": _choice(*NORM_LAYERS), "embed_norm": want_bool,
+    "proj_bias": want_bool,
 }
 assert set(CONFIG_FIELDS) == {f.name for f in fields(ViTConfig)}
 
