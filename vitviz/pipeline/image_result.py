@@ -5,6 +5,7 @@ the model). No Qt.
 
 from __future__ import annotations
 
+import copy
 import threading
 from dataclasses import dataclass, replace
 from typing import Any
@@ -16,6 +17,7 @@ from vitviz import analysis as A
 from vitviz._util.arrays import to_numpy
 from vitviz.capture import ImageCapture
 from vitviz.model.preprocess import CropGeometry
+from vitviz.model.vit import ViT
 
 
 class ModelData:
@@ -26,13 +28,16 @@ class ModelData:
         pos_embed: ``[N_pos, D]`` float32 position embedding resampled to ``grid`` (prefix slots included when the
             model has them), or None.
         patch_embed_weight: ``[D, C, P, P]`` float32 patch-embedding filters, or None.
+        final_norm: a float32 CPU copy of the model's final norm over the tokens (``model.norm`` of a vitviz ViT),
+            or None (a model that norms after pooling, or one vitviz did not build): :meth:`after_final_norm`.
     """
 
     def __init__(self, grid: tuple[int, int], pos_embed: torch.Tensor | None,
-                 patch_embed_weight: torch.Tensor | None):
+                 patch_embed_weight: torch.Tensor | None, final_norm: torch.nn.Module | None = None):
         self.grid = (int(grid[0]), int(grid[1]))
         self.pos_embed = pos_embed
         self.patch_embed_weight = patch_embed_weight
+        self.final_norm = final_norm
         self._lock = threading.Lock()
         self._cache: dict[Any, Any] = {}
 
@@ -41,6 +46,13 @@ class ModelData:
             if key not in self._cache:
                 self._cache[key] = fn()
             return self._cache[key]
+
+    def after_final_norm(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        """``tokens [..., D]`` (the last block's output) through the model's final norm, float32; None without one."""
+        if self.final_norm is None:
+            return None
+        with torch.no_grad():
+            return self.final_norm(tokens.detach().to("cpu", torch.float32))
 
     def pos_similarity(self) -> np.ndarray | None:
         """``[gh, gw, gh, gw]`` cosine similarity of the position embeddings, or None when the model has none."""
@@ -78,7 +90,11 @@ class ModelData:
                 pos_embed = pos[0].detach().float().cpu()
         pe = getattr(model, "patch_embed", None)
         weight = pe.proj.weight.detach().float().cpu() if pe is not None and hasattr(pe, "proj") else None
-        return cls(grid, pos_embed, weight)
+        norm = getattr(model, "norm", None)
+        final = None
+        if isinstance(model, ViT) and isinstance(norm, (torch.nn.LayerNorm, torch.nn.RMSNorm)):
+            final = copy.deepcopy(norm).to("cpu", torch.float32).eval()
+        return cls(grid, pos_embed, weight, final)
 
 
 @dataclass
