@@ -20,6 +20,7 @@ from PIL import Image
 
 from vitviz.model import load_checkpoint
 from vitviz.model.checkpoints.common import CheckpointError
+from vitviz.model.checkpoints.saving import save_checkpoint
 from vitviz.model.preprocess import INCEPTION_MEAN, naflex_size
 from vitviz.pipeline import Pipeline
 
@@ -73,6 +74,9 @@ def test_naflex_tower_equals_transformers_on_square_and_non_square_grids(tmp_pat
     assert ours.spec.source_format == "hf-siglip" and c.global_pool == "map" and c.num_prefix_tokens == 0
     assert c.img_size == (32, 32) and c.pos_embed_interp == "bilinear_aa" and c.act_layer == "gelu_tanh"
     assert pre.max_num_patches == 256 and pre.patch_size == PATCH and pre.mean == INCEPTION_MEAN
+    assert "preprocessing: NaFlex: aspect ratio kept, sides multiples of 8, at most 256 patches" in ours.spec.describe()
+    again = load_checkpoint(save_checkpoint(ours, tmp_path / "naflex.safetensors"))  # vitviz's own file keeps it
+    assert again.spec.preprocess == pre and again.config == c
     worst = check_against_reference(ours, reference(model), [(32, 32), (24, 56), (72, 16), (48, 40)], prefix=0)
     print("SigLIP 2 NaFlex worst relative errors:", worst)
 

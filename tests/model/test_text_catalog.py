@@ -54,3 +54,24 @@ def test_the_prompt_box_is_told_from_the_curated_list_alone(monkeypatch):
         assert text_tower_reason(key) is None, key
     assert text_tower_reason("dino-s8") == ("DINO ViT-S/8 (timm/vit_small_patch8_224.dino): an image tower only; "
                                             "no text tower")
+
+
+def test_the_2025_names_siglip2_and_aimv2(monkeypatch):
+    """siglip2-b16 (timm's image tower), siglip2-b16-naflex (a Transformers Siglip2Model: its size from
+    transformers' architecture on the meta device) and aimv2-l14 (timm; its size in test_hub.py); SigLIP 2's text
+    tower is not offered, and the prompt box is told why in one line, without any request."""
+    from transformers import Siglip2Config, Siglip2Model
+
+    for key in ("siglip2-b16", "siglip2-b16-naflex", "aimv2-l14"):
+        assert key in catalog.HUB_BY_KEY
+    naflex = catalog.HUB_BY_KEY["siglip2-b16-naflex"]
+    assert naflex.repo == "google/siglip2-base-patch16-naflex" and naflex.text == ""
+    with torch.device("meta"):  # SigLIP 2 base: transformers' defaults with Gemma's 256k vocabulary
+        ref = Siglip2Model(Siglip2Config(text_config=dict(vocab_size=256000),
+                                         vision_config=dict(num_patches=256, patch_size=16)))
+    assert abs(naflex.size_mb - _mb(ref)) < 0.1
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent/hf-cache")
+    for key in ("siglip2-b16", "siglip2-b16-naflex"):
+        why = text_tower_reason(key)
+        assert why is not None and "Gemma tokenizer" in why and "\n" not in why, why

@@ -11,18 +11,22 @@ def test_listed_and_declared():
     v = views.get("feature_pca")
     assert v in views.all_views()
     assert v.rgb and not v.needs_grads and not v.needs_cls and "target" not in v.reads
-    assert v.reads == {"layer", "mask_background", "pca_joint"} and v.slider == "layer"
+    assert v.reads == {"layer", "mask_background", "pca_joint", "pca_style"} and v.slider == "layer"
     assert all(not x.rgb for x in views.all_views() if x.key not in ("feature_pca", "logit_lens"))
 
 
-def test_computes_for_the_tiny_model(session):
+def test_computes_for_the_tiny_model(session, tiny_model):
     r = session.result
     session.set_options(view="feature_pca", layer=r.num_layers - 1)
-    ref = A.feature_pca(r.tokens[r.num_layers], grid=r.grid, num_prefix_tokens=r.num_prefix_tokens)
-    np.testing.assert_allclose(session.current_map(), ref.scores[..., 0].numpy(), rtol=1e-6)
+    t = r.tokens[r.num_layers].double()  # the last layer: after the final LayerNorm, written out
+    normed = (t - t.mean(-1, keepdim=True)) / (t.var(-1, unbiased=False, keepdim=True) + tiny_model.norm.eps).sqrt()
+    normed = normed * tiny_model.norm.weight.double() + tiny_model.norm.bias.double()
+    ref = A.feature_pca(normed, grid=r.grid, num_prefix_tokens=r.num_prefix_tokens)
+    np.testing.assert_allclose(session.current_map(), ref.scores[..., 0].numpy(), rtol=1e-4, atol=1e-5)
     rgba = session.rgb_map()
     assert rgba.shape == (*r.grid, 4) and rgba.dtype == np.float32
-    np.testing.assert_allclose(rgba[..., :3], ref.rgb.numpy())
+    np.testing.assert_allclose(rgba[..., :3], ref.rgb.numpy(), atol=1e-5)
+    assert "tokens after the final norm" in session.caption()
     assert np.all(rgba[..., 3] == 1)
     assert session.unavailable_reason() is None
     session.set_options(layer=-1)  # the patch embeddings

@@ -46,7 +46,7 @@ def test_the_table_declares_every_field_of_view_options_in_order():
     assert O.option("mask_style").choices == O.MASK_STYLES
     assert set(O.readable_options()) == {"layer", "head", "query", "head_fusion", "discard_ratio", "start_layer",
                                          "legrad_start", "legrad_pooling", "legrad_correction", "gradcam_layer",
-                                         "mask_background", "pca_joint", "target"}
+                                         "mask_background", "pca_joint", "pca_style", "target"}
     with pytest.raises(ValueError, match="unknown option 'colour'"):
         O.option("colour")
 

@@ -25,6 +25,7 @@ _LAZY = {
     "map_to_image": "mapping", "upsample": "mapping",
     "relevance": "lrp",
     "PCAFit": "pca", "PatchPCA": "pca", "feature_pca": "pca", "fit_feature_pca": "pca", "project_feature_pca": "pca",
+    "whitened_pca": "pca",
     "gradcam_map": "legrad_gradcam", "legrad_map": "legrad_gradcam",
     "attention_rollout": "attention_maps", "cls_attention": "attention_maps", "gradient_rollout": "attention_maps",
     "query_attention": "attention_maps", "rollout_transitions": "attention_maps",

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PCAFit", "PatchPCA", "feature_pca", "fit_feature_pca", "project_feature_pca"]
+__all__ = ["PCAFit", "PatchPCA", "feature_pca", "fit_feature_pca", "project_feature_pca", "whitened_pca"]
 
 
 @dataclass(frozen=True)
@@ -241,3 +241,43 @@ def feature_pca(tokens: torch.Tensor, *, grid: tuple[int, int], num_prefix_token
     fit = fit_feature_pca(fit_tokens, grids=fit_grids, components=components, mask_background=mask_background,
                           threshold=threshold)
     return project_feature_pca(fit, tokens, grid=grid, num_prefix_tokens=p)
+
+
+def whitened_pca(tokens: torch.Tensor, *, grid: tuple[int, int], num_prefix_tokens: int,
+                 foreground: torch.Tensor | None = None) -> PatchPCA:
+    """DINOv3's feature PCA as its authors draw it (the DINOv3 repository's PCA notebook): a whitened PCA of three
+    components fitted on the foreground patch tokens (``sklearn.decomposition.PCA(n_components=3, whiten=True)``:
+    ``(x - mean) @ V^T / sqrt(variance)``, the variance ``S^2 / (M - 1)`` over the M fitted tokens), every patch
+    projected, colours ``sigmoid(2 * projection)``, the background black.
+
+    The notebook's foreground comes from a classifier trained on labelled masks; here it is ``foreground`` (vitviz's
+    mask of the first component, :func:`feature_pca`), or every patch. Signs follow this module's rule (the largest
+    loading of each component positive), not scikit-learn's: a flipped component swaps a colour for its complement.
+
+    Args:
+        tokens: ``[N, D]`` one image's tokens (prefix first).
+        grid, num_prefix_tokens: as :func:`feature_pca`.
+        foreground: bool ``[gh, gw]`` (or ``[gh * gw]``): the patches fitted on and coloured; None: all. Fewer than
+            two foreground patches: every patch is fitted on.
+
+    Returns:
+        A :class:`PatchPCA`: ``rgb`` the colours, ``scores`` the whitened projections.
+    """
+    gh, gw = grid
+    p = int(num_prefix_tokens)
+    if tokens.ndim != 2 or tokens.shape[0] - p != gh * gw:
+        raise ValueError(f"tokens of shape {tuple(tokens.shape)} minus {p} prefix tokens do not fill a {gh}x{gw} grid")
+    x = tokens[p:].detach().to("cpu", torch.float64)
+    fg = torch.ones(gh * gw, dtype=torch.bool) if foreground is None else foreground.reshape(-1).to(torch.bool)
+    fit = x[fg] if int(fg.sum()) >= 2 else x
+    if fit.shape[0] < 2:
+        raise ValueError("the whitened PCA needs at least two tokens to fit the components on")
+    mean, comps, var, ratio = _fit(fit, 3)
+    scores = (x - mean) @ comps.T / torch.sqrt(torch.where(var > 0, var, torch.ones_like(var)))
+    colour = torch.sigmoid(2.0 * scores) * fg[:, None]
+    rgb = torch.zeros(gh * gw, 3, dtype=torch.float64)
+    rgb[:, :colour.shape[1]] = colour
+    f32 = torch.float32
+    return PatchPCA(rgb=rgb.reshape(gh, gw, 3).to(f32), foreground=fg.reshape(gh, gw),
+                    scores=scores.reshape(gh, gw, -1).to(f32), components=comps.to(f32),
+                    explained_variance=var.to(f32), explained_ratio=ratio.to(f32), mean=mean.to(f32))

@@ -86,6 +86,9 @@ class StatusParts:
         cfg = getattr(model, "config", None)
         arch = f"L{cfg.depth} H{cfg.num_heads} P{cfg.patch_size}" if cfg is not None else ""
         size_text = f"{size[0]}×{size[1]}" if size else "?"
+        budget = getattr(getattr(spec, "preprocess", None), "max_num_patches", 0)
+        if budget:  # NaFlex: each image at its own size
+            size_text = f"≤{budget} patches"
         self.model_label.setText(f"<b>{title}</b> · {size_text} · {arch} · {device} · "
                                  f"{precision_label(precision, device)}")
         self.model_label.setToolTip(spec.describe() if hasattr(spec, "describe") else title)

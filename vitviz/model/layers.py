@@ -17,9 +17,21 @@ from vitviz.model.rope import rotate_patches
 
 ActLayer = Literal["gelu", "quick_gelu", "gelu_tanh"]
 MlpLayer = Literal["mlp", "swiglu"]
+NormLayer = Literal["layernorm", "rmsnorm"]
 
 ACT_LAYERS: tuple[str, ...] = ("gelu", "quick_gelu", "gelu_tanh")
 MLP_LAYERS: tuple[str, ...] = ("mlp", "swiglu")
+NORM_LAYERS: tuple[str, ...] = ("layernorm", "rmsnorm")
+
+
+def make_norm(kind: NormLayer, dim: int, eps: float) -> nn.Module:
+    """``layernorm`` (``nn.LayerNorm``) or ``rmsnorm`` (``nn.RMSNorm``: ``x / sqrt(mean(x^2) + eps) * weight``, no
+    bias; AIMv2, timm's ``RmsNorm``)."""
+    if kind == "layernorm":
+        return nn.LayerNorm(dim, eps=eps)
+    if kind == "rmsnorm":
+        return nn.RMSNorm(dim, eps=eps)
+    raise ValueError(f"norm_layer={kind!r}; valid: {', '.join(NORM_LAYERS)}")
 
 
 class PatchEmbed(nn.Module):
@@ -29,7 +41,7 @@ class PatchEmbed(nn.Module):
     """
 
     def __init__(self, img_size: tuple[int, int], patch_size: int, in_channels: int, embed_dim: int,
-                 bias: bool = True):
+                 bias: bool = True, norm: nn.Module | None = None):
         super().__init__()
         self.img_size = img_size
         self.patch_size = patch_size
@@ -37,6 +49,7 @@ class PatchEmbed(nn.Module):
         self.grid_size = (img_size[0] // patch_size, img_size[1] // patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.proj = nn.Conv2d(in_channels, embed_dim, kernel_size=patch_size, stride=patch_size, bias=bias)
+        self.norm = norm if norm is not None else nn.Identity()  # AIMv2: a norm on the patch embeddings
 
     def check_input(self, x: torch.Tensor) -> tuple[int, int]:
         """Validate ``x`` and return its patch grid ``(gh, gw)``; raise ValueError naming the wrong number."""
@@ -59,7 +72,7 @@ class PatchEmbed(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.check_input(x)
-        return self.proj(x).flatten(2).transpose(1, 2)
+        return self.norm(self.proj(x).flatten(2).transpose(1, 2))
 
 
 class AttentionMap(nn.Identity):
@@ -82,7 +95,7 @@ class Attention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0, proj_drop: float = 0.0,
                  rel_pos_window: tuple[int, int] | None = None, rel_pos_interp: RelPosInterp = "timm",
-                 rope_half: bool = False):
+                 rope_half: bool = False, proj_bias: bool = True):
         super().__init__()
         if dim % num_heads != 0:
             raise ValueError(
@@ -96,7 +109,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.attn_map = AttentionMap()
-        self.proj = nn.Linear(dim, dim)
+        self.proj = nn.Linear(dim, dim, bias=proj_bias)
         self.proj_drop = nn.Dropout(proj_drop)
         self.rope_half = rope_half
         self.rel_pos_window = tuple(rel_pos_window) if rel_pos_window else None
@@ -184,12 +197,12 @@ def make_act(name: ActLayer) -> nn.Module:
 
 
 class Mlp(nn.Module):
-    def __init__(self, dim: int, hidden: int, drop: float = 0.0, act_layer: ActLayer = "gelu"):
+    def __init__(self, dim: int, hidden: int, drop: float = 0.0, act_layer: ActLayer = "gelu", bias: bool = True):
         super().__init__()
-        self.fc1 = nn.Linear(dim, hidden)
+        self.fc1 = nn.Linear(dim, hidden, bias=bias)
         self.act = make_act(act_layer)
         self.drop1 = nn.Dropout(drop)
-        self.fc2 = nn.Linear(hidden, dim)
+        self.fc2 = nn.Linear(hidden, dim, bias=bias)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -200,16 +213,16 @@ class SwiGLUPacked(nn.Module):
     """SwiGLU MLP with value and gate packed in one ``fc1`` (timm's ``SwiGLUPacked``, DINOv2 giant):
     ``fc2(silu(a) * b)`` with ``a, b = fc1(x).chunk(2)``; ``hidden`` is the packed width (``fc2`` takes half)."""
 
-    def __init__(self, dim: int, hidden: int, drop: float = 0.0, norm_eps: float | None = None):
+    def __init__(self, dim: int, hidden: int, drop: float = 0.0, norm_eps: float | None = None, bias: bool = True):
         super().__init__()
         if hidden % 2:
             raise ValueError(f"a packed SwiGLU needs an even hidden width (int(embed_dim * mlp_ratio)), got {hidden}")
-        self.fc1 = nn.Linear(dim, hidden)
+        self.fc1 = nn.Linear(dim, hidden, bias=bias)
         self.act = nn.SiLU()
         self.drop1 = nn.Dropout(drop)
         # EVA-02's inner LayerNorm on silu(a) * b before fc2 (timm's SwiGLU ``norm``, "scale_mlp")
         self.norm = nn.LayerNorm(hidden // 2, eps=norm_eps) if norm_eps is not None else nn.Identity()
-        self.fc2 = nn.Linear(hidden // 2, dim)
+        self.fc2 = nn.Linear(hidden // 2, dim, bias=bias)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -240,20 +253,24 @@ class Block(nn.Module):
         rel_pos_interp: RelPosInterp = "timm",
         rope_half: bool = False,
         mlp_norm: bool = False,
+        norm_layer: NormLayer = "layernorm",
+        proj_bias: bool = True,
     ):
         super().__init__()
         self.post_norm = post_norm
-        self.norm1 = nn.LayerNorm(dim, eps=eps)
+        self.norm1 = make_norm(norm_layer, dim, eps)
         self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop,
-                              rel_pos_window=rel_pos_window, rel_pos_interp=rel_pos_interp, rope_half=rope_half)
+                              rel_pos_window=rel_pos_window, rel_pos_interp=rel_pos_interp, rope_half=rope_half,
+                              proj_bias=proj_bias)
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(dim, eps=eps)
+        self.norm2 = make_norm(norm_layer, dim, eps)
         hidden = int(dim * mlp_ratio)
         if mlp_layer == "swiglu":
-            self.mlp: nn.Module = SwiGLUPacked(dim, hidden, drop=drop, norm_eps=eps if mlp_norm else None)
+            self.mlp: nn.Module = SwiGLUPacked(dim, hidden, drop=drop, norm_eps=eps if mlp_norm else None,
+                                               bias=proj_bias)
         elif mlp_layer == "mlp":
-            self.mlp = Mlp(dim, hidden, drop=drop, act_layer=act_layer)
+            self.mlp = Mlp(dim, hidden, drop=drop, act_layer=act_layer, bias=proj_bias)
         else:
             raise ValueError(f"mlp_layer={mlp_layer!r}; valid: {', '.join(MLP_LAYERS)}")
         self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
@@ -285,7 +302,7 @@ class AttentionPool(nn.Module):
     """
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, eps: float = 1e-6,
-                 act_layer: ActLayer = "gelu", qkv_bias: bool = True):
+                 act_layer: ActLayer = "gelu", qkv_bias: bool = True, norm_layer: NormLayer = "layernorm"):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
@@ -296,7 +313,7 @@ class AttentionPool(nn.Module):
         self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias)
         self.attn_map = AttentionMap()
         self.proj = nn.Linear(dim, dim)
-        self.norm = nn.LayerNorm(dim, eps=eps)
+        self.norm = make_norm(norm_layer, dim, eps)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

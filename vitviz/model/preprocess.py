@@ -98,6 +98,14 @@ class Preprocess:
             patch_size=int(d.get("patch_size", 16)),
         )
 
+    def words(self) -> str:
+        """The preprocessing in words, for ``vitviz info`` and tooltips."""
+        norm = f"mean {tuple(round(x, 4) for x in self.mean)}, std {tuple(round(x, 4) for x in self.std)}"
+        if self.max_num_patches:
+            return (f"NaFlex: aspect ratio kept, sides multiples of {self.patch_size}, at most "
+                    f"{self.max_num_patches} patches ({self.interpolation}), no crop, {norm}")
+        return (f"resize {self.resize} ({self.interpolation}), centre crop {self.crop[0]}x{self.crop[1]}, {norm}")
+
     def geometry(self, image_size: tuple[int, int]) -> "CropGeometry":
         """Where the model's input crop lies, for an image of ``(height, width)``."""
         h, w = image_size

@@ -115,8 +115,7 @@ class ModelSpec:
             f"MLP x{c.mlp_ratio:g}, pool {c.global_pool}, prefix tokens: {', '.join(prefix) or 'none'}",
             f"parts:         {self.parts_text()}",
             f"input size:    {c.img_size[0]}x{c.img_size[1]} (grid {c.grid_size[0]}x{c.grid_size[1]})",
-            f"preprocessing: resize {p.resize} ({p.interpolation}), centre crop {p.crop[0]}x{p.crop[1]}, "
-            f"mean {tuple(round(x, 4) for x in p.mean)}, std {tuple(round(x, 4) for x in p.std)}",
+            f"preprocessing: {p.words()}",
             f"classes:       {c.num_classes}" + (" (labelled)" if self.labels else " (no labels)"),
         ]
         return "\n".join(lines)
@@ -137,7 +136,11 @@ def _parts(c: ViTConfig) -> str:
         parts.append("attention-pool head")
     parts.append({"learned": "learned", "sincos": "sin-cos", "none": "no"}[c.pos_embed] + " position embedding"
                  + (f" (resampled: {c.pos_embed_interp})" if c.pos_embed == "learned" else ""))
-    parts.append(f"LayerNorm eps {c.layer_norm_eps:g}")
+    if c.embed_norm:
+        parts.append("normed patch embeddings")
+    if not c.proj_bias:
+        parts.append("no projection / MLP biases")
+    parts.append(f"{'RMSNorm' if c.norm_layer == 'rmsnorm' else 'LayerNorm'} eps {c.layer_norm_eps:g}")
     return ", ".join(parts)
 
 

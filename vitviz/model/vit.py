@@ -31,7 +31,18 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from vitviz.model.layers import ACT_LAYERS, MLP_LAYERS, ActLayer, AttentionPool, Block, MlpLayer, PatchEmbed
+from vitviz.model.layers import (
+    ACT_LAYERS,
+    MLP_LAYERS,
+    NORM_LAYERS,
+    ActLayer,
+    AttentionPool,
+    Block,
+    MlpLayer,
+    NormLayer,
+    PatchEmbed,
+    make_norm,
+)
 from vitviz.model.pos_embed import (
     POS_EMBED_INTERPS,
     REL_POS_INTERPS,
@@ -93,6 +104,9 @@ class ViTConfig:
     mlp_norm: bool = False
     final_norm: bool = True
     pool_num_heads: int | None = None
+    norm_layer: NormLayer = "layernorm"
+    embed_norm: bool = False
+    proj_bias: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -181,6 +195,9 @@ class ViT(nn.Module):
         mlp_norm: a LayerNorm inside the SwiGLU MLP, before ``fc2`` (EVA-02).
         final_norm: False: no LayerNorm after the blocks nor after pooling (Perception Encoder's spatial towers).
         pool_num_heads: heads of the attention-pool head (default ``num_heads``; PE core: 8).
+        norm_layer: ``"layernorm"`` or ``"rmsnorm"`` (AIMv2: every norm an RMSNorm, ``layer_norm_eps`` its eps).
+        embed_norm: a norm on the patch embeddings before the position embedding (``patch_embed.norm``, AIMv2).
+        proj_bias: biases of the attention output projection and of the MLP (AIMv2 has none; timm's ``proj_bias``).
         d_model, num_layers, d_ff, dropout: the textbook ("style B") names, accepted as aliases of ``embed_dim``,
             ``depth``, the MLP width (``mlp_ratio = d_ff / d_model``) and ``drop_rate`` = ``attn_drop_rate``; with
             any of them ``layer_norm_eps`` defaults to torch's 1e-5 (``nn.LayerNorm``'s default) instead of 1e-6.
@@ -230,6 +247,9 @@ class ViT(nn.Module):
         mlp_norm: bool = False,
         final_norm: bool = True,
         pool_num_heads: int | None = None,
+        norm_layer: NormLayer = "layernorm",
+        embed_norm: bool = False,
+        proj_bias: bool = True,
         d_model: int | None = None,
         num_layers: int | None = None,
         d_ff: int | None = None,
@@ -255,7 +275,7 @@ class ViT(nn.Module):
         self._validate_options(act_layer=act_layer, mlp_layer=mlp_layer, rel_pos_bias=rel_pos_bias,
                                pos_embed_interp=pos_embed_interp, rel_pos_interp=rel_pos_interp,
                                num_prefix_tokens=int(class_token) + int(distilled) + num_reg_tokens,
-                               class_token=class_token)
+                               class_token=class_token, norm_layer=norm_layer)
         if rope not in ROPE_KINDS:
             raise ValueError(f"rope={rope!r}; valid: {', '.join(repr(v) for v in ROPE_KINDS)}")
         if mlp_norm and mlp_layer != "swiglu":
@@ -276,6 +296,7 @@ class ViT(nn.Module):
             rope_grid_offset=float(rope_grid_offset), rope_grid_indexing=rope_grid_indexing,
             rope_ref_grid=to_pair(rope_ref_grid) if rope_ref_grid is not None else None, rope_half=bool(rope_half),
             mlp_norm=bool(mlp_norm), final_norm=bool(final_norm), pool_num_heads=pool_num_heads,
+            norm_layer=norm_layer, embed_norm=embed_norm, proj_bias=proj_bias,
         )
         self.spec = None  # set by loaders / create_model: a vitviz.model.spec.ModelSpec
         self.num_classes = num_classes
@@ -286,7 +307,8 @@ class ViT(nn.Module):
         self.no_embed_class = no_embed_class
         self.num_prefix_tokens = self.config.num_prefix_tokens
 
-        self.patch_embed = PatchEmbed(img_size, patch_size, in_channels, embed_dim, bias=patch_bias)
+        self.patch_embed = PatchEmbed(img_size, patch_size, in_channels, embed_dim, bias=patch_bias,
+                                      norm=make_norm(norm_layer, embed_dim, layer_norm_eps) if embed_norm else None)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if distilled else None
         self.reg_token = nn.Parameter(torch.zeros(1, num_reg_tokens, embed_dim)) if num_reg_tokens else None
@@ -299,7 +321,7 @@ class ViT(nn.Module):
         else:
             self.pos_embed = None
         self.pos_drop = nn.Dropout(drop_rate)
-        self.norm_pre = nn.LayerNorm(embed_dim, eps=layer_norm_eps) if pre_norm else nn.Identity()
+        self.norm_pre = make_norm(norm_layer, embed_dim, layer_norm_eps) if pre_norm else nn.Identity()
         window = self.patch_embed.grid_size
         self.rel_pos_bias = RelativePositionBias(window, num_heads, rel_pos_interp) if rel_pos_bias == "shared" \
             else None
@@ -312,13 +334,13 @@ class ViT(nn.Module):
             Block(embed_dim, num_heads, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], layer_norm_eps,
                   init_values, act_layer=act_layer, mlp_layer=mlp_layer, post_norm=post_norm,
                   rel_pos_window=window if rel_pos_bias == "layer" else None, rel_pos_interp=rel_pos_interp,
-                  rope_half=rope_half, mlp_norm=mlp_norm)
+                  rope_half=rope_half, mlp_norm=mlp_norm, norm_layer=norm_layer, proj_bias=proj_bias)
             for i in range(depth)
         )
-        self.norm = nn.LayerNorm(embed_dim, eps=layer_norm_eps) if not fc_norm and final_norm else nn.Identity()
-        self.attn_pool = AttentionPool(embed_dim, pool_num_heads or num_heads, mlp_ratio, layer_norm_eps, act_layer) \
-            if global_pool == "map" else None
-        self.fc_norm = nn.LayerNorm(embed_dim, eps=layer_norm_eps) if fc_norm else nn.Identity()
+        self.norm = make_norm(norm_layer, embed_dim, layer_norm_eps) if not fc_norm and final_norm else nn.Identity()
+        self.attn_pool = AttentionPool(embed_dim, pool_num_heads or num_heads, mlp_ratio, layer_norm_eps, act_layer,
+                                       norm_layer=norm_layer) if global_pool == "map" else None
+        self.fc_norm = make_norm(norm_layer, embed_dim, layer_norm_eps) if fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes, bias=head_bias) if num_classes > 0 else nn.Identity()
         self.head_dist = (nn.Linear(embed_dim, num_classes, bias=head_bias) if num_classes > 0 else nn.Identity()) \
@@ -358,8 +380,9 @@ class ViT(nn.Module):
 
     @staticmethod
     def _validate_options(*, act_layer, mlp_layer, rel_pos_bias, pos_embed_interp, rel_pos_interp,
-                          num_prefix_tokens, class_token) -> None:
+                          num_prefix_tokens, class_token, norm_layer="layernorm") -> None:
         for name, value, valid in (("act_layer", act_layer, ACT_LAYERS), ("mlp_layer", mlp_layer, MLP_LAYERS),
+                                   ("norm_layer", norm_layer, NORM_LAYERS),
                                    ("rel_pos_bias", rel_pos_bias, REL_POS_BIASES),
                                    ("pos_embed_interp", pos_embed_interp, POS_EMBED_INTERPS),
                                    ("rel_pos_interp", rel_pos_interp, REL_POS_INTERPS)):
@@ -385,6 +408,8 @@ class ViT(nn.Module):
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.RMSNorm):
+                nn.init.ones_(m.weight)
         if self.attn_pool is not None:
             _trunc_normal_(self.attn_pool.latent, std=self.embed_dim**-0.5)
         if self.rope is not None and self.rope.freqs is not None:  # timm's init_random_2d_freqs

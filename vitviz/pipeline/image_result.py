@@ -5,6 +5,7 @@ the model). No Qt.
 
 from __future__ import annotations
 
+import copy
 import threading
 from dataclasses import dataclass, replace
 from typing import Any
@@ -17,6 +18,7 @@ from vitviz._util.arrays import to_numpy
 from vitviz.capture import ImageCapture
 from vitviz.capture.mechanistic import token_decoder
 from vitviz.model.preprocess import CropGeometry
+from vitviz.model.vit import ViT
 
 
 class ModelData:
@@ -30,14 +32,18 @@ class ModelData:
         decoder: the classifier's head after the last block, a float32 CPU copy
             (:class:`vitviz.capture.mechanistic.TokenDecoder`: decodes any layer's stored tokens, the logit lens's
             class map), or None (a feature model, a module vitviz only adapted).
+        final_norm: a float32 CPU copy of the model's final norm over the tokens (``model.norm`` of a vitviz ViT),
+            or None (a model that norms after pooling, or one vitviz did not build): :meth:`after_final_norm`.
     """
 
     def __init__(self, grid: tuple[int, int], pos_embed: torch.Tensor | None,
-                 patch_embed_weight: torch.Tensor | None, decoder: Any = None):
+                 patch_embed_weight: torch.Tensor | None, decoder: Any = None,
+                 final_norm: torch.nn.Module | None = None):
         self.grid = (int(grid[0]), int(grid[1]))
         self.pos_embed = pos_embed
         self.patch_embed_weight = patch_embed_weight
         self.decoder = decoder
+        self.final_norm = final_norm
         self._lock = threading.Lock()
         self._cache: dict[Any, Any] = {}
 
@@ -46,6 +52,13 @@ class ModelData:
             if key not in self._cache:
                 self._cache[key] = fn()
             return self._cache[key]
+
+    def after_final_norm(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        """``tokens [..., D]`` (the last block's output) through the model's final norm, float32; None without one."""
+        if self.final_norm is None:
+            return None
+        with torch.no_grad():
+            return self.final_norm(tokens.detach().to("cpu", torch.float32))
 
     def pos_similarity(self) -> np.ndarray | None:
         """``[gh, gw, gh, gw]`` cosine similarity of the position embeddings, or None when the model has none."""
@@ -83,7 +96,11 @@ class ModelData:
                 pos_embed = pos[0].detach().float().cpu()
         pe = getattr(model, "patch_embed", None)
         weight = pe.proj.weight.detach().float().cpu() if pe is not None and hasattr(pe, "proj") else None
-        return cls(grid, pos_embed, weight, token_decoder(model))
+        norm = getattr(model, "norm", None)
+        final = None
+        if isinstance(model, ViT) and isinstance(norm, (torch.nn.LayerNorm, torch.nn.RMSNorm)):
+            final = copy.deepcopy(norm).to("cpu", torch.float32).eval()
+        return cls(grid, pos_embed, weight, decoder=token_decoder(model), final_norm=final)
 
 
 @dataclass

@@ -194,6 +194,10 @@ BUILTIN_OPTIONS: tuple[Option, ...] = (
     # feature PCA (vitviz.analysis.pca): DINOv2's demo masks the background by thresholding the first component
     Option("mask_background", "bool", False, label="Mask the background", analysis=True,
            help="feature PCA: patches low on the first component (the image's border side) left transparent"),
+    Option("pca_style", "choice", "vitviz", choices=("vitviz", "dinov3"), label="PCA colours", analysis=True,
+           labels=("Min-max (DINOv2 demo)", "Whitened, sigmoid (DINOv3)"),
+           help="feature PCA: each component min-max scaled to [0, 1] (DINO / DINOv2 demos), or DINOv3's own: a "
+           "whitened PCA fitted on the foreground patches, colours sigmoid(2x)"),
     Option("pca_joint", "bool", False, label="Fit over all open images", analysis=True,
            help="feature PCA: the components fitted on the patch tokens of every open image at that layer, so that "
            "colours are comparable across the images"),

@@ -394,6 +394,7 @@ def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) 
         no_embed_class=no_embed_class, init_values=1.0 if "blocks.0.ls1.gamma" in s else None,
         mlp_layer=mlp_layer, pre_norm="norm_pre.weight" in s, patch_bias="patch_embed.proj.bias" in s,
         head_bias=head is None or "head.bias" in s, rel_pos_bias=rel_pos,
+        embed_norm="patch_embed.norm.weight" in s, proj_bias="blocks.0.attn.proj.bias" in s or depth == 0,
     )
     fields_.update(options)
     try:

@@ -28,7 +28,7 @@ from vitviz.model.checkpoints.common import (
     want_size,
     want_str,
 )
-from vitviz.model.layers import ACT_LAYERS, MLP_LAYERS
+from vitviz.model.layers import ACT_LAYERS, MLP_LAYERS, NORM_LAYERS
 from vitviz.model.pos_embed import POS_EMBED_INTERPS, REL_POS_INTERPS
 from vitviz.model.preprocess import Interpolation, Preprocess
 from vitviz.model.rope import ROPE_INDEXINGS, ROPE_KINDS
@@ -79,6 +79,7 @@ CONFIG_FIELDS: dict[str, _Check] = {
     "rope_grid_indexing": _choice(*ROPE_INDEXINGS),
     "rope_ref_grid": _optional(lambda w, f, v: want_size(w, f, v, pair_only=True)), "rope_half": want_bool,
     "mlp_norm": want_bool, "final_norm": want_bool, "pool_num_heads": _optional(_int(1)),
+    "norm_layer": _choice(*NORM_LAYERS), "embed_norm": want_bool, "proj_bias": want_bool,
 }
 assert set(CONFIG_FIELDS) == {f.name for f in fields(ViTConfig)}
 

@@ -19,6 +19,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from vitviz.imaging import RESAMPLING
 from vitviz.model.checkpoints.common import (
     Converted,
@@ -103,11 +105,38 @@ def architecture_options(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
     return options
 
 
+AIMV2 = "aimv2_"
+"""timm's AIMv2 architectures (``aimv2_large_patch14_224`` ...): RMSNorm (eps 1e-5) everywhere, the patch embeddings
+normed, no biases but the patch projection's, SwiGLU (``fc1_g``, ``fc1_x``: packed here into ``fc1`` as
+[gate; value]), no [CLS], mean pooling after the final norm."""
+
+
+def pack_swiglu(c: Converted) -> None:
+    """timm's unpacked SwiGLU (``mlp.fc1_g``, ``mlp.fc1_x``, no ``mlp.norm``) as the packed ``mlp.fc1`` of
+    :class:`~vitviz.model.layers.SwiGLUPacked`: ``silu(gate) * value`` with ``gate, value = fc1(x).chunk(2)``."""
+    for name in [k for k in c.state if re.fullmatch(r"blocks\.\d+\.mlp\.fc1_g\.(weight|bias)", k)]:
+        other = name.replace("fc1_g", "fc1_x")
+        if other not in c.state:
+            continue
+        packed = name.replace("fc1_g", "fc1")
+        c.state[packed] = torch.cat([c.state.pop(name), c.state.pop(other)], dim=0)
+        c.source_names[packed] = f"{c.source_names.pop(name, name)} + {c.source_names.pop(other, other)}"
+
+
 def convert(raw: RawCheckpoint) -> Converted:
     """Identity renaming (timm's names are ours), plus what ``config.json`` says."""
     c = rename(raw.tensors, [(r"(.*)", r"\1")])
     cfg = timm_config(raw)
     options: dict[str, Any] = {}
+    pack_swiglu(c)
+    if "blocks.0.norm1.weight" in raw.tensors and "blocks.0.norm1.bias" not in raw.tensors:
+        arch = str((cfg or {}).get("architecture", ""))
+        if not arch.startswith(AIMV2):
+            raise err(raw.origin, "the block norms have no bias (RMSNorm, or LayerNorm without bias: the weights "
+                                  "cannot tell which); vitviz reads such a model from its timm hub folder "
+                                  f"(config.json 'architecture' {AIMV2}*)")
+        options["norm_layer"] = "rmsnorm"
+        c.config["layer_norm_eps"] = 1e-5
     if "norm_pre.weight" in raw.tensors:
         c.config["layer_norm_eps"] = 1e-5  # timm's CLIP towers
     if cfg is not None:

@@ -118,6 +118,10 @@ class HubModel:
         return "no"
 
 
+_SIGLIP2_TEXT = ("SigLIP 2's text tower uses the Gemma tokenizer (tokenizer.json, 256k pieces, <eos> end token); "
+                 "vitviz's SigLIP text code is checked against T5's SentencePiece (</s> end) only, so no text tower "
+                 "is offered")
+
 HUB_MODELS: tuple[HubModel, ...] = (
     HubModel("deit-s", "timm/deit_small_patch16_224.fb_in1k", "DeiT-S/16",
              "ImageNet-1k classifier (Touvron et al. 2021), 224 px", "imagenet", 88.2, offer=True),
@@ -151,6 +155,15 @@ HUB_MODELS: tuple[HubModel, ...] = (
     HubModel("siglip-b16-hf", "google/siglip-base-patch16-224", "SigLIP ViT-B/16 (Google, Transformers)",
              "SigLIP (Zhai et al. 2023) as a Transformers SiglipModel: both towers in one file, 224 px", "language",
              812.6, text="hf", text_mb=0.8),
+    HubModel("siglip2-b16", "timm/vit_base_patch16_siglip_224.v2_webli", "SigLIP 2 ViT-B/16",
+             "image tower of SigLIP 2 (Tschannen et al. 2025), attention-pool head, 224 px", "language", 371.5,
+             text_note=_SIGLIP2_TEXT),
+    HubModel("siglip2-b16-naflex", "google/siglip2-base-patch16-naflex", "SigLIP 2 ViT-B/16 NaFlex",
+             "SigLIP 2 NaFlex (Transformers Siglip2Model): each image at its own aspect ratio, up to 256 patches; "
+             "the image tower of the file is used", "language", 1500.9, text_note=_SIGLIP2_TEXT),
+    HubModel("aimv2-l14", "timm/aimv2_large_patch14_224.apple_pt", "AIMv2 ViT-L/14",
+             "AIMv2 features (Fini et al. 2024): autoregressive pre-training, RMSNorm, no [CLS], mean pooling, 224 px",
+             "dino", 1236.8),
 )
 HUB_BY_KEY: dict[str, HubModel] = {m.key: m for m in HUB_MODELS}
 HUB_BY_REPO: dict[str, HubModel] = {m.repo: m for m in HUB_MODELS}
