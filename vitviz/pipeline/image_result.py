@@ -16,6 +16,7 @@ from vitviz import analysis as A
 from vitviz._util.arrays import to_numpy
 from vitviz.capture import ImageCapture
 from vitviz.model.preprocess import CropGeometry
+from vitviz.model.rope import RotaryEmbedding
 
 
 class ModelData:
@@ -26,13 +27,16 @@ class ModelData:
         pos_embed: ``[N_pos, D]`` float32 position embedding resampled to ``grid`` (prefix slots included when the
             model has them), or None.
         patch_embed_weight: ``[D, C, P, P]`` float32 patch-embedding filters, or None.
+        rope_angles: the rotary embedding's angles at ``grid``, float32 ``[gh*gw, F]`` (the same for every layer
+            and head) or ``[L, H, gh*gw, F]`` (mixed RoPE: learned per layer and head); None without RoPE.
     """
 
     def __init__(self, grid: tuple[int, int], pos_embed: torch.Tensor | None,
-                 patch_embed_weight: torch.Tensor | None):
+                 patch_embed_weight: torch.Tensor | None, rope_angles: torch.Tensor | None = None):
         self.grid = (int(grid[0]), int(grid[1]))
         self.pos_embed = pos_embed
         self.patch_embed_weight = patch_embed_weight
+        self.rope_angles = rope_angles
         self._lock = threading.Lock()
         self._cache: dict[Any, Any] = {}
 
@@ -42,11 +46,28 @@ class ModelData:
                 self._cache[key] = fn()
             return self._cache[key]
 
+    @property
+    def pos_similarity_kind(self) -> str | None:
+        """What :meth:`pos_similarity` shows: ``"table"`` (cosine similarity of the learned / fixed position
+        embeddings), ``"rope"`` (the RoPE kernel of a model with rotary and no table), or None (neither)."""
+        pe = self.pos_embed
+        if pe is not None and pe.shape[0] >= self.grid[0] * self.grid[1]:
+            return "table"
+        return "rope" if self.rope_angles is not None else None
+
+    def rope_similarity(self) -> np.ndarray | None:
+        """``[gh, gw, gh, gw]`` RoPE kernel (:func:`vitviz.analysis.rope_kernel`, averaged over heads and layers),
+        or None without RoPE."""
+        if self.rope_angles is None:
+            return None
+        return self._get("ropesim", lambda: to_numpy(A.rope_kernel(self.rope_angles, grid=self.grid)))
+
     def pos_similarity(self) -> np.ndarray | None:
-        """``[gh, gw, gh, gw]`` cosine similarity of the position embeddings, or None when the model has none."""
+        """``[gh, gw, gh, gw]`` cosine similarity of the position embeddings; for a model with RoPE and no position
+        table, the RoPE kernel (:attr:`pos_similarity_kind` says which); None when the model has neither."""
         pe = self.pos_embed
         if pe is None or pe.shape[0] < self.grid[0] * self.grid[1]:
-            return None
+            return self.rope_similarity()
         p = pe.shape[0] - self.grid[0] * self.grid[1]
         return self._get("possim", lambda: to_numpy(A.position_embedding_similarity(pe[None], grid=self.grid,
                                                                                      num_prefix_tokens=p)))
@@ -78,7 +99,12 @@ class ModelData:
                 pos_embed = pos[0].detach().float().cpu()
         pe = getattr(model, "patch_embed", None)
         weight = pe.proj.weight.detach().float().cpu() if pe is not None and hasattr(pe, "proj") else None
-        return cls(grid, pos_embed, weight)
+        rope = getattr(model, "rope", None)
+        angles = None
+        if isinstance(rope, RotaryEmbedding):
+            with torch.no_grad():
+                angles = rope.angles(tuple(grid)).detach().float().cpu()
+        return cls(grid, pos_embed, weight, angles)
 
 
 @dataclass
