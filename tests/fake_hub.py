@@ -23,10 +23,12 @@ import torch
 
 
 class FakeHub:
-    """``repos[repo_id][filename] = bytes``; ``requests``: ``(method, repo, filename)`` in order of arrival."""
+    """``repos[repo_id][filename] = bytes``; ``requests``: ``(method, repo, filename)`` in order of arrival;
+    ``gated``: repositories that answer as a gated one does to a user without access (403, ``GatedRepo``)."""
 
     def __init__(self) -> None:
         self.repos: dict[str, dict[str, bytes]] = {}
+        self.gated: set[str] = set()
         self.requests: list[tuple[str, str, str]] = []
         self.chunk = 1 << 16  # GET bodies are written in chunks of this size
         self.delay = 0.0  # seconds between chunks (a slow connection, for the window's progress dialog)
@@ -45,6 +47,9 @@ class FakeHub:
                     return 404, {"X-Error-Code": "RepoNotFound"}, b"not found"
                 repo, filename = "/".join(parts[:2]), "/".join(parts[4:])
                 hub.requests.append((self.command, repo, filename))
+                if repo in hub.gated:
+                    return 403, {"X-Error-Code": "GatedRepo", "X-Error-Message": f"Access to model {repo} is "
+                                 "restricted. You must have access to it and be authenticated."}, b"{}"
                 files = hub.repos.get(repo)
                 if files is None:
                     return 404, {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"}, b"{}"

@@ -202,6 +202,8 @@ def test_unusual_models_show_every_view_without_errors(qtbot, settings, image_pa
         if kwargs.get("num_classes") == 0 and ("target" in v.reads or v.key in ("rollout", "logit_lens")):
             assert m_ is None and not w.canvas.overlay_item.isVisible()
             assert "not available" in w.statusBar().currentMessage()
+        elif v.key == "rope_sim":  # no rotary embedding in these models: said, nothing drawn
+            assert m_ is None and v.unavailable(r) and not w.canvas.overlay_item.isVisible()
         else:  # a view in colours of its own (feature PCA) is drawn by the RGB layer instead of the colormap's
             drawn = w.canvas.rgb_item if v.rgb else w.canvas.overlay_item
             assert m_.shape == (4, 4) and drawn.isVisible(), v.key

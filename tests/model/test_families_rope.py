@@ -181,3 +181,25 @@ def test_dinov3_hugging_face_folder_equals_transformers(tmp_path, gated):
         return out.pooler_output, list(out.attentions), None
 
     check_against_reference(ours, reference, [(64, 64), (80, 48)], prefix=5, registers=4)
+
+
+@pytest.mark.parametrize("arch, kw", [("vit_small_patch16_dinov3", dict(img_size=64)),
+                                      ("eva02_tiny_patch14_224", dict(img_size=56)),
+                                      ("vit_pe_core_base_patch16_224", dict(img_size=64))])
+def test_hub_config_without_model_args(tmp_path, arch, kw):
+    """A folder as timm's hub holds it (``config.json``: architecture, num_classes, num_features, global_pool,
+    pretrained_cfg; no model_args): the architecture's real width, heads from the width, the RoPE layout from the
+    architecture table; two blocks to keep it small (the block count is read from the tensors)."""
+    import json
+
+    ref = _timm(arch, depth=2, **kw)
+    folder = write_timm_folder(tmp_path / arch, ref, arch, {"input_size": [3, kw["img_size"], kw["img_size"]]})
+    cfg = json.loads((folder / "config.json").read_text())
+    del cfg["model_args"]
+    cfg.update(num_features=ref.embed_dim, global_pool=ref.global_pool)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    ours = load_checkpoint(folder)
+    assert ours.config.num_heads == ref.blocks[0].attn.num_heads and ours.config.rope != "none"
+    s = kw["img_size"]
+    check_against_reference(ours, _reference(ref), [(s, s), (s + 16 if s % 16 == 0 else s + 14, s)],
+                            prefix=ref.num_prefix_tokens, registers=ours.config.num_reg_tokens)

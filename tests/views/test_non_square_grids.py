@@ -43,6 +43,9 @@ def test_every_view_draws_the_non_square_grid(session):
     for v in views.all_views():
         session.set_options(view=v.key)
         m = session.current_map()
+        if m is None and v.key in ("rope_sim", "logit_lens"):  # this model has no RoPE and no classifier: said so
+            assert session.unavailable_reason(), v.key
+            continue
         assert m is not None, (v.key, session.unavailable_reason())
         assert m.shape[:2] == GRID, (v.key, m.shape)
         assert np.isfinite(m).all(), v.key

@@ -9,7 +9,7 @@ import torch
 
 from vitviz.analysis.basics import as_float, check_layer, resolve_grid, with_batch_dim
 
-__all__ = ["embedding_filters", "position_embedding_similarity", "token_similarity"]
+__all__ = ["embedding_filters", "position_embedding_similarity", "rope_kernel", "rope_kernel_row", "token_similarity"]
 
 _EPS = 1e-12
 
@@ -54,6 +54,46 @@ def position_embedding_similarity(
         )
     u = _unit(patches)
     return (u @ u.T).reshape(gh, gw, gh, gw)
+
+
+def rope_kernel(angles: Any, *, grid: tuple[int, int]) -> torch.Tensor:
+    """The RoPE kernel of every patch with every other: the similarity the rotation alone gives two positions.
+
+    A rotary embedding turns channel pair ``f`` of a query or key at patch ``i`` by ``theta_i[f]``; a query ``u``
+    at ``i`` and the same vector as a key at ``j`` then score ``sum_f |u_f|^2 cos(theta_i[f] - theta_j[f])``.
+    For a vector with equal energy in every pair (the average over directions) that is
+    ``K[i, j] = mean_f cos(theta_i[f] - theta_j[f])``: 1 at ``i = j``, in ``[-1, 1]``; the cosine similarity of
+    ``R_i u`` and ``R_j u`` averaged over ``u``. Learned per-head / per-layer frequencies (mixed RoPE): averaged
+    over every leading axis too.
+
+    Args:
+        angles: ``[..., gh*gw, F]`` rotation angles of the patches (:func:`vitviz.model.rope.rope_angles`).
+        grid: ``(gh, gw)``.
+
+    Returns:
+        ``[gh, gw, gh, gw]`` float32.
+    """
+    a = as_float(angles, "angles")
+    gh, gw = int(grid[0]), int(grid[1])
+    if a.ndim < 2 or a.shape[-2] != gh * gw:
+        raise ValueError(f"angles must be [..., {gh * gw}, F] for grid ({gh}, {gw}), got {tuple(a.shape)}")
+    n = a.shape[-2]
+    a = a.reshape(-1, n, a.shape[-1]).transpose(0, 1).reshape(n, -1)  # [N, (leading) * F]
+    c, s = a.cos(), a.sin()
+    return ((c @ c.T + s @ s.T) / a.shape[-1]).reshape(gh, gw, gh, gw)
+
+
+def rope_kernel_row(angles: Any, *, query: int, grid: tuple[int, int]) -> torch.Tensor:
+    """:func:`rope_kernel`'s row of patch ``query`` for every leading index (a head, a layer's head):
+    ``[..., gh, gw]`` with ``K[..., j] = mean_f cos(theta[..., query, f] - theta[..., j, f])``."""
+    a = as_float(angles, "angles")
+    gh, gw = int(grid[0]), int(grid[1])
+    if a.ndim < 2 or a.shape[-2] != gh * gw:
+        raise ValueError(f"angles must be [..., {gh * gw}, F] for grid ({gh}, {gw}), got {tuple(a.shape)}")
+    if not 0 <= int(query) < gh * gw:
+        raise IndexError(f"query={query} out of range for {gh * gw} patches")
+    d = a[..., int(query), None, :] - a
+    return d.cos().mean(-1).reshape(*a.shape[:-2], gh, gw)
 
 
 def token_similarity(

@@ -346,9 +346,15 @@ class Session:
         return self._cache.get_or(("entropy",), lambda: _np(A.attention_entropy(r.attentions)))
 
     def pos_similarity(self) -> np.ndarray | None:
-        """``[gh, gw, gh, gw]`` cosine similarity of position embeddings (computed once per model and grid)."""
+        """``[gh, gw, gh, gw]`` cosine similarity of position embeddings (computed once per model and grid); the RoPE
+        kernel for a model with rotary embeddings and no table (:meth:`pos_similarity_kind`)."""
         r = self.result
         return None if r is None or r.model_data is None else r.model_data.pos_similarity()
+
+    def pos_similarity_kind(self) -> str | None:
+        """``"table"``, ``"rope"`` or None: what :meth:`pos_similarity` shows."""
+        r = self.result
+        return None if r is None or r.model_data is None else r.model_data.pos_similarity_kind
 
     def filters(self, k: int = 28) -> np.ndarray | None:
         """``[k, P, P, C]`` principal components of the patch-embedding filters, in [0, 1] (once per model)."""

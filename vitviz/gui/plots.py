@@ -78,6 +78,10 @@ def _titled(title: QLabel, body: QWidget, *extra: QWidget) -> QWidget:
     return page
 
 
+POS_TITLES = {"table": "Position embeddings: cosine similarity of each patch with every other",
+              "rope": "RoPE kernel (no position table): the similarity the rotation alone gives each pair of patches, "
+                      "mean of heads"}
+
 class PlotsPanel(QTabWidget):
     """Mean attention distance, position-embedding similarity, patch-embedding filters, attention entropy.
 
@@ -152,7 +156,7 @@ class PlotsPanel(QTabWidget):
         self.pos_fit.setToolTip("Fit the whole grid in the panel (tiles may get small); off: tiles of at least "
                                 f"{MIN_TILE} px, scrolled")
         self.pos_fit.toggled.connect(lambda on: self.pos_mosaic.set_min_tile(0 if on else MIN_TILE))
-        self.pos_title = QLabel("Position embeddings: cosine similarity of each patch with every other")
+        self.pos_title = QLabel(POS_TITLES["table"])
         pos_body = QWidget()
         pl = QVBoxLayout(pos_body)
         pl.setContentsMargins(0, 0, 0, 0)
@@ -274,6 +278,7 @@ class PlotsPanel(QTabWidget):
         ax.setTicks([[(i, str(i)) for i in range(L)]])
 
         sim = session.pos_similarity()
+        self.pos_title.setText(POS_TITLES.get(session.pos_similarity_kind(), POS_TITLES["table"]))
         if sim is not None:
             gh, gw = sim.shape[:2]
             self._pos_grid = (gh, gw)

@@ -18,6 +18,7 @@ from vitviz._util.arrays import to_numpy
 from vitviz.capture import ImageCapture
 from vitviz.capture.mechanistic import token_decoder
 from vitviz.model.preprocess import CropGeometry
+from vitviz.model.rope import RotaryEmbedding
 from vitviz.model.vit import ViT
 
 
@@ -34,16 +35,19 @@ class ModelData:
             class map), or None (a feature model, a module vitviz only adapted).
         final_norm: a float32 CPU copy of the model's final norm over the tokens (``model.norm`` of a vitviz ViT),
             or None (a model that norms after pooling, or one vitviz did not build): :meth:`after_final_norm`.
+        rope_angles: the rotary embedding's angles at ``grid``, float32 ``[gh*gw, F]`` (the same for every layer
+            and head) or ``[L, H, gh*gw, F]`` (mixed RoPE: learned per layer and head); None without RoPE.
     """
 
     def __init__(self, grid: tuple[int, int], pos_embed: torch.Tensor | None,
                  patch_embed_weight: torch.Tensor | None, decoder: Any = None,
-                 final_norm: torch.nn.Module | None = None):
+                 final_norm: torch.nn.Module | None = None, rope_angles: torch.Tensor | None = None):
         self.grid = (int(grid[0]), int(grid[1]))
         self.pos_embed = pos_embed
         self.patch_embed_weight = patch_embed_weight
         self.decoder = decoder
         self.final_norm = final_norm
+        self.rope_angles = rope_angles
         self._lock = threading.Lock()
         self._cache: dict[Any, Any] = {}
 
@@ -60,11 +64,28 @@ class ModelData:
         with torch.no_grad():
             return self.final_norm(tokens.detach().to("cpu", torch.float32))
 
+    @property
+    def pos_similarity_kind(self) -> str | None:
+        """What :meth:`pos_similarity` shows: ``"table"`` (cosine similarity of the learned / fixed position
+        embeddings), ``"rope"`` (the RoPE kernel of a model with rotary and no table), or None (neither)."""
+        pe = self.pos_embed
+        if pe is not None and pe.shape[0] >= self.grid[0] * self.grid[1]:
+            return "table"
+        return "rope" if self.rope_angles is not None else None
+
+    def rope_similarity(self) -> np.ndarray | None:
+        """``[gh, gw, gh, gw]`` RoPE kernel (:func:`vitviz.analysis.rope_kernel`, averaged over heads and layers),
+        or None without RoPE."""
+        if self.rope_angles is None:
+            return None
+        return self._get("ropesim", lambda: to_numpy(A.rope_kernel(self.rope_angles, grid=self.grid)))
+
     def pos_similarity(self) -> np.ndarray | None:
-        """``[gh, gw, gh, gw]`` cosine similarity of the position embeddings, or None when the model has none."""
+        """``[gh, gw, gh, gw]`` cosine similarity of the position embeddings; for a model with RoPE and no position
+        table, the RoPE kernel (:attr:`pos_similarity_kind` says which); None when the model has neither."""
         pe = self.pos_embed
         if pe is None or pe.shape[0] < self.grid[0] * self.grid[1]:
-            return None
+            return self.rope_similarity()
         p = pe.shape[0] - self.grid[0] * self.grid[1]
         return self._get("possim", lambda: to_numpy(A.position_embedding_similarity(pe[None], grid=self.grid,
                                                                                      num_prefix_tokens=p)))
@@ -100,7 +121,12 @@ class ModelData:
         final = None
         if isinstance(model, ViT) and isinstance(norm, (torch.nn.LayerNorm, torch.nn.RMSNorm)):
             final = copy.deepcopy(norm).to("cpu", torch.float32).eval()
-        return cls(grid, pos_embed, weight, decoder=token_decoder(model), final_norm=final)
+        rope = getattr(model, "rope", None)
+        angles = None
+        if isinstance(rope, RotaryEmbedding):
+            with torch.no_grad():
+                angles = rope.angles(tuple(grid)).detach().float().cpu()
+        return cls(grid, pos_embed, weight, decoder=token_decoder(model), final_norm=final, rope_angles=angles)
 
 
 @dataclass

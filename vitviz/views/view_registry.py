@@ -14,7 +14,7 @@ from vitviz.views.options import readable_options
 __all__ = ["all_views", "get", "register", "shortcut", "unregister"]
 
 _BUILTIN = ("cls", "query", "rollout", "grad_rollout", "relevance", "legrad", "gradcam", "token_sim", "pos_sim",
-            "token_norm", "feature_pca", "logit_lens")
+            "token_norm", "feature_pca", "rope_sim", "logit_lens")
 _REGISTRY: dict[str, View] = {}
 
 

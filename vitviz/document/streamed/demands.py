@@ -24,9 +24,9 @@ PRODUCT_VIEWS = ("rollout", "grad_rollout", "relevance")
 """Views of a product over the layers (:class:`vitviz.analysis.layerwise.ReverseProduct`)."""
 TOKEN_VIEWS = ("token_sim", "token_norm", "feature_pca")
 """Views of one layer's tokens."""
-RESULT_VIEWS = ("pos_sim", "legrad", "gradcam")
-"""Views computed from what a streamed result holds in full (position embeddings, LeGrad's and GradCAM's per-layer
-maps)."""
+RESULT_VIEWS = ("pos_sim", "rope_sim", "legrad", "gradcam")
+"""Views computed from what a streamed result holds in full (position embeddings and RoPE angles, LeGrad's and
+GradCAM's per-layer maps)."""
 
 
 class NotStreamable(ValueError):
@@ -104,6 +104,6 @@ def plan_streaming(result: Any, demands: Iterable[tuple[View, ViewOptions]], *,
                 plan.legrad.add(str(o.legrad_pooling))
         elif k == "gradcam":
             plan.gradcam = plan.gradcam or not view.unavailable(result)
-        elif k != "pos_sim":
+        elif k not in ("pos_sim", "rope_sim"):
             raise NotStreamable(f"the view {k!r} has no streamed form")
     return plan

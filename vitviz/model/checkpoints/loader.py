@@ -150,7 +150,8 @@ def load_checkpoint(
     if saved_spec is not None and not head_reset:
         head_kind = saved_spec.head_kind
     else:  # CLIP's image projection is the head of the converted model: its output is the image embedding
-        projection = fmt in ("hf-clip", "open_clip") or (fmt == "timm" and not cfg.head_bias)
+        projection = fmt in ("hf-clip", "open_clip") or (fmt == "timm" and not cfg.head_bias) or \
+            conv.config.get("head_kind") == "projection"
         head_kind = "projection" if projection and cfg.num_classes > 0 and labs is None and not head_reset \
             else "classifier"
     model.spec = ModelSpec(config=cfg, preprocess=pre, labels=labs, source_format=fmt, source_path=src_path,

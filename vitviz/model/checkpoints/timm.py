@@ -37,6 +37,7 @@ from vitviz.model.checkpoints.common import (
 from vitviz.model.layers import ACT_LAYERS
 from vitviz.model.preprocess import Preprocess
 from vitviz.model.spec import family_preprocess, guess_family
+from vitviz.model.timm_rope_archs import ROPE_NAMES
 from vitviz.model.vit import ViTConfig
 
 NAME = "timm"
@@ -60,8 +61,7 @@ def timm_config(raw: RawCheckpoint) -> dict[str, Any] | None:
 # timm architectures whose parts live in no tensor of the checkpoint (rotary position embedding: no weights, or
 # weights under names no reader of this layout takes): never opened as a plain ViT, whatever the keys say
 _UNMODELLED: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"eva02|vit_pe_|rope|dinov3|lingbot|sapiens"),
-     "rotates queries and keys (rotary position embedding, RoPE)"),
+    (ROPE_NAMES, "rotates queries and keys (rotary position embedding, RoPE)"),
 )
 
 

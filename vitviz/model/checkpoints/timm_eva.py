@@ -4,8 +4,9 @@
 ``reg*_gap``). No Qt.
 
 Their RoPE lives in no tensor (except the mixed frequencies, ``rope.freqs``): what it is comes from the folder's
-``config.json`` (``architecture``, then ``model_args``, which override), read through :data:`FAMILIES`, a table of
-what each timm architecture function sets (timm 1.0 ``models/eva.py``). Renaming (exact): ``gamma_1/2`` ->
+``config.json`` (``architecture``, then ``model_args``, which override), read through
+:data:`vitviz.model.timm_rope_archs.FAMILIES`, a table of what each timm architecture function sets (timm 1.0
+``models/eva.py``). Renaming (exact): ``gamma_1/2`` ->
 LayerScale; EVA-02's separate ``q_proj / k_proj / v_proj`` (no key bias) and the fused ``qkv`` with ``q_bias`` /
 ``v_bias`` -> ``qkv`` with a zero key bias; the SwiGLU's ``fc1_g`` / ``fc1_x`` -> the packed ``fc1`` (gate first, as
 ``silu(gate) * x``), its inner ``norm`` kept. A ``model_args`` entry this reader does not model (q/k norm, grouped
@@ -37,50 +38,12 @@ from vitviz.model.checkpoints.common import (
 from vitviz.model.checkpoints.timm import default_preprocess as timm_default_preprocess
 from vitviz.model.checkpoints.timm import pretrained_preprocess, timm_config
 from vitviz.model.preprocess import Preprocess
+from vitviz.model.timm_rope_archs import ARCH_HEADS, family, ref_from_name
 from vitviz.model.vit import ViTConfig
 
 NAME = "timm-eva"
 DESCRIPTION = "timm Eva-class RoPE models (config.json architecture eva02_* / vit_pe_* / *_dinov3 / *_rope_*)"
 
-
-def _ref_from_name(arch: str, patch: int) -> tuple[int, int]:
-    """PE and the rope-reg ViTs: the pre-training grid is the input size in the name over the patch size."""
-    size = int(re.search(r"_(\d+)$", arch).group(1))  # type: ignore[union-attr]
-    return (size // patch, size // patch)
-
-
-# architecture pattern -> (timm Eva arguments the architecture function sets that the tensors cannot show)
-FAMILIES: tuple[tuple[re.Pattern[str], dict[str, Any]], ...] = (
-    (re.compile(r"eva02_(tiny|small|base|large)_patch14_(224|336|448)"),
-     dict(rope_type="cat", ref_feat_shape=(16, 16), eps=1e-6, global_pool="avg")),
-    (re.compile(r"vit_pe_core_\w+_patch(\d+)_(\d+)"),
-     dict(rope_type="cat", ref="name", rope_grid_offset=1.0, rope_grid_indexing="xy", eps=1e-5, global_pool="map",
-          attn_pool_num_heads=8)),
-    (re.compile(r"vit_pe_(spatial|lang)_\w+_patch(\d+)_(\d+)"),
-     dict(rope_type="cat", ref="name", rope_grid_offset=1.0, rope_grid_indexing="xy", eps=1e-5, global_pool="avg",
-          use_post_transformer_norm=False, use_fc_norm=False)),
-    (re.compile(r"vit_\w+_patch16_dinov3(_qkvb)?"),
-     dict(rope_type="dinov3", rope_temperature=100.0, rope_rotate_half=True, eps=1e-5, global_pool="avg",
-          use_fc_norm=False)),
-    (re.compile(r"vit_\w+_patch16_rope_reg\d_gap_256"),
-     dict(rope_type="cat", ref="name", eps=1e-6, global_pool="avg")),
-    (re.compile(r"vit_\w+_patch16_rope_mixed_224"),
-     dict(rope_type="mixed", rope_temperature=10.0, rope_grid_indexing="xy", eps=1e-6, global_pool="token")),
-    (re.compile(r"vit_\w+_patch16_rope_mixed_ape_224"),
-     dict(rope_type="mixed", rope_temperature=10.0, rope_grid_indexing="xy", eps=1e-6, global_pool="token",
-          no_embed_class=True)),
-    (re.compile(r"vit_\w+_patch16_rope_224"),
-     dict(rope_type="cat", rope_temperature=100.0, rope_grid_indexing="xy", eps=1e-6, global_pool="token",
-          use_fc_norm=False)),
-    (re.compile(r"vit_\w+_patch16_rope_ape_224"),
-     dict(rope_type="cat", rope_temperature=100.0, rope_grid_indexing="xy", eps=1e-6, global_pool="token",
-          no_embed_class=True)),
-)
-
-# widths whose head count is not the usual one (the tensors cannot say; model_args may)
-ARCH_HEADS: dict[str, int] = {"vit_huge_plus_patch16_dinov3": 20, "vit_huge_plus_patch16_dinov3_qkvb": 20,
-                              "vit_7b_patch16_dinov3": 32, "vit_pe_core_gigantic_patch14_448": 16,
-                              "vit_pe_spatial_gigantic_patch14_448": 16, "vit_pe_lang_gigantic_patch14_448": 16}
 
 # model_args this reader reads (the rest of timm's Eva arguments are refused unless at their default)
 _READ = {"rope_type", "rope_temperature", "rope_grid_offset", "rope_grid_indexing", "rope_rotate_half",
@@ -96,11 +59,6 @@ _SHAPES = {"patch_size", "embed_dim", "depth", "mlp_ratio", "qkv_bias", "qkv_fus
 # at these values the part is absent; anything else is a part vitviz's ViT does not model
 _ABSENT = {"qk_norm": False, "scale_attn_inner": False, "use_post_norm": False, "attn_only_layer_scale": False,
            "num_kv_heads": None, "rope_mrope_section": None}
-
-
-def family(arch: str) -> dict[str, Any] | None:
-    """The :data:`FAMILIES` entry of a timm architecture name, or None."""
-    return next((dict(v) for p, v in FAMILIES if p.fullmatch(arch)), None)
 
 
 def detect(raw: RawCheckpoint) -> bool:
@@ -190,7 +148,7 @@ def convert(raw: RawCheckpoint) -> Converted:
     kind = want_str(where, "model_args.rope_type", fam.get("rope_type", "cat"), ("cat", "dinov3", "mixed"))
     ref = fam.get("ref_feat_shape")
     if fam.get("ref") == "name" and "ref_feat_shape" not in args:
-        ref = _ref_from_name(arch, patch)
+        ref = ref_from_name(arch, patch)
     pool = want_str(where, "global_pool", fam["global_pool"], ("token", "avg", "map"))
     post = fam.get("use_post_transformer_norm")
     fc = fam.get("use_fc_norm")
@@ -219,6 +177,8 @@ def convert(raw: RawCheckpoint) -> Converted:
         options["no_embed_class"] = want_bool(where, "model_args.no_embed_class", no_embed_class)
     c.config["options"] = options
     c.config["layer_norm_eps"] = fam["eps"]
+    if arch.startswith("vit_pe_core_"):
+        c.config["head_kind"] = "projection"  # PE core's head is its image-text projection, not a classifier
     heads = args.get("num_heads", ARCH_HEADS.get(arch))
     if heads is not None:
         c.config["num_heads"] = want_int(where, "model_args.num_heads", heads)

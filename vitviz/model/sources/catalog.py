@@ -143,6 +143,18 @@ HUB_MODELS: tuple[HubModel, ...] = (
              "self-supervised features, no classifier (Oquab et al. 2023), 518 px", "dino", 346.3),
     HubModel("dinov2-b-reg", "timm/vit_base_patch14_reg4_dinov2.lvd142m", "DINOv2 ViT-B/14 with registers",
              "DINOv2 with 4 register tokens (Darcet et al. 2023), no classifier, 518 px", "dino", 346.3),
+    HubModel("dinov3-s", "timm/vit_small_patch16_dinov3.lvd1689m", "DINOv3 ViT-S/16",
+             "self-supervised features, no classifier (Simeoni et al. 2025): RoPE, 4 registers, 256 px; gated on "
+             "the Hub (accept its licence, then 'hf auth login' or HF_TOKEN)", "dino", 86.3),
+    HubModel("dinov3-b", "timm/vit_base_patch16_dinov3.lvd1689m", "DINOv3 ViT-B/16",
+             "self-supervised features, no classifier (Simeoni et al. 2025): RoPE, 4 registers, 256 px; gated",
+             "dino", 342.6),
+    HubModel("dinov3-l", "timm/vit_large_patch16_dinov3.lvd1689m", "DINOv3 ViT-L/16",
+             "self-supervised features, no classifier (Simeoni et al. 2025): RoPE, 4 registers, 256 px; gated",
+             "dino", 1212.3),
+    HubModel("eva02-b14", "timm/eva02_base_patch14_224.mim_in22k", "EVA-02 ViT-B/14",
+             "masked-image-modelling features, no classifier (Fang et al. 2023): RoPE, SwiGLU, 224 px", "dino",
+             343.0),
     HubModel("clip-b16", "timm/vit_base_patch16_clip_224.openai", "CLIP ViT-B/16 (OpenAI)",
              "OpenAI's CLIP (Radford et al. 2021), 224 px; its text tower is open_clip's file beside it",
              "language", 344.8, text="open_clip", text_mb=598.5),
@@ -164,11 +176,16 @@ HUB_MODELS: tuple[HubModel, ...] = (
     HubModel("aimv2-l14", "timm/aimv2_large_patch14_224.apple_pt", "AIMv2 ViT-L/14",
              "AIMv2 features (Fini et al. 2024): autoregressive pre-training, RMSNorm, no [CLS], mean pooling, 224 px",
              "dino", 1236.8),
+    HubModel("pe-core-b16", "timm/vit_pe_core_base_patch16_224.fb", "Perception Encoder core ViT-B/16",
+             "image tower of PE core (Bolya et al. 2025): RoPE and a position table, attention-pool head and "
+             "projection, 224 px", "language", 374.7,
+             text_note="timm's upload holds the image tower only (PE's text tower is not read yet)"),
 )
 HUB_BY_KEY: dict[str, HubModel] = {m.key: m for m in HUB_MODELS}
 HUB_BY_REPO: dict[str, HubModel] = {m.repo: m for m in HUB_MODELS}
-HUB_GROUPS: dict[str, str] = {"imagenet": "ImageNet classifiers", "dino": "Self-supervised (DINO, DINOv2)",
-                              "language": "Image-text models (CLIP, SigLIP)"}
+HUB_GROUPS: dict[str, str] = {"imagenet": "ImageNet classifiers",
+                              "dino": "Self-supervised (DINO, DINOv2, DINOv3, EVA-02)",
+                              "language": "Image-text models (CLIP, SigLIP, Perception Encoder)"}
 
 def hub_title(repo: str) -> str:
     """The curated title of Hub repository ``repo`` (``"DINO ViT-S/8"``), else the repository id."""

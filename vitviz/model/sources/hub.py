@@ -45,6 +45,7 @@ from typing import Any, Iterator
 from vitviz.model.sources import catalog
 from vitviz.model.sources.name_errors import CHECKPOINT_SUFFIXES, ModelNameError, close_name, name_error
 from vitviz.model.sources.torch_hub import DownloadCancelled, PretrainedError, ProgressFn
+from vitviz.model.timm_rope_archs import ROPE_NAMES, family
 
 PREFIXES = ("hf-hub:", "hf_hub:")
 # a Hub repository id: "<owner>/<name>", each side 1-96 letters, digits, '-', '_', '.', starting with a letter or
@@ -54,15 +55,16 @@ _ID_CHARS = re.compile(r"[A-Za-z0-9_.\-/]")
 # what vitviz opens (the families of vitviz.model.vit): timm architecture name prefixes, Hugging Face model types
 TIMM_PREFIXES = ("vit_", "deit_", "deit3_", "beit_", "beitv2_")
 _TIMM_HYBRID = re.compile(r"_r(26|50)_|resnet|_rope|_mixer|_relpos|_srelpos|_xp_")  # vit_* with other token mixers
-HF_MODEL_TYPES = ("vit", "dinov2", "dinov2_with_registers", "beit", "data2vec-vision", "clip", "clip_vision_model",
-                  "siglip", "siglip_vision_model")
+HF_MODEL_TYPES = ("vit", "dinov2", "dinov2_with_registers", "dinov3_vit", "beit", "data2vec-vision", "clip",
+                  "clip_vision_model", "siglip", "siglip_vision_model")
 # hierarchical / windowed-attention families, named so that the refusal can say why
 _WINDOWED = ("swin", "swinv2", "maxvit", "hiera", "mvit", "mvitv2", "nat", "dinat", "focalnet", "cswin", "twins",
              "efficientformer", "levit", "pvt", "pvt_v2", "segformer", "coat", "crossvit", "davit", "fastvit",
              "efficientvit", "nextvit", "tiny_vit", "edgenext")
 SUPPORTED_TEXT = (
     "vitviz opens Vision Transformers with global attention: timm architectures vit_* (ViT, augreg, DINO, "
-    "DINOv2 with or without registers, CLIP and SigLIP image towers), deit_*, deit3_*, beit_*, beitv2_*; Hugging "
+    "DINOv2 with or without registers, DINOv3, Perception Encoder, RoPE ViTs, CLIP and SigLIP image towers), "
+    "eva02_*, deit_*, deit3_*, beit_*, beitv2_*; Hugging "
     f"Face model types {', '.join(HF_MODEL_TYPES)}; open_clip ViT image towers. Curated: 'vitviz models'.")
 
 
@@ -206,7 +208,10 @@ def _unsupported(config: dict[str, Any], file_name: str) -> str | None:
 
 
 def _timm_supported(arch: str) -> bool:
-    return arch.startswith(TIMM_PREFIXES) and not _TIMM_HYBRID.search(arch)
+    """A plain timm ViT, or a RoPE model of timm's Eva class vitviz reads (EVA-02, PE, DINOv3, RoPE ViTs)."""
+    if family(arch) is not None:
+        return True
+    return arch.startswith(TIMM_PREFIXES) and not _TIMM_HYBRID.search(arch) and not ROPE_NAMES.search(arch)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
