@@ -196,6 +196,7 @@ class MainWindow(QMainWindow):
         self.plots.patchSelected.connect(self.set_query)
         self.plots.faithfulness.attach(self.controller)
         self.plots.faithfulness.viewRequested.connect(lambda view, changes: self._set(view=view, **changes))
+        self.plots.faithfulness.localisation.outlineChanged.connect(self.canvas.set_ground_truth)
         self.predictions.targetChosen.connect(self.set_target)
         self.predictions.modelOffered.connect(self.choose_photo_model)
         self.canvas.hovered.connect(self._on_hover)
