@@ -426,7 +426,7 @@ def test_ground_truth_mask_outline_and_localisation_scores(qtbot, demo_window, t
     from vitviz.evaluate.localisation import localisation_scores, mask_in_crop
 
     w = demo_window
-    tab, box = w.plots.faithfulness, w.plots.faithfulness.localisation
+    box = w.plots.faithfulness.localisation
     s = make_sample(2)
     Image.fromarray(s.image).save(tmp_path / "star.png")
     mask = ((s.mask >= 0.5) * 255).astype(np.uint8)
