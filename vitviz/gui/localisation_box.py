@@ -30,6 +30,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from vitviz.evaluate.ground_truth import MaskFolder, mask_beside, read_mask_file
+
 COLUMNS = (("pixel_accuracy", "Acc", "Pixel accuracy: pixels where the map above its mean agrees with the mask"),
            ("miou", "mIoU", "Mean of the object's and the background's IoU at the map's mean"),
            ("map", "mAP", "Mean of the average precision of the map for the object and of 1 - map for the background"),
@@ -99,9 +101,6 @@ class LocalisationBox(QWidget):
     def update_for(self, result: Any, table: Any, names: Callable[[str, str], str] | None = None) -> None:
         """The image on screen (``result``) and the faithfulness table shown for it (None when there is none or it
         is another image's); ``names(key, title)`` gives a row's name."""
-        from vitviz.evaluate.ground_truth import MaskFolder, mask_beside, read_mask_file  # torch on the GUI path
-        from vitviz.evaluate.localisation import localisation_scores, mask_in_crop
-
         self._last = (result, table, names)
         source = None if result is None else str(result.source)
         found = None
@@ -120,6 +119,8 @@ class LocalisationBox(QWidget):
             self.status.setText(f"No mask for {Path(source).name} {where}beside it ({Path(source).stem}_mask.png): "
                                 "choose a mask folder to see how well each map finds the object.")
         else:
+            from vitviz.evaluate.localisation import localisation_scores, mask_in_crop  # torch: once there is a mask
+
             try:
                 gt = read_mask_file(found, tuple(result.geometry.image_size))
                 self._mask = mask_in_crop(gt.object_mask(tuple(result.geometry.image_size)), result.geometry)
@@ -128,10 +129,9 @@ class LocalisationBox(QWidget):
             else:
                 self.status.setText(f"Ground truth: {found.name}" + ("" if table is not None else
                                     " · press Run for each map's localisation scores"))
-        if self._mask is not None and table is not None:
-            for v in table.views:
-                if v.saliency is not None:
-                    self.scores[v.key] = localisation_scores(v.saliency, self._mask)
+                for v in table.views if table is not None else []:
+                    if v.saliency is not None:
+                        self.scores[v.key] = localisation_scores(v.saliency, self._mask)
         self._fill(table, names or (lambda k, t: t or k))
         self._emit()
 
