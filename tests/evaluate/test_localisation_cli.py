@@ -209,3 +209,18 @@ def test_openimages_point_labels_on_a_clip_model_one_table_per_label(tmp_path, c
         want = table.views[0].localisation_value("p_miou")
         assert (r["p_miou"] == "") if math.isnan(want) else float(r["p_miou"]) == pytest.approx(want, abs=1e-6)
         assert r["miou"] == ""  # points only: no mask
+
+
+def test_merge_refuses_shards_with_other_ground_truth_flags(tiny_ckpt, tmp_path, capsys):
+    pics, masks = _data(tmp_path, n=3)
+    out = tmp_path / "sh"
+    out.mkdir()
+    for k, tol in ((1, "0"), (2, "15")):
+        assert main(["evaluate", str(tiny_ckpt), str(pics), "--masks", str(masks), "--only", "localisation",
+                     "--views", "rollout", "--pointing-tolerance", tol, "--csv", str(out / "e.csv"),
+                     "--shard", f"{k}/2"]) == 0
+    capsys.readouterr()
+    assert main(["merge", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--pointing-tolerance 0.0 in shard 1/2, 15.0 in shard 2/2" in err and len(err.strip().splitlines()) == 1
+    assert not (out / "e.csv").exists()
