@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -169,3 +170,57 @@ def test_localise_images_in_one_pass_equals_evaluate_views_per_image(tiny_model,
                 for m in LOCALISATION_METRICS:
                     x, y = a.localisation_value(m), b.localisation_value(m)
                     assert (math.isnan(x) and math.isnan(y)) or x == pytest.approx(y, abs=1e-6), (p, a.key, m)
+
+
+def test_openimages_point_labels_on_a_clip_model_one_table_per_label(tmp_path, capsys):
+    """LeGrad's protocol: each point label's name is a prompt of the zero-shot model; p-mIoU at the label's points;
+    the CSV's values equal the library's for that prompt."""
+    pytest.importorskip("open_clip")
+    import text_builders as tb
+
+    from vitviz.evaluate.ground_truth import PointLabels
+    from vitviz.pipeline import prompt_pipeline
+
+    cfg = tb.open_clip_cfg(True)
+    folder = tb.write_open_clip_folder(tmp_path / "oc", tb.open_clip_model(cfg), cfg)
+    (tmp_path / "oi").mkdir()
+    rng = np.random.default_rng(3)
+    for name in ("img1", "img2"):
+        Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(tmp_path / "oi" / f"{name}.png")
+    points = tmp_path / "points.csv"
+    points.write_text("ImageId,Source,LabelName,X,Y,EstimatedYesNo\n"
+                      "img1,ih,/m/cat,0.3,0.4,yes\nimg1,ih,/m/cat,0.7,0.6,no\nimg1,ih,/m/cat,0.5,0.5,yes\n"
+                      "img1,ih,/m/car,0.2,0.2,yes\nimg2,ih,/m/car,0.5,0.5,yes\nimg2,ih,/m/car,0.1,0.9,no\n")
+    classes = tmp_path / "classes.csv"
+    classes.write_text("LabelName,DisplayName\n/m/cat,Cat\n/m/car,Car\n")
+    out = tmp_path / "p.csv"
+    assert main(["evaluate", str(folder), str(tmp_path / "oi"), "--masks", str(points), "--classes", str(classes),
+                 "--only", "localisation", "--views", "legrad", "--num-heads", "2", "--csv", str(out)]) == 0
+    capsys.readouterr()
+    rows = [r for r in _rows(out) if r["image"] not in ("mean", "ci95")]
+    assert [(Path(r["image"]).name, r["label"], r["target"]) for r in rows] == [
+        ("img1.png", "Car", "0"), ("img1.png", "Cat", "1"), ("img2.png", "Car", "0")]
+    assert all(0 <= float(r["p_miou"]) <= 1 for r in rows)  # every label has a positive point: defined
+    pp = prompt_pipeline(Pipeline.open(folder, num_heads=2), ["Car", "Cat"])
+    labels = PointLabels(points, classes)
+    for r in rows:
+        gt = next(g for g in labels.read(r["image"], (48, 64)) if g.label == r["label"])
+        table = evaluate_views(pp, r["image"], ["legrad"], target=int(r["target"]), ground_truth=gt, curves=False)
+        want = table.views[0].localisation_value("p_miou")
+        assert (r["p_miou"] == "") if math.isnan(want) else float(r["p_miou"]) == pytest.approx(want, abs=1e-6)
+        assert r["miou"] == ""  # points only: no mask
+
+
+def test_merge_refuses_shards_with_other_ground_truth_flags(tiny_ckpt, tmp_path, capsys):
+    pics, masks = _data(tmp_path, n=3)
+    out = tmp_path / "sh"
+    out.mkdir()
+    for k, tol in ((1, "0"), (2, "15")):
+        assert main(["evaluate", str(tiny_ckpt), str(pics), "--masks", str(masks), "--only", "localisation",
+                     "--views", "rollout", "--pointing-tolerance", tol, "--csv", str(out / "e.csv"),
+                     "--shard", f"{k}/2"]) == 0
+    capsys.readouterr()
+    assert main(["merge", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--pointing-tolerance 0.0 in shard 1/2, 15.0 in shard 2/2" in err and len(err.strip().splitlines()) == 1
+    assert not (out / "e.csv").exists()

@@ -414,3 +414,42 @@ def test_the_tab_fits_its_dock(qtbot, demo_window, samples, size):
     ci = tab.plot_widget.ci
     assert ci.geometry().width() <= tab.plot_widget.viewport().width() + 1  # the legend does not widen the plots
     assert tab.plot_widget.height() >= tab.plot_widget.minimumHeight()
+
+
+def test_ground_truth_mask_outline_and_localisation_scores(qtbot, demo_window, tmp_path):
+    """A file named like the image with _mask: its outline over the map (toggle) and, after Run, each map's
+    localisation scores beside the table, equal to the library's on the table's own maps; a mask folder chosen in
+    the tab takes over, and a mask of the wrong size is one line naming it."""
+    from PIL import Image
+
+    from vitviz.demo.samples import make_sample
+    from vitviz.evaluate.localisation import localisation_scores, mask_in_crop
+
+    w = demo_window
+    box = w.plots.faithfulness.localisation
+    s = make_sample(2)
+    Image.fromarray(s.image).save(tmp_path / "star.png")
+    mask = ((s.mask >= 0.5) * 255).astype(np.uint8)
+    Image.fromarray(mask).save(tmp_path / "star_mask.png")
+    r = open_and_wait(qtbot, w, tmp_path / "star.png")
+    assert "star_mask.png" in box.status.text() and w.canvas.truth_outline.isVisible()
+    box.outline_check.setChecked(False)
+    assert not w.canvas.truth_outline.isVisible()
+    box.outline_check.setChecked(True)
+    assert w.canvas.truth_outline.isVisible() and not box.table.isVisible()
+    table = _run(qtbot, w)
+    assert box.table.isVisible() and box.table.rowCount() == N
+    crop = mask_in_crop((mask > 0).astype(np.int64), r.geometry)
+    for i, v in enumerate(table.views):
+        want = localisation_scores(v.saliency, crop)
+        assert box.cell_text(i, 2) == f"{want.values['miou']:.2f}"
+        assert box.cell_text(i, 5) == f"{want.values['energy_pointing_game']:.2f}"
+    # a mask folder: its mask (here of the wrong size) replaces the one beside the image
+    (tmp_path / "masks").mkdir()
+    Image.fromarray(np.zeros((10, 10), np.uint8)).save(tmp_path / "masks" / "star.png")
+    box._choose = lambda: str(tmp_path / "masks")
+    box.choose_folder()
+    h, wd = r.geometry.image_size
+    assert box.status.text() == (f"{tmp_path / 'masks' / 'star.png'}: the mask is 10x10 pixels but its image "
+                                 f"{wd}x{h}")
+    assert not w.canvas.truth_outline.isVisible() and not box.table.isVisible()

@@ -14,6 +14,11 @@ The rest: :mod:`~vitviz.evaluate.protocol` (modes, baselines, the default views,
 table), :mod:`~vitviz.evaluate.checks` (argument checks), :mod:`~vitviz.evaluate.view_rows` (a table row as the
 window's view and options) and :mod:`~vitviz.evaluate.report` (mean over images, CSV).
 
+Localisation against ground truth (docs/localisation.md): :mod:`~vitviz.evaluate.localisation` (the metrics in the
+model's input crop), :mod:`~vitviz.evaluate.ground_truth` (masks, ``gtsegs_ijcv.mat``, ImageNet-S, VOC, COCO,
+OpenImages points); :func:`evaluate_views` takes ``ground_truth=`` (and ``curves=False``), :func:`localise_images`
+scores many images from one streamed pass.
+
 The names below are imported on first use, so that ``import vitviz.evaluate`` (and its torch-free constants) does not
 import torch.
 """
@@ -33,7 +38,12 @@ _NAMES = {
                      "step_counts"), "perturbation"),
     "randomisation_check": "randomisation",
     "view_options": "view_rows",
-    "evaluate_views": "run",
+    **dict.fromkeys(("evaluate_views", "localise_images"), "run"),
+    **dict.fromkeys(("localisation_scores", "map_in_crop", "mask_in_crop", "average_precision"), "localisation"),
+    **dict.fromkeys(("GroundTruth", "MaskFolder", "SegmentationMat", "BoxFolder", "CocoBoxes", "PointLabels"),
+                    "ground_truth"),
+    **dict.fromkeys(("LOCALISATION_METRICS", "IGNORE"), "protocol"),
+    "LocalisationScores": "outcomes",
     **dict.fromkeys(("CSV_COLUMNS", "check_writable", "format_mean_table", "mean_over_images", "write_csv"), "report"),
 }
 
@@ -42,7 +52,8 @@ __all__ = [
     "evaluate_views", "EvaluationCancelled", "FaithfulnessTable", "format_mean_table", "gaussian_blur",
     "mean_over_images", "model_patch_size", "perturbation_curve", "PerturbationCurve", "random_baseline",
     "RandomBaseline", "randomisation_check", "RandomisationCheck", "rank_average", "spearman", "view_options",
-    "ViewScore", "write_csv",
+    "ViewScore", "write_csv", "localise_images", "localisation_scores", "LocalisationScores", "LOCALISATION_METRICS",
+    "GroundTruth", "MaskFolder", "SegmentationMat", "BoxFolder", "CocoBoxes", "PointLabels",
 ]
 
 __getattr__, __dir__ = lazy_names(__name__, _NAMES, globals())

@@ -124,6 +124,18 @@ class MaskFolder:
         return read_mask_file(p, image_size, self.ignore_value)
 
 
+def mask_beside(image: str | os.PathLike) -> Path | None:
+    """The mask named like ``image`` with ``_mask`` in the same folder (``cat.jpg`` -> ``cat_mask.png``, any image
+    suffix), or None."""
+    p = Path(image)
+    for suffix in MASK_SUFFIXES:
+        for s in (suffix, suffix.upper()):
+            q = p.with_name(f"{p.stem}_mask{s}")
+            if q.is_file():
+                return q
+    return None
+
+
 def read_mask_file(path: str | os.PathLike, image_size: tuple[int, int], ignore_value: int | None = None
                    ) -> GroundTruth:
     """One mask file (:func:`decode_mask`), checked against the image's ``(height, width)``."""

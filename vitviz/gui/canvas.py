@@ -23,6 +23,7 @@ pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)
 
 HIGHLIGHT_COLOR = QColor(0, 230, 255)
 ARTEFACT_COLOR = QColor(255, 150, 40)
+TRUTH_COLOR = QColor(255, 235, 60)
 
 
 def outline(item, color: QColor, width: float, z: float | None = None, *, dashed: bool = False,
@@ -191,6 +192,10 @@ class Canvas(pg.GraphicsLayoutWidget):
         # the artefact (high-norm) tokens: dashed orange outlines
         self.artefact_outline = outline(QGraphicsPathItem(), ARTEFACT_COLOR, 1.6, 2.6, dashed=True, visible=False)
         self.vb.addItem(self.artefact_outline)
+        # the ground-truth object of the localisation box (vitviz.gui.localisation_box): a yellow outline
+        self.truth_outline = outline(QGraphicsPathItem(), TRUTH_COLOR, 1.8, 2.7, visible=False)
+        self.vb.addItem(self.truth_outline)
+        self._truth: np.ndarray | None = None
         self.artefact_cells: list[tuple[int, int]] = []
 
         self._cmap_name = ""
@@ -240,6 +245,8 @@ class Canvas(pg.GraphicsLayoutWidget):
         self._crop = QRectF(x0, y0, w, h)
         self.crop_outline.setRect(self._crop)
         self.crop_outline.setVisible(True)
+        if self._truth is not None:  # the ground truth's outline follows the crop
+            self.set_ground_truth(self._truth)
 
     def set_overlay(self, values: np.ndarray | None, levels=None, *, label: str = "", tooltip: str = "") -> None:
         """Show a map (float ``[h, w]``) stretched over the crop; ``None`` hides it.
@@ -357,6 +364,16 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.mask_item.setVisible(False)
         self.mask_outline.setPath(mask_boundary(mask, self._crop))
         self.mask_outline.setVisible(True)
+
+    def set_ground_truth(self, mask: np.ndarray | None) -> None:
+        """The ground-truth object (bool ``[crop_h, crop_w]``, the model's input crop) outlined over the map; None
+        hides it."""
+        self._truth = mask
+        if mask is None:
+            self.truth_outline.setVisible(False)
+            return
+        self.truth_outline.setPath(mask_boundary(np.asarray(mask, dtype=bool), self._crop))
+        self.truth_outline.setVisible(True)
 
     def set_colormap(self, name: str) -> None:
         if name == self._cmap_name:

@@ -7,7 +7,9 @@ similarity to a reference for a similarity target (so a feature model's curves f
 function of the output. A table costs a few hundred forwards (seconds to tens of seconds), so it runs only
 when asked (Run), on the controller's worker, with progress and Cancel; tables are kept per (image, target, model,
 options), so going back to an image shows its table at once. A table that is not the current image's, target's or
-options' is shown dimmed and says so. Clicking a row shows that row's map on the canvas.
+options' is shown dimmed and says so. Clicking a row shows that row's map on the canvas. Under the table, the
+localisation box (:mod:`vitviz.gui.localisation_box`): the image's ground-truth mask, its outline over the map and
+each map's localisation scores.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.evaluate import view_options
+from vitviz.gui.localisation_box import LocalisationBox
 from vitviz.gui.mosaic import BACKGROUND
 from vitviz.views.presets import FAITHFULNESS_VIEWS
 
@@ -199,6 +202,8 @@ class FaithfulnessPanel(QWidget):
         self.table_note.setStyleSheet(NOTE_STYLE)
         lay.addWidget(self.table_note)
         self._fit_table(len(VIEWS) + 1)
+        self.localisation = LocalisationBox()  # ground truth: the object's outline and each map's scores
+        lay.addWidget(self.localisation)
 
         # the curves: deletion and insertion side by side, one shared legend under them
         self.plot_widget = pg.GraphicsLayoutWidget()
@@ -321,6 +326,7 @@ class FaithfulnessPanel(QWidget):
         self._set_stale(stale)
         self.status.setStyleSheet(STALE_STYLE if stale or key is None else "")
         self.status.setText(self._status_text(key, why, running, stale))
+        self.localisation.update_for(self._result(), None if stale else self.shown, view_name)
         self._select_current_row()
 
     def _status_text(self, key, why: str, running: bool, stale: bool) -> str:

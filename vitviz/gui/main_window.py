@@ -205,6 +205,7 @@ class MainWindow(QMainWindow):
         self.plots.faithfulness.attach(self.controller)
         self.plots.mechanistic.attach(self.controller)
         self.plots.faithfulness.viewRequested.connect(lambda view, changes: self._set(view=view, **changes))
+        self.plots.faithfulness.localisation.outlineChanged.connect(self.canvas.set_ground_truth)
         self.predictions.targetChosen.connect(self.set_target)
         self.predictions.modelOffered.connect(self.choose_photo_model)
         self.canvas.hovered.connect(self._on_hover)
