@@ -186,3 +186,24 @@ def test_transformers_vit_classifier_all_three_against_hooks_on_its_modules(tmp_
             handle.remove()
     got = activation_patching(ours, clean, corrupt, 3)
     assert torch.allclose(torch.stack([got.cls, got.all, got.patches[:, 5]], 1), rec, atol=2e-4, rtol=1e-3)
+
+
+@pytest.mark.real_weights
+def test_real_vit_tiny_lens_ends_at_the_models_own_probabilities_on_chelsea():
+    """The real ViT-Ti/16 on scikit-image's chelsea: the last layer's lens is the model's output (Egyptian cat 0.733,
+    its README), the knock-out's clean score is the same logit, and the first layers' lens has no cat on top."""
+    from repo_paths import TINY_WEIGHTS
+    from skimage import data as skimage_data
+
+    if not TINY_WEIGHTS.exists():
+        pytest.skip("../shared/weights is absent")
+    from PIL import Image
+
+    pipeline = Pipeline.open(str(TINY_WEIGHTS), precision="fp32")
+    x = pipeline.prepare(Image.fromarray(skimage_data.chelsea())).x[None]
+    lens = logit_lens(pipeline.model, x)
+    assert int(lens.target.index) == 285 and abs(float(lens.target_probability[-1]) - 0.733) < 1e-2
+    with torch.no_grad():
+        logits = pipeline.model(x)[0]
+    assert rel_err(lens.logits[-1], logits) <= 1e-5
+    assert all(int(lens.probabilities[l].argmax()) not in range(281, 286) for l in range(3))
