@@ -108,12 +108,14 @@ def test_similarity_target_on_a_feature_model_lens_and_knockout(tmp_path):
 
 
 def test_bad_inputs_are_one_line(tmp_path):
-    _, ours = timm_pair(tmp_path, "cls")
+    ref, ours = timm_pair(tmp_path, "cls")
     x, _ = images()
+    adapted = Pipeline.open(ref).model  # a module vitviz only adapted: its blocks cannot be restarted
     for call, match in ((lambda: head_knockout(ours, x, mode="half"), "valid: zero, mean"),
                         (lambda: logit_lens(ours, x, 99), "7 classes"),
                         (lambda: activation_patching(ours, x, x), "no difference"),
-                        (lambda: activation_patching(ours, x, torch.randn(1, 3, 40, 40)), "same token grid")):
+                        (lambda: activation_patching(ours, x, torch.randn(1, 3, 40, 40)), "same token grid"),
+                        (lambda: head_knockout(adapted, x), "only adapted")):
         with pytest.raises(MechanisticError, match=match) as e:
             call()
         assert "\n" not in str(e.value)
