@@ -209,3 +209,22 @@ def test_real_vit_tiny_lens_ends_at_the_models_own_probabilities_on_chelsea():
         logits = pipeline.model(x)[0]
     assert rel_err(lens.logits[-1], logits) <= 1e-5
     assert all(int(lens.probabilities[l].argmax()) not in range(281, 286) for l in range(3))
+
+
+def test_prompt_model_lens_reads_the_prompts_scores(tmp_path):
+    """SigLIP-style prompts on an attention-pool feature model (vitviz.model.zero_shot.with_prompts): each layer's
+    lens is ``scale * cos(timm's pooled embedding of the hooked block output, prompt) + bias``, its probabilities the
+    sigmoid of each; the knock-out scores the target prompt the same way."""
+    from vitviz.model.zero_shot import with_prompts
+
+    ref, ours = timm_pair(tmp_path, "map", num_classes=0)
+    x, _ = images()
+    text = torch.randn(3, 48, generator=torch.Generator().manual_seed(7))
+    prompted = with_prompts(ours, text, ["a cat", "a dog", "a sofa"], scale=10.0, bias=-2.0, probability="sigmoid")
+    lens = logit_lens(prompted, x, 1)
+    with torch.no_grad():
+        emb = torch.cat([ref.forward_head(ref.norm(z)) for z in block_outputs(ref, x)])
+    want = 10.0 * torch.nn.functional.normalize(emb, dim=-1) @ torch.nn.functional.normalize(text, dim=-1).T - 2.0
+    assert rel_err(lens.logits, want) <= 1e-4 and rel_err(lens.probabilities, want.sigmoid()) <= 1e-4
+    assert lens.label(2) == "a sofa" and rel_err(lens.target_probability, want[:, 1].sigmoid()) <= 1e-4
+    assert rel_err(torch.tensor([head_knockout(prompted, x, 1).clean]), want[-1:, 1]) <= 1e-4
