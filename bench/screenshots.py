@@ -6,7 +6,8 @@ or without X (Qt's offscreen platform; fonts may differ):
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/screenshots.py --out /tmp/shots
 
 ``--only mechanistic`` takes only the logit lens and head knock-out pictures (issue 34): the plots panel's Heads tab,
-its "Lens · knock-out" page run, a cell of the grid clicked, and the logit-lens class map view at two layers.
+its "Lens · knock-out" page run, a cell of the grid clicked, the logit-lens class map view at two layers, and the
+Compare window's Patching dock (the photo patched into scikit-image's coffee).
 
 ``--only prompts`` takes only the text-prompt pictures (issue 24): a random-weight CLIP (open_clip layout, ViT with
 16-pixel patches at 224 pixels, written to a temporary folder: no network) with the prompts "a cat; a dog; a sofa"
@@ -169,6 +170,24 @@ def mechanistic_shots(app, win, out: Path, wait) -> None:
     for layer in (lens.num_layers - 3, lens.num_layers - 1):
         win.set_layer(layer)
         shot(f"29_logit_lens_classes_layer{layer}")
+    # activation patching in the Compare window: the shown photo (clean) into scikit-image's coffee (corrupted)
+    from PIL import Image
+    from skimage import data
+
+    coffee = out / "coffee.png"
+    Image.fromarray(data.coffee()).save(coffee)
+    win.session.add_images([str(coffee)])
+    cw = win.show_compare()
+    cw.resize(1200, 900)
+    cw.patching.refresh()
+    cw.patching.corrupt_combo.setCurrentIndex(cw.patching.corrupt_combo.findData(str(coffee)))
+    cw.patching.run()
+    wait(lambda: cw.patching.shown is not None, timeout=600)
+    cw.patching.layer_slider.setValue(9)
+    wait(lambda: False, timeout=0.5)
+    cw.grab().save(str(out / "30_compare_patching.png"))
+    print(out / "30_compare_patching.png")
+    coffee.unlink()
 
 
 def first_sight_shots(app, settings_for, out: Path, tmp: Path, image: str, size: tuple[int, int], wait,

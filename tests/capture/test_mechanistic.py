@@ -108,12 +108,14 @@ def test_similarity_target_on_a_feature_model_lens_and_knockout(tmp_path):
 
 
 def test_bad_inputs_are_one_line(tmp_path):
-    _, ours = timm_pair(tmp_path, "cls")
+    ref, ours = timm_pair(tmp_path, "cls")
     x, _ = images()
+    adapted = Pipeline.open(ref).model  # a module vitviz only adapted: its blocks cannot be restarted
     for call, match in ((lambda: head_knockout(ours, x, mode="half"), "valid: zero, mean"),
                         (lambda: logit_lens(ours, x, 99), "7 classes"),
                         (lambda: activation_patching(ours, x, x), "no difference"),
-                        (lambda: activation_patching(ours, x, torch.randn(1, 3, 40, 40)), "same token grid")):
+                        (lambda: activation_patching(ours, x, torch.randn(1, 3, 40, 40)), "same token grid"),
+                        (lambda: head_knockout(adapted, x), "only adapted")):
         with pytest.raises(MechanisticError, match=match) as e:
             call()
         assert "\n" not in str(e.value)
@@ -186,3 +188,43 @@ def test_transformers_vit_classifier_all_three_against_hooks_on_its_modules(tmp_
             handle.remove()
     got = activation_patching(ours, clean, corrupt, 3)
     assert torch.allclose(torch.stack([got.cls, got.all, got.patches[:, 5]], 1), rec, atol=2e-4, rtol=1e-3)
+
+
+@pytest.mark.real_weights
+def test_real_vit_tiny_lens_ends_at_the_models_own_probabilities_on_chelsea():
+    """The real ViT-Ti/16 on scikit-image's chelsea: the last layer's lens is the model's output (Egyptian cat 0.733,
+    its README), the knock-out's clean score is the same logit, and the first layers' lens has no cat on top."""
+    from repo_paths import TINY_WEIGHTS
+    from skimage import data as skimage_data
+
+    if not TINY_WEIGHTS.exists():
+        pytest.skip("../shared/weights is absent")
+    from PIL import Image
+
+    pipeline = Pipeline.open(str(TINY_WEIGHTS), precision="fp32")
+    x = pipeline.prepare(Image.fromarray(skimage_data.chelsea())).x[None]
+    lens = logit_lens(pipeline.model, x)
+    assert int(lens.target.index) == 285 and abs(float(lens.target_probability[-1]) - 0.733) < 1e-2
+    with torch.no_grad():
+        logits = pipeline.model(x)[0]
+    assert rel_err(lens.logits[-1], logits) <= 1e-5
+    assert all(int(lens.probabilities[l].argmax()) not in range(281, 286) for l in range(3))
+
+
+def test_prompt_model_lens_reads_the_prompts_scores(tmp_path):
+    """SigLIP-style prompts on an attention-pool feature model (vitviz.model.zero_shot.with_prompts): each layer's
+    lens is ``scale * cos(timm's pooled embedding of the hooked block output, prompt) + bias``, its probabilities the
+    sigmoid of each; the knock-out scores the target prompt the same way."""
+    from vitviz.model.zero_shot import with_prompts
+
+    ref, ours = timm_pair(tmp_path, "map", num_classes=0)
+    x, _ = images()
+    text = torch.randn(3, 48, generator=torch.Generator().manual_seed(7))
+    prompted = with_prompts(ours, text, ["a cat", "a dog", "a sofa"], scale=10.0, bias=-2.0, probability="sigmoid")
+    lens = logit_lens(prompted, x, 1)
+    with torch.no_grad():
+        emb = torch.cat([ref.forward_head(ref.norm(z)) for z in block_outputs(ref, x)])
+    want = 10.0 * torch.nn.functional.normalize(emb, dim=-1) @ torch.nn.functional.normalize(text, dim=-1).T - 2.0
+    assert rel_err(lens.logits, want) <= 1e-4 and rel_err(lens.probabilities, want.sigmoid()) <= 1e-4
+    assert lens.label(2) == "a sofa" and rel_err(lens.target_probability, want[:, 1].sigmoid()) <= 1e-4
+    assert rel_err(torch.tensor([head_knockout(prompted, x, 1).clean]), want[-1:, 1]) <= 1e-4

@@ -103,3 +103,23 @@ def test_mechanistic_commands_bad_input_one_line(setup, tmp_path, capsys):
         lines = [line for line in err.strip().splitlines() if " on cpu, auto: " not in line]
         assert words in err and "Traceback" not in err and len(lines) == 1, (argv, err)
     assert existing.read_text() == "keep\n"
+
+
+def test_lens_of_a_feature_model_prints_the_similarity_per_layer(tmp_path, capsys):
+    ref, folder = timm_folder(tmp_path, "map", num_classes=0)
+    image = tmp_path / "a.png"
+    Image.fromarray(np.random.default_rng(2).integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(image)
+    v = np.random.default_rng(3).standard_normal(48).astype(np.float32)
+    np.save(tmp_path / "v.npy", v)
+    argv = ["lens", str(folder), str(image), "--precision", "fp32"]
+    assert main(argv + ["--target", f"similar:{tmp_path / 'v.npy'}"]) == 0
+    rows = list(csv.DictReader(capsys.readouterr().out.splitlines()))
+    x = Pipeline.open(str(folder), precision="fp32").prepare(load_image(image)).x[None]
+    with torch.no_grad():
+        emb = torch.cat([ref.forward_head(ref.norm(z)) for z in block_outputs(ref, x)])
+    want = torch.nn.functional.cosine_similarity(emb, torch.from_numpy(v)[None], dim=-1)
+    assert [int(r["layer"]) for r in rows] == [0, 1, 2] and all(r["class"] == "" for r in rows)
+    for r, w in zip(rows, want.tolist()):
+        assert float(r["logit"]) == pytest.approx(w, rel=1e-4, abs=1e-5)
+    assert main(argv) == 2  # no classifier: the top class is no target
+    assert "no classifier" in capsys.readouterr().err

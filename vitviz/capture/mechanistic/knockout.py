@@ -60,9 +60,10 @@ def knock_out_heads(a: torch.Tensor, heads: torch.Tensor, num_heads: int, mode: 
     its mean over the ``N`` tokens); a head index of -1 leaves its row unchanged."""
     B, N, D = a.shape
     per = a.reshape(B, N, num_heads, D // num_heads)
+    heads = heads.to(a.device)
     hit = torch.zeros(B, 1, num_heads, 1, dtype=torch.bool, device=a.device)
     rows = torch.nonzero(heads >= 0).flatten()
-    hit[rows, 0, heads[rows].to(a.device), 0] = True
+    hit[rows, 0, heads[rows], 0] = True
     fill = per.mean(dim=1, keepdim=True).expand_as(per) if mode == "mean" else torch.zeros_like(per)
     return torch.where(hit, fill, per).reshape(B, N, D)
 
