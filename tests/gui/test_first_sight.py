@@ -157,7 +157,7 @@ def test_the_layout_at_1280x800_gives_the_canvas_half_the_width(qtbot, tiny_mode
 def test_the_app_first_opens_on_rollout_and_then_on_the_remembered_view(qtbot, settings):
     from gui_helpers import shown_window
 
-    from vitviz.gui.main_window import FIRST_VIEW
+    from vitviz.gui.settings import FIRST_VIEW
 
     w = shown_window(qtbot, settings, None, model_key="demo")  # the app: it opens its model from a reference
     assert FIRST_VIEW == "rollout" and w.session.options.view == "rollout"
@@ -166,3 +166,17 @@ def test_the_app_first_opens_on_rollout_and_then_on_the_remembered_view(qtbot, s
     again = shown_window(qtbot, settings, None, model_key="demo")
     assert again.session.options.view == "relevance"
     again.close()
+
+
+def test_the_compare_window_closes_with_escape_and_ctrl_w(qtbot, window, image_path):
+    from PySide6.QtCore import Qt
+
+    open_and_wait(qtbot, window, image_path)
+    for key, mod in ((Qt.Key.Key_Escape, Qt.KeyboardModifier.NoModifier),
+                     (Qt.Key.Key_W, Qt.KeyboardModifier.ControlModifier)):
+        cw = window.show_compare()
+        qtbot.waitExposed(cw)
+        cw.activateWindow()
+        assert cw.isVisible()
+        qtbot.keyClick(cw, key, mod)
+        qtbot.waitUntil(lambda cw=cw: not cw.isVisible(), timeout=5000)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QKeySequence
 from PySide6.QtWidgets import QGraphicsRectItem, QGridLayout, QLabel, QMainWindow, QScrollArea, QVBoxLayout, QWidget
 
 from vitviz.document import comparison as cmp
@@ -517,6 +517,13 @@ class CompareWindow(QMainWindow):
     def showEvent(self, event) -> None:
         super().showEvent(event)
         self.refresh()
+
+    def keyPressEvent(self, event) -> None:
+        """Esc and Ctrl+W (Cmd+W) close the window, as a dialog or a document window closes."""
+        if event.key() == Qt.Key.Key_Escape or event.matches(QKeySequence.StandardKey.Close):
+            self.close()
+            return
+        super().keyPressEvent(event)
 
     def closeEvent(self, event) -> None:
         super().closeEvent(event)

@@ -117,6 +117,8 @@ class ModelSpec:
             f"input size:    {c.img_size[0]}x{c.img_size[1]} (grid {c.grid_size[0]}x{c.grid_size[1]})",
             f"preprocessing: resize {p.resize} ({p.interpolation}), centre crop {p.crop[0]}x{p.crop[1]}, "
             f"mean {tuple(round(x, 4) for x in p.mean)}, std {tuple(round(x, 4) for x in p.std)}",
+            # a projection head (CLIP, SigLIP, open_clip) maps to an embedding: its width is no class count
+            f"embedding dim: {c.num_classes} (a projection head: no classes)" if self.head_kind == "projection" else
             f"classes:       {c.num_classes}" + (" (labelled)" if self.labels else " (no labels)"),
         ]
         return "\n".join(lines)
