@@ -55,8 +55,11 @@ def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str |
         raise ValueError("nothing to show: no image has been analysed yet")
     has_map = session.current_map() is not None
     rgb = session.rgb_map() if has_map else None  # a view in colours of its own: no colour scale, no colour bar
+    alone = rgb is not None and bool(o.pca_colours_only)
     if rgb is not None:
         has_map = False
+    if alone:  # the colours alone on black (a masked background black too), as the DINO figures
+        rgb = np.concatenate([rgb[..., :3] * rgb[..., 3:4], np.ones_like(rgb[..., 3:4])], axis=-1)
     if has_map and scale is None:
         scale = session.levels()
     y0, x0, y1, x1 = session.crop_rect_yx()
@@ -72,7 +75,7 @@ def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str |
         f = shown.shape[0] // excluded.shape[0]
         shown = np.where(np.repeat(np.repeat(excluded, f, axis=0), f, axis=1), np.nan, shown).astype(np.float32)
     return Panel(photo=r.rgb, values=session.image_map() if has_map and on_image else None,
-                 scale=scale if has_map else None, opacity=o.opacity,
+                 scale=scale if has_map else None, opacity=1.0 if alone else o.opacity, photo_shown=not alone,
                  marker=session.patch_rect(o.query) if session.shows_query() else None, mask=session.mask(),
                  mask_style=o.mask_style, badge=badge, outlined=outlined, neutral=neutral,
                  colorbar_label=session.quantity_text(), crop=(x0, y0, x1 - x0, y1 - y0), grid=r.grid,

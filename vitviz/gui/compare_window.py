@@ -98,7 +98,7 @@ class ComparePanel(QWidget):
             self.canvas.set_crop(*p.crop)
         self.canvas.set_opacity(p.opacity)
         text = cell.label or ""
-        self.canvas.set_rgb(p.rgb)
+        self.canvas.set_rgb(p.rgb, photo=p.photo_shown, opacity=p.opacity)
         if p.rgb is not None:  # a view in colours of its own (feature PCA)
             self.canvas.set_overlay(None)
             self.canvas.set_mask(p.mask, p.mask_style)

@@ -187,8 +187,8 @@ class MainWindow(QMainWindow):
         c.interpolationChanged.connect(lambda m: self._set(interpolation=m))
         c.export_colorbar.toggled.connect(lambda b: self._set(colorbar=b))
         c.export_caption.toggled.connect(lambda b: self._set(caption=b))
-        c.mask_background.toggled.connect(lambda b: self._set(mask_background=b))
-        c.pca_joint.toggled.connect(lambda b: self._set(pca_joint=b))
+        for name in ("mask_background", "pca_joint", "pca_colours_only"):  # feature PCA's check boxes
+            getattr(c, name).toggled.connect(lambda b, n=name: self._set(**{n: b}))
         c.legrad_pooling.currentIndexChanged.connect(lambda i: self._set(legrad_pooling=c.legrad_pooling.itemData(i)))
         self.viewRefreshed.connect(self.open_tokens.follow)
         self.heads.headSelected.connect(self._on_head_tile)
@@ -458,7 +458,7 @@ class MainWindow(QMainWindow):
             p = panel_of(s)  # what the panel shows: the Compare window and the figure files draw the same
             self.canvas.set_colormap(p.scale.cmap if p.scale is not None else o.cmap)
             self.canvas.set_overlay(p.grid_values, p.scale, label=p.colorbar_label, tooltip=p.scale_text)
-            self.canvas.set_rgb(p.rgb)
+            self.canvas.set_rgb(p.rgb, photo=p.photo_shown, opacity=p.opacity)
             self.canvas.set_marker(p.marker)
             self.canvas.set_artefacts(list(p.outlined), p.grid)
             self.canvas.set_neutral(list(p.neutral), p.grid)
