@@ -218,3 +218,18 @@ def test_the_all_layers_heads_grid_takes_the_whole_window(qtbot, tiny_model, set
     h.full_toggle.setChecked(False)
     assert not dock.isFloating()
     w.close()
+
+
+def test_head_colours_are_the_same_in_the_window_and_in_the_stats_figure(qtbot, window, image_path):
+    from vitviz.batch.stats_plot import head_colours
+
+    r = open_and_wait(qtbot, window, image_path)
+    window.plots.setCurrentIndex(0)
+    window.plots.refresh(window.session)
+    brushes = window.plots.dist_scatter.data["brush"]
+    data = window.plots.dist_scatter.data["data"]
+    seen = {h: b.color().getRgb()[:3] for b, (_layer, h) in zip(brushes, data)}
+    figure = head_colours(r.num_heads)
+    assert len(seen) == r.num_heads and len(set(seen.values())) == r.num_heads
+    for h, rgb in seen.items():
+        assert rgb == tuple(round(c * 255) for c in figure[h]), h
