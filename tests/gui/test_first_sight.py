@@ -233,3 +233,16 @@ def test_head_colours_are_the_same_in_the_window_and_in_the_stats_figure(qtbot, 
     assert len(seen) == r.num_heads and len(set(seen.values())) == r.num_heads
     for h, rgb in seen.items():
         assert rgb == tuple(round(c * 255) for c in figure[h]), h
+
+
+def test_a_diffuse_method_on_a_small_model_points_to_the_faithfulness_table(qtbot, window, image_path):
+    from vitviz.document.panel import heads_figure, view_figure
+
+    open_and_wait(qtbot, window, image_path)  # the tiny test ViT: a width far below ViT-S's 384
+    s = window.session
+    for key in ("legrad", "gradcam"):
+        window.set_view(key)
+        assert "Faithfulness tab" in view_figure(s).caption and "often diffuse" in view_figure(s).caption, key
+    assert "Faithfulness tab" not in heads_figure(s).caption
+    window.set_view("rollout")
+    assert "Faithfulness tab" not in view_figure(s).caption

@@ -22,8 +22,8 @@ from vitviz.render import figures
 from vitviz.render.figures import FigureSpec, Panel, grid_shape
 from vitviz.render.scales import ColourScale, scale_for
 
-__all__ = ["HEADS_QUANTITY", "PREFIX_NOTE_SHARE", "HeadsGrid", "heads_figure", "heads_of", "layer_figures",
-           "panel_of", "render_heads", "render_view", "view_figure"]
+__all__ = ["DIFFUSE_VIEWS", "HEADS_QUANTITY", "PREFIX_NOTE_SHARE", "HeadsGrid", "diffuse_note", "heads_figure",
+           "heads_of", "layer_figures", "panel_of", "render_heads", "render_view", "view_figure"]
 
 HEADS_QUANTITY = "attention weight"
 """What the tiles of the heads grid show (their colour bar's label)."""
@@ -81,8 +81,26 @@ def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str |
                  colorbar_label=session.quantity_text(), crop=(x0, y0, x1 - x0, y1 - y0), grid=r.grid,
                  grid_values=shown,
                  title=session.title() if has_map or rgb is not None else f"{session.view.title}: not available",
-                 caption=_caption(session, f"colour: {session.view.rgb_text(o) if rgb is not None else words}"),
+                 caption=_caption(session, " · ".join(filter(None, [
+                     f"colour: {session.view.rgb_text(o) if rgb is not None else words}", diffuse_note(session)]))),
                  scale_text=session.scale_text(), unavailable=session.unavailable_reason(), rgb=rgb)
+
+
+DIFFUSE_VIEWS = ("legrad", "gradcam")
+"""Views known to look diffuse on a small classifier (ViT-Ti/S: a width of at most :data:`SMALL_WIDTH`), which a first
+reader takes for broken: their caption points to the faithfulness table, which measures how well a map ranks the
+patches whatever it looks like."""
+SMALL_WIDTH = 384
+
+
+def diffuse_note(session: Session) -> str:
+    """The caption's pointer to the faithfulness table for a view known to be diffuse on the session's model, or
+    ""."""
+    r, v = session.result, session.view
+    if r is None or v.key not in DIFFUSE_VIEWS or int(r.tokens.shape[-1]) > SMALL_WIDTH:
+        return ""
+    return (f"{v.title} is often diffuse on a model this small (width {int(r.tokens.shape[-1])}): the Faithfulness "
+            "tab (vitviz evaluate) measures how well it ranks the patches")
 
 
 def _caption(s: Session, extra: str = "") -> str:
