@@ -238,10 +238,19 @@ def first_sight_shots(app, settings_for, out: Path, tmp: Path, image: str, size:
     win.set_view("cls")
     win.heads.grid_toggle.setChecked(True)
     shot(win, "vit_ti_heads_all_layers")
+    win.heads.full_toggle.setChecked(True)  # the grid over the whole window (the floated heads dock)
+    wait(lambda: False, timeout=0.5)
+    for _ in range(8):
+        app.processEvents()
+    win.docks["heads"].grab().save(str(out / f"vit_ti_heads_full_window_{tag}.png"))
+    print(out / f"vit_ti_heads_full_window_{tag}.png")
+    win.heads.full_toggle.setChecked(False)
     win.heads.grid_toggle.setChecked(False)
     win.set_view("feature_pca")
     win.set_layer(win.session.result.num_layers - 1)
     shot(win, "vit_ti_feature_pca")
+    win.controls.pca_colours_only.setChecked(True)
+    shot(win, "vit_ti_feature_pca_colours_only")
     win.close()
     return errors
 

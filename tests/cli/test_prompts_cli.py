@@ -62,7 +62,8 @@ def siglip(tmp_path_factory):
 def _predictions(out: str) -> dict[str, tuple[int, float, float]]:
     """``prompt -> (index, p, score)`` of predict's lines of one image."""
     rows = {}
-    for line in out.splitlines()[2:]:
+    assert out.splitlines()[2].split() == ["index", "p", "logit", "prompt"]  # the columns named
+    for line in out.splitlines()[3:]:
         i, p, s, prompt = line.split(maxsplit=3)
         rows[prompt] = (int(i), float(p), float(s))
     return rows

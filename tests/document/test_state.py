@@ -47,7 +47,7 @@ def setup(tmp_path, tiny_model):
                   ignore_artefacts=True, scale_excludes_artefacts=False, scale="per_map", percentile=98.0,
                   log_scale=False, mask_keep=0.6, mask_style="dim", mask_background=True,
                   legrad_start=0, legrad_pooling="model", gradcam_layer=1,
-                  legrad_correction=False, pca_joint=True, pca_style="dinov3")
+                  legrad_correction=False, pca_joint=True, pca_style="dinov3", pca_colours_only=True)
     return {"folder": folder, "ckpt": ckpt, "ref": f"file:{ckpt}", "images": (a, b), "session": s, "pipe": pipe,
             "target": target}
 

@@ -86,11 +86,11 @@ def test_a_head_tile_says_its_prefix_share_when_most_attention_goes_to_cls(qtbot
     s.set_options(layer=0)
     window.heads.refresh(s, force=True)
     notes = window.heads.notes
-    assert notes[1] == "97% to [CLS]"
+    assert notes[1] == "97% [CLS]"
     # the others, ordinary softmax rows of a random model, spread over the patches: no note
     shares = 1 - att[0, :, 0, r.num_prefix_tokens:].float().sum(-1)
     assert all((n == "") == (float(v) < 0.5) for n, v in zip(notes, shares))
-    assert window.heads.mosaic.label_texts()[1] == "h1 · 97% to [CLS]"  # drawn on the tile
+    assert window.heads.mosaic.label_texts()[1] == "h1 · 97% [CLS]"  # drawn on the tile
     assert heads_figure(s).panels[1].label == "head 1 · 97% to [CLS]"
     window.heads.grid_toggle.setChecked(True)  # every layer x head: the short note on layer 0 head 1
     assert window.heads.notes[1] == "97% [CLS]"
@@ -157,7 +157,7 @@ def test_the_layout_at_1280x800_gives_the_canvas_half_the_width(qtbot, tiny_mode
 def test_the_app_first_opens_on_rollout_and_then_on_the_remembered_view(qtbot, settings):
     from gui_helpers import shown_window
 
-    from vitviz.gui.main_window import FIRST_VIEW
+    from vitviz.gui.settings import FIRST_VIEW
 
     w = shown_window(qtbot, settings, None, model_key="demo")  # the app: it opens its model from a reference
     assert FIRST_VIEW == "rollout" and w.session.options.view == "rollout"
@@ -166,3 +166,83 @@ def test_the_app_first_opens_on_rollout_and_then_on_the_remembered_view(qtbot, s
     again = shown_window(qtbot, settings, None, model_key="demo")
     assert again.session.options.view == "relevance"
     again.close()
+
+
+def test_the_compare_window_closes_with_escape_and_ctrl_w(qtbot, window, image_path):
+    from PySide6.QtCore import Qt
+
+    open_and_wait(qtbot, window, image_path)
+    for key, mod in ((Qt.Key.Key_Escape, Qt.KeyboardModifier.NoModifier),
+                     (Qt.Key.Key_W, Qt.KeyboardModifier.ControlModifier)):
+        cw = window.show_compare()
+        qtbot.waitExposed(cw)
+        cw.activateWindow()
+        assert cw.isVisible()
+        qtbot.keyClick(cw, key, mod)
+        qtbot.waitUntil(lambda cw=cw: not cw.isVisible(), timeout=5000)
+
+
+def test_pca_colours_only_draws_the_components_alone_on_black(qtbot, window, image_path):
+    r = open_and_wait(qtbot, window, image_path)
+    s = window.session
+    window.set_view("feature_pca")
+    blended = panel_of(s, on_image=True)
+    assert blended.photo_shown and blended.opacity == s.options.opacity
+    assert window.controls.pca_colours_only.isEnabled()
+    window.controls.pca_colours_only.setChecked(True)  # the option row's check box
+    assert s.options.pca_colours_only
+    p = panel_of(s, on_image=True)
+    assert not p.photo_shown and p.opacity == 1.0 and not window.canvas.image_item.isVisible()
+    s.set_options(caption=False, colorbar=False)
+    px = render_view(s)  # the figure: black outside the crop, the components' colours inside
+    x0, y0, w, h = p.crop
+    assert (px[:, : int(x0)] == 0).all() and (px[:, int(np.ceil(x0 + w)):] == 0).all()
+    rgb = s.rgb_map()
+    cx, cy = x0 + w / (2 * r.grid[1]), y0 + h / (2 * r.grid[0])  # patch (0, 0)'s centre
+    np.testing.assert_allclose(px[int(cy), int(cx)], np.round(rgb[0, 0, :3] * rgb[0, 0, 3] * 255), atol=1)
+    window.set_view("rollout")  # the option is feature PCA's alone
+    assert not window.controls.pca_colours_only.isEnabled() and window.canvas.image_item.isVisible()
+
+
+def test_the_all_layers_heads_grid_takes_the_whole_window(qtbot, tiny_model, settings, image_path):
+    from gui_helpers import shown_window
+
+    w = shown_window(qtbot, settings, tiny_model, size=(1280, 800))
+    r = open_and_wait(qtbot, w, image_path)
+    h = w.heads
+    h.full_toggle.setChecked(True)
+    dock = w.docks["heads"]
+    qtbot.waitUntil(lambda: dock.isFloating() and dock.width() >= 0.9 * w.width(), timeout=5000)
+    assert h.all_layers and h.mosaic.rows == r.num_layers and h.mosaic.cols == r.num_heads
+    assert dock.height() >= 0.9 * w.height()
+    h.full_toggle.setChecked(False)
+    assert not dock.isFloating()
+    w.close()
+
+
+def test_head_colours_are_the_same_in_the_window_and_in_the_stats_figure(qtbot, window, image_path):
+    from vitviz.batch.stats_plot import head_colours
+
+    r = open_and_wait(qtbot, window, image_path)
+    window.plots.setCurrentIndex(0)
+    window.plots.refresh(window.session)
+    brushes = window.plots.dist_scatter.data["brush"]
+    data = window.plots.dist_scatter.data["data"]
+    seen = {h: b.color().getRgb()[:3] for b, (_layer, h) in zip(brushes, data)}
+    figure = head_colours(r.num_heads)
+    assert len(seen) == r.num_heads and len(set(seen.values())) == r.num_heads
+    for h, rgb in seen.items():
+        assert rgb == tuple(round(c * 255) for c in figure[h]), h
+
+
+def test_a_diffuse_method_on_a_small_model_points_to_the_faithfulness_table(qtbot, window, image_path):
+    from vitviz.document.panel import heads_figure, view_figure
+
+    open_and_wait(qtbot, window, image_path)  # the tiny test ViT: a width far below ViT-S's 384
+    s = window.session
+    for key in ("legrad", "gradcam"):
+        window.set_view(key)
+        assert "Faithfulness tab" in view_figure(s).caption and "often diffuse" in view_figure(s).caption, key
+    assert "Faithfulness tab" not in heads_figure(s).caption
+    window.set_view("rollout")
+    assert "Faithfulness tab" not in view_figure(s).caption

@@ -77,6 +77,18 @@ def test_an_exported_png_reopens_the_view_that_made_it(qtbot, win, files):
     _same(win, snap)
 
 
+def test_an_exported_png_given_as_an_image_opens_its_session_and_says_so(qtbot, win, files):
+    """'vitviz figure.png' (or a drop): a figure vitviz exported carries its session and opens it (issue 37)."""
+    snap = _set_up_view(qtbot, win, files)
+    out = win.export_view(str(files["folder"] / "figure2.png"), scale="native")
+    _scramble(qtbot, win, files)
+    with qtbot.waitSignal(win.resultShown, timeout=30000):
+        win.open_images([str(out)])  # as from the command line
+    _same(win, snap)
+    assert str(out) not in win.session.images  # not opened as a photo
+    qtbot.waitUntil(lambda: "figure2.png carries (a figure vitviz exported" in win.statusBar().currentMessage())
+
+
 def test_a_session_file_among_opened_files_opens_as_a_session(qtbot, win, files):
     snap = _set_up_view(qtbot, win, files)
     path = win.save_session(str(files["folder"] / "drop.vitviz.json"))

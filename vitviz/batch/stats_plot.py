@@ -9,20 +9,13 @@ import math
 import numpy as np
 
 from vitviz.batch.stats import DatasetStats
+from vitviz.render import colormaps
 
 
 def head_colours(H: int) -> list[tuple[float, float, float]]:
-    """One colour per head (matplotlib's tab10 / tab20; an evenly spaced hue wheel beyond 20 heads)."""
-    from matplotlib import colormaps
-
-    if H <= 10:
-        cmap = colormaps["tab10"]
-        return [tuple(cmap(i)[:3]) for i in range(H)]
-    if H <= 20:
-        cmap = colormaps["tab20"]
-        return [tuple(cmap(i)[:3]) for i in range(H)]
-    cmap = colormaps["hsv"]
-    return [tuple(cmap(i / H)[:3]) for i in range(H)]
+    """One colour per head in 0..1, the window's (:func:`vitviz.render.colormaps.head_colours`: tab10 / tab20, a
+    hue wheel beyond 20 heads)."""
+    return [(r / 255, g / 255, b / 255) for r, g, b in colormaps.head_colours(H)]
 
 
 def stats_figure(stats: DatasetStats):

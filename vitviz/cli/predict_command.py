@@ -87,6 +87,8 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         probs = logits.sigmoid() if getattr(spec, "probability", "softmax") == "sigmoid" else logits.softmax(-1)
         best = probs.topk(min(top, probs.numel()))
         print(path)
+        if prompts is not None:  # the columns named (the score is the family's logit: scale * cos (+ bias))
+            print(f"  {'index':>5}  {'p':>6}  {'logit':>9}  prompt")
         for p, i in zip(best.values.tolist(), best.indices.tolist()):
             if prompts is not None:  # the probability to 4 places and the family's score (its logit)
                 print(f"  {i:>5d}  {p:6.4f}  {float(logits[i]):9.4f}  {spec.label(i)}")

@@ -22,8 +22,8 @@ from vitviz.render import figures
 from vitviz.render.figures import FigureSpec, Panel, grid_shape
 from vitviz.render.scales import ColourScale, scale_for
 
-__all__ = ["HEADS_QUANTITY", "PREFIX_NOTE_SHARE", "HeadsGrid", "heads_figure", "heads_of", "layer_figures",
-           "panel_of", "render_heads", "render_view", "view_figure"]
+__all__ = ["DIFFUSE_VIEWS", "HEADS_QUANTITY", "PREFIX_NOTE_SHARE", "HeadsGrid", "diffuse_note", "heads_figure",
+           "heads_of", "layer_figures", "panel_of", "render_heads", "render_view", "view_figure"]
 
 HEADS_QUANTITY = "attention weight"
 """What the tiles of the heads grid show (their colour bar's label)."""
@@ -55,8 +55,11 @@ def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str |
         raise ValueError("nothing to show: no image has been analysed yet")
     has_map = session.current_map() is not None
     rgb = session.rgb_map() if has_map else None  # a view in colours of its own: no colour scale, no colour bar
+    alone = rgb is not None and bool(o.pca_colours_only)
     if rgb is not None:
         has_map = False
+    if alone:  # the colours alone on black (a masked background black too), as the DINO figures
+        rgb = np.concatenate([rgb[..., :3] * rgb[..., 3:4], np.ones_like(rgb[..., 3:4])], axis=-1)
     if has_map and scale is None:
         scale = session.levels()
     y0, x0, y1, x1 = session.crop_rect_yx()
@@ -72,14 +75,32 @@ def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str |
         f = shown.shape[0] // excluded.shape[0]
         shown = np.where(np.repeat(np.repeat(excluded, f, axis=0), f, axis=1), np.nan, shown).astype(np.float32)
     return Panel(photo=r.rgb, values=session.image_map() if has_map and on_image else None,
-                 scale=scale if has_map else None, opacity=o.opacity,
+                 scale=scale if has_map else None, opacity=1.0 if alone else o.opacity, photo_shown=not alone,
                  marker=session.patch_rect(o.query) if session.shows_query() else None, mask=session.mask(),
                  mask_style=o.mask_style, badge=badge, outlined=outlined, neutral=neutral,
                  colorbar_label=session.quantity_text(), crop=(x0, y0, x1 - x0, y1 - y0), grid=r.grid,
                  grid_values=shown,
                  title=session.title() if has_map or rgb is not None else f"{session.view.title}: not available",
-                 caption=_caption(session, f"colour: {session.view.rgb_text(o) if rgb is not None else words}"),
+                 caption=_caption(session, " · ".join(filter(None, [
+                     f"colour: {session.view.rgb_text(o) if rgb is not None else words}", diffuse_note(session)]))),
                  scale_text=session.scale_text(), unavailable=session.unavailable_reason(), rgb=rgb)
+
+
+DIFFUSE_VIEWS = ("legrad", "gradcam")
+"""Views known to look diffuse on a small classifier (ViT-Ti/S: a width of at most :data:`SMALL_WIDTH`), which a first
+reader takes for broken: their caption points to the faithfulness table, which measures how well a map ranks the
+patches whatever it looks like."""
+SMALL_WIDTH = 384
+
+
+def diffuse_note(session: Session) -> str:
+    """The caption's pointer to the faithfulness table for a view known to be diffuse on the session's model, or
+    ""."""
+    r, v = session.result, session.view
+    if r is None or v.key not in DIFFUSE_VIEWS or int(r.tokens.shape[-1]) > SMALL_WIDTH:
+        return ""
+    return (f"{v.title} is often diffuse on a model this small (width {int(r.tokens.shape[-1])}): the Faithfulness "
+            "tab (vitviz evaluate) measures how well it ranks the patches")
 
 
 def _caption(s: Session, extra: str = "") -> str:

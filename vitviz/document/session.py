@@ -123,13 +123,17 @@ class Session:
             self.index = self.images.index(r.source) if r is not None and r.source in self.images else -1
 
     # ------------------------------------------------------------------ result & options
-    def set_result(self, result: InferenceResult) -> None:
-        """Adopt a new result; keeps the view options, clamping layer/head/query to the new model."""
+    def set_result(self, result: InferenceResult, *, centre_query: bool = False) -> None:
+        """Adopt a new result; keeps the view options, clamping layer/head/query to the new model. ``centre_query``:
+        a result on a new patch grid starts its query patch at :meth:`default_query` (the centre)."""
+        grid = None if self.result is None else self.result.grid
         self.result = result
         self._cache.clear()
         if result.source in self.images:
             self.index = self.images.index(result.source)
         self.options = self.clamped(self.options)
+        if centre_query and grid != result.grid:
+            self.options = replace(self.options, query=self.default_query())
 
     def set_options(self, **changes: Any) -> ViewOptions:
         """Change view options (unknown names raise); returns the new, clamped options."""

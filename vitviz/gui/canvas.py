@@ -282,10 +282,14 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.overlay_item.setVisible(True)
         self.colorbar.hide_bar(False)
 
-    def set_rgb(self, rgba: np.ndarray | None) -> None:
+    def set_rgb(self, rgba: np.ndarray | None, *, photo: bool = True, opacity: float | None = None) -> None:
         """Show a picture in colours of its own (float RGBA ``[gh, gw, 4]`` in [0, 1]) stretched over the crop, with
-        no colormap and no colour bar (call :meth:`set_overlay` with None first); None hides it."""
+        no colormap and no colour bar (call :meth:`set_overlay` with None first); None hides it. ``photo`` False:
+        the picture alone on the canvas's dark background (``opacity``: its own, e.g. 1)."""
         self.rgb_values = rgba
+        self.image_item.setVisible(photo or rgba is None)
+        if opacity is not None:
+            self.rgb_item.setOpacity(float(opacity))
         if rgba is None:
             self.rgb_item.setVisible(False)
             return

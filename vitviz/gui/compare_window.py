@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
     QGraphicsRectItem,
@@ -108,7 +108,7 @@ class ComparePanel(QWidget):
             self.canvas.set_crop(*p.crop)
         self.canvas.set_opacity(p.opacity)
         text = cell.label or ""
-        self.canvas.set_rgb(p.rgb)
+        self.canvas.set_rgb(p.rgb, photo=p.photo_shown, opacity=p.opacity)
         if p.rgb is not None:  # a view in colours of its own (feature PCA)
             self.canvas.set_overlay(None)
             self.canvas.set_mask(p.mask, p.mask_style)
@@ -534,6 +534,13 @@ class CompareWindow(QMainWindow):
     def showEvent(self, event) -> None:
         super().showEvent(event)
         self.refresh()
+
+    def keyPressEvent(self, event) -> None:
+        """Esc and Ctrl+W (Cmd+W) close the window, as a dialog or a document window closes."""
+        if event.key() == Qt.Key.Key_Escape or event.matches(QKeySequence.StandardKey.Close):
+            self.close()
+            return
+        super().keyPressEvent(event)
 
     def closeEvent(self, event) -> None:
         super().closeEvent(event)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from PySide6.QtCore import QPoint, QTimer, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDockWidget, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from vitviz.document.panel import HEADS_QUANTITY, heads_of
 from vitviz.gui.mosaic import MIN_TILE, Mosaic, MosaicScroll, ScaleBar, colorize_shared, upscale
@@ -43,9 +43,15 @@ class HeadsPanel(QWidget):
         self.fit_toggle.setCheckable(True)
         self.fit_toggle.setToolTip("Fit every tile in the panel (they may get small); off: tiles of at least "
                                    f"{MIN_TILE} px, scrolled")
+        self.full_toggle = QToolButton()
+        self.full_toggle.setText("Full")
+        self.full_toggle.setCheckable(True)
+        self.full_toggle.setToolTip("Every layer x every head over the whole window, tiles fitted (as BertViz's model "
+                                    "view); again: back into the dock")
         top.addWidget(self.title, 1)
         top.addWidget(self.fit_toggle)
         top.addWidget(self.grid_toggle)
+        top.addWidget(self.full_toggle)
         lay.addLayout(top)
         self.mosaic = Mosaic()
         self.mosaic.set_min_tile(MIN_TILE)
@@ -57,6 +63,7 @@ class HeadsPanel(QWidget):
         self.mosaic.tileClicked.connect(self._on_tile)
         self.fit_toggle.toggled.connect(lambda on: self.mosaic.set_min_tile(0 if on else MIN_TILE))
         self.grid_toggle.toggled.connect(lambda _: self.refresh(self._session) if self._session else None)
+        self.full_toggle.toggled.connect(self._full_window)
         self._session = None
         self._layer = 0
         self._key = None
@@ -90,7 +97,7 @@ class HeadsPanel(QWidget):
             note = " (artefact tokens left out of it)" if g.excludes_artefacts else ""
             L, H = g.maps.shape[:2]
             self.scale = g.scale
-            self.notes = g.prefix_notes(short=self.all_layers)
+            self.notes = g.prefix_notes(short=True)  # (tiles are small: "97% [CLS]")
             tiles = upscale(colorize_shared(g.tiles, self.scale), factor)
             if self.all_layers:
                 self.mosaic.set_tiles(tiles, L, H, gap=max(2, (gh * factor) // 10),
@@ -101,12 +108,30 @@ class HeadsPanel(QWidget):
                 cols = self._cols(H)
                 self.mosaic.set_tiles(tiles, int(math.ceil(H / cols)), cols, gap=max(2, (gh * factor) // 10),
                                       labels=[f"h{h}" + (f" · {n}" if n else "")
-                                              for h, n in enumerate(g.prefix_notes())])
+                                              for h, n in enumerate(g.prefix_notes(short=True))])
                 self.mosaic.set_axes(None, None)
                 self.title.setText("Pooling head's heads · attention from its query (no [CLS] token)"
                                    if g.pool_row else f"Layer {g.layer} heads · attention from {g.query}")
             self.scale_bar.set_scale(self.scale, HEADS_QUANTITY, note)
         self._update_highlight(session)
+
+    def _full_window(self, on: bool) -> None:
+        """The all-layers grid over the whole window (the heads dock floated to the window's geometry, every tile
+        fitted), or back into its dock."""
+        dock = self.parentWidget()
+        while dock is not None and not isinstance(dock, QDockWidget):
+            dock = dock.parentWidget()
+        if dock is None:
+            return
+        if on:
+            self.grid_toggle.setChecked(True)
+            self.fit_toggle.setChecked(True)
+            area = self.window().geometry() if not dock.isFloating() else dock.geometry()
+            dock.setFloating(True)
+            dock.setGeometry(area)
+        else:
+            dock.setFloating(False)
+            self.fit_toggle.setChecked(False)
 
     def _update_highlight(self, session) -> None:
         o = session.options

@@ -44,17 +44,13 @@ from vitviz.gui.panels import ControlsPanel, PredictionsPanel
 from vitviz.gui.plots import PlotsPanel
 from vitviz.gui.prompting import PromptPicker
 from vitviz.gui.session_files import Sessions, is_session_file
-from vitviz.gui.settings import Prefs, default_settings  # noqa: F401 - default_settings re-exported for callers
+from vitviz.gui.settings import FIRST_VIEW, Prefs, default_settings  # noqa: F401 - default_settings re-exported for callers
 from vitviz.gui.statusbar import StatusParts
 from vitviz.gui.targeting import TargetPicker
 from vitviz.gui.token_reader import TokenReader
 from vitviz.gui.toolbar import ModelBar
 from vitviz.gui.worker import describe_error
 from vitviz.model.sources import catalog  # plain data: no torch at start-up
-
-FIRST_VIEW = "rollout"
-"""The view of a first start (no view remembered): attention rollout reads every layer and heads into one map of
-what reaches [CLS], so it explains itself; layer-0 [CLS] attention (the option table's default) is scattered."""
 
 
 class MainWindow(QMainWindow):
@@ -91,8 +87,7 @@ class MainWindow(QMainWindow):
         self.controller = Controller(self, device=device or self.prefs.device(),
                                      precision=precision or self.prefs.precision())
         self._closing = False
-        self._docks_fitted = False
-        self._query_chosen = False  # the user picked a query patch (else each new patch grid starts at its centre)
+        self._docks_fitted = self._query_chosen = False  # (the user's query patch is kept across patch grids)
         self._hover_xy: tuple[float, float] | None = None
         self._logged: set[str] = set()  # start-up log lines printed
 
@@ -140,7 +135,7 @@ class MainWindow(QMainWindow):
                                        redraw=lambda: self.refresh_view(), status=say)  # feature PCA's joint fit
         self._connect()
         self.compare_window: CompareWindow | None = None  # File > Compare, made when first asked for
-        self._restore_settings(first_view=FIRST_VIEW if model is None else None)
+        self._restore_settings(first_view=None if model is not None else FIRST_VIEW)  # (vitviz.show: the table's)
 
         if model is not None:
             self.controller.adopt(model, model_key or "memory")
@@ -194,8 +189,8 @@ class MainWindow(QMainWindow):
         c.interpolationChanged.connect(lambda m: self._set(interpolation=m))
         c.export_colorbar.toggled.connect(lambda b: self._set(colorbar=b))
         c.export_caption.toggled.connect(lambda b: self._set(caption=b))
-        c.mask_background.toggled.connect(lambda b: self._set(mask_background=b))
-        c.pca_joint.toggled.connect(lambda b: self._set(pca_joint=b))
+        for name in ("mask_background", "pca_joint", "pca_colours_only"):  # feature PCA's check boxes
+            getattr(c, name).toggled.connect(lambda b, n=name: self._set(**{n: b}))
         c.legrad_pooling.currentIndexChanged.connect(lambda i: self._set(legrad_pooling=c.legrad_pooling.itemData(i)))
         self.viewRefreshed.connect(self.open_tokens.follow)
         self.heads.headSelected.connect(self._on_head_tile)
@@ -223,13 +218,8 @@ class MainWindow(QMainWindow):
 
     # ================================================================== settings
     def _restore_settings(self, first_view: str | None = None) -> None:
-        """The remembered geometry and options; ``first_view``: the view when none is remembered (the app's first
-        start; a window handed a model, e.g. by ``vitviz.show``, keeps the option table's default)."""
         place_window(self, self.docks, self.prefs.geometry(), self.prefs.window_state())  # clamped to the screen
-        remembered = self.prefs.view_options()
-        if first_view is not None and not self.prefs.remembers("view"):  # a map that explains itself
-            remembered["view"] = first_view
-        self.session.set_options(**remembered)
+        self.session.set_options(**self.prefs.view_options(first_view=first_view))
         self.model_bar.fill_devices(self.device, self.precision)
         self.models.fill_bar()
         self._rebuild_recent_menu()
@@ -356,13 +346,9 @@ class MainWindow(QMainWindow):
         if self._closing:
             return
         try:
-            before = self.session.result
-            restoring = self.sessions.pending is not None
+            centre = not self._query_chosen and self.sessions.pending is None  # (a session's own patch is kept)
             self.sessions.before_result(result)  # an opened session's options, as its image arrives
-            self.session.set_result(result)
-            if (before is None or before.grid != result.grid) and not restoring and not self._query_chosen:
-                # a new patch grid: the query starts at its centre (a corner is an artefact token on many ViTs)
-                self.session.set_options(query=self.session.default_query())
+            self.session.set_result(result, centre_query=centre)
             if remember and result.source in self.session.images:
                 self.prefs.add_recent_file(result.source)
                 self._rebuild_recent_menu()
@@ -476,7 +462,7 @@ class MainWindow(QMainWindow):
             p = panel_of(s)  # what the panel shows: the Compare window and the figure files draw the same
             self.canvas.set_colormap(p.scale.cmap if p.scale is not None else o.cmap)
             self.canvas.set_overlay(p.grid_values, p.scale, label=p.colorbar_label, tooltip=p.scale_text)
-            self.canvas.set_rgb(p.rgb)
+            self.canvas.set_rgb(p.rgb, photo=p.photo_shown, opacity=p.opacity)
             self.canvas.set_marker(p.marker)
             self.canvas.set_artefacts(list(p.outlined), p.grid)
             self.canvas.set_neutral(list(p.neutral), p.grid)
@@ -519,8 +505,7 @@ class MainWindow(QMainWindow):
 
     # ================================================================== export (vitviz.gui.export_service)
     def export_view(self, path: str, scale: Any = None) -> Path | None:
-        """Write the current view as a figure to ``path`` (PNG / SVG / PDF by extension; PNG at ``scale``, default
-        the remembered one, "print"); asks before replacing a file."""
+        """Write the current view as a figure to ``path`` (PNG / SVG / PDF; PNG at ``scale``, default "print")."""
         return self.exports.export_view(path, scale=scale)
 
     def export_heads(self, path: str, scale: Any = None) -> Path | None:
@@ -535,10 +520,8 @@ class MainWindow(QMainWindow):
         self.exports.export_dialog(heads=heads, animation=animation, all_layers=self.heads.all_layers)
 
     def export_metadata(self) -> dict[str, str] | None:
-        """Text entries written into every exported figure and animation (PNG text chunks, SVG and PDF metadata;
-        see :func:`vitviz.render.figures.save`); None: only the figure's title and caption. The session's state
-        goes here, e.g. ``{"vitviz.session": json.dumps(state)}``;
-        :func:`vitviz.render.figures.read_metadata` reads it back."""
+        """Text entries written into every exported figure (:func:`vitviz.render.figures.save`): the session's state
+        (``{"vitviz.session": ...}``, read back by :func:`vitviz.render.figures.read_metadata`); None: none."""
         return self.sessions.metadata()
 
     # ================================================================== sessions and comparisons
@@ -594,10 +577,9 @@ class MainWindow(QMainWindow):
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
-        if not self._docks_fitted:  # the size it is first shown at (a caller may resize it after the restore)
-            self._docks_fitted = True
-            if self.prefs.window_state() is None:  # no remembered dock layout: the canvas keeps half the width
-                fit_docks(self, self.docks, reserve=self.canvas.colorbar.width())
+        if not self._docks_fitted and self.prefs.window_state() is None:  # the docks fit the size first shown at
+            fit_docks(self, self.docks, reserve=self.canvas.colorbar.width())  # the canvas keeps half the width
+        self._docks_fitted = True
         QTimer.singleShot(0, lambda: self._startup_log("window shown"))
 
     def dragEnterEvent(self, event) -> None:

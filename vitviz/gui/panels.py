@@ -111,6 +111,9 @@ class ControlsPanel(QWidget):
         self.pca_joint = QCheckBox(option("pca_joint").label)  # feature PCA only
         self.pca_joint.setToolTip(option("pca_joint").help)
         form.addRow(self.pca_joint)
+        self.pca_colours_only = QCheckBox(option("pca_colours_only").label)  # feature PCA only
+        self.pca_colours_only.setToolTip(option("pca_colours_only").help)
+        form.addRow(self.pca_colours_only)
         self.legrad_pooling = QComboBox()  # LeGrad only; as narrow as its words (the dock must not widen)
         self.legrad_pooling.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.legrad_pooling.setMinimumContentsLength(8)
@@ -185,7 +188,7 @@ class ControlsPanel(QWidget):
         v = session.view
         widgets = (self.view_group, self.layer_slider, self.head_combo, self.fusion_combo, self.discard_spin,
                    self.cmap_combo, self.opacity_slider, self.interp_combo, self.mask_background, self.pca_joint,
-                   self.legrad_pooling)
+                   self.pca_colours_only, self.legrad_pooling)
         for w in widgets:
             w.blockSignals(True)
         try:
@@ -231,6 +234,8 @@ class ControlsPanel(QWidget):
             self.mask_background.setEnabled("mask_background" in reads)
             self.pca_joint.setChecked(bool(o.pca_joint))
             self.pca_joint.setEnabled("pca_joint" in reads)
+            self.pca_colours_only.setChecked(bool(o.pca_colours_only))
+            self.pca_colours_only.setEnabled(bool(v.rgb))
             self.legrad_pooling.setCurrentIndex(max(0, self.legrad_pooling.findData(o.legrad_pooling)))
             self.legrad_pooling.setEnabled("legrad_pooling" in reads)
         finally:

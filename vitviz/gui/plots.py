@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QFileDialog,
     QGraphicsItem,
@@ -38,6 +39,7 @@ from vitviz.gui.mosaic import (
     shared_scale,
     upscale,
 )
+from vitviz.render import colormaps
 
 FILTER_COMPONENTS = 28
 LEGEND_ENTRY = 62  # px a legend entry (marker and "h11") takes
@@ -259,7 +261,7 @@ class PlotsPanel(QTabWidget):
         self._shape = (L, H)
         d = session.mean_distances()
         xs, ys, data, brushes = [], [], [], []
-        colors = [pg.intColor(h, hues=max(H, 2), values=1, maxValue=230, minValue=150, sat=200) for h in range(H)]
+        colors = [QColor(*rgb) for rgb in colormaps.head_colours(H)]  # as vitviz stats' figure
         for h in range(H):
             for layer in range(L):
                 xs.append(layer + (h - (H - 1) / 2) * 0.25 / max(H, 1))

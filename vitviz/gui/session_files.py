@@ -25,13 +25,26 @@ from vitviz.gui.controller import Controller
 from vitviz.gui.dialogs import Dialogs, confirm_download, write_asking
 from vitviz.gui.settings import Prefs
 from vitviz.gui.worker import Job, describe_error
+from vitviz.render.figures import read_metadata
 
 KIND = "session"  # the worker's job kind
 
 
+FIGURE_SUFFIXES = (".png", ".svg")  # the figures vitviz exports with its session in their metadata
+
+
 def is_session_file(path: str) -> bool:
-    """A name that opens as a session rather than as an image."""
-    return str(path).lower().endswith(st.SUFFIX)
+    """A file that opens as a session rather than as an image: a ``.vitviz.json``, or a PNG / SVG figure vitviz
+    exported, which carries its session (only its metadata is read, within bounds; anything unreadable: an image)."""
+    p = str(path).lower()
+    if p.endswith(st.SUFFIX):
+        return True
+    if not p.endswith(FIGURE_SUFFIXES) or not Path(path).is_file():
+        return False
+    try:
+        return st.METADATA_KEY in read_metadata(path)
+    except Exception:  # noqa: BLE001 - not a figure of ours: opened as the image it is
+        return False
 
 
 class Sessions(QObject):
@@ -250,6 +263,8 @@ class Sessions(QObject):
         self.session.options = state.options
         self.gridRestored.emit(state.heads_all_layers)
         name = Path(state.origin).name if state.origin else "session"
+        if state.origin and not str(state.origin).lower().endswith(st.SUFFIX):  # say why a picture opened so
+            name = f"the session that {name} carries (a figure vitviz exported; its image and view)"
         notes = "; ".join(self._notes)
         QTimer.singleShot(0, lambda: self._after(state, f"Opened {name}" + (f" ({notes})" if notes else "")))
 

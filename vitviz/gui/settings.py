@@ -19,6 +19,9 @@ from vitviz.views.options import all_options, parse
 ORGANIZATION = "vitviz"
 APPLICATION = "vitviz"
 MAX_RECENT = 10
+FIRST_VIEW = "rollout"
+"""The view of the app's first start (no view remembered): attention rollout reads every layer and head into one
+map of what reaches [CLS], so it explains itself; layer-0 [CLS] attention (the option table's default) is scattered."""
 MAX_RECENT_MODELS = 5
 
 
@@ -58,12 +61,13 @@ class Prefs:
         return s if isinstance(s, (QByteArray, bytes)) else None
 
     # ------------------------------------------------------------------ view options
-    def view_options(self) -> dict[str, Any]:
+    def view_options(self, first_view: str | None = None) -> dict[str, Any]:
         """The remembered options (the rows of the option table with a ``setting`` key), only those that are valid
-        today (:func:`vitviz.views.options.parse`; a view must be registered)."""
-        opts: dict[str, Any] = {}
+        today (:func:`vitviz.views.options.parse`; a view must be registered); ``first_view``: the view when none
+        is remembered (the app's first start: :data:`FIRST_VIEW`)."""
+        opts: dict[str, Any] = {} if first_view is None or self.remembers("view") else {"view": first_view}
         for row in all_options():
-            if row.setting is None:
+            if row.setting is None or row.name in opts:
                 continue
             try:
                 value = parse(row.name, self.qsettings.value(row.setting, row.default))

@@ -116,6 +116,8 @@ class ModelSpec:
             f"parts:         {self.parts_text()}",
             f"input size:    {c.img_size[0]}x{c.img_size[1]} (grid {c.grid_size[0]}x{c.grid_size[1]})",
             f"preprocessing: {p.words()}",
+            # a projection head (CLIP, SigLIP, open_clip) maps to an embedding: its width is no class count
+            f"embedding dim: {c.num_classes} (a projection head: no classes)" if self.head_kind == "projection" else
             f"classes:       {c.num_classes}" + (" (labelled)" if self.labels else " (no labels)"),
         ]
         return "\n".join(lines)

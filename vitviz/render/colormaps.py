@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = ["COLORMAPS", "DEFAULT_COLORMAP", "NEUTRAL_RGB", "apply_colormap", "colormap_names", "get_colormap",
-           "normalize", "overlay", "value_range"]
+           "head_colours", "normalize", "overlay", "value_range"]
 
 
 def _hex(colors: Sequence[str]) -> np.ndarray:
@@ -139,3 +139,20 @@ def overlay(rgb: np.ndarray, values: np.ndarray, *, cmap: str = DEFAULT_COLORMAP
     alpha = (colored[..., 3:4].astype(np.float32) / 255.0) * float(np.clip(opacity, 0.0, 1.0))
     out = rgb[..., :3].astype(np.float32) * (1 - alpha) + colored[..., :3].astype(np.float32) * alpha
     return np.clip(np.round(out), 0, 255).astype(np.uint8)
+
+
+TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+TAB20 = ("#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896", "#9467bd", "#c5b0d5",
+         "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7", "#bcbd22", "#dbdb8d", "#17becf", "#9edae5")
+
+
+def head_colours(num_heads: int) -> list[tuple[int, int, int]]:
+    """One colour per head, ``(r, g, b)`` in 0..255, the same in the window's plots and ``vitviz stats``' figure:
+    matplotlib's tab10 (up to 10 heads), tab20 (up to 20), an evenly spaced hue wheel beyond."""
+    import colorsys
+
+    n = int(num_heads)
+    if n <= 20:
+        table = TAB10 if n <= 10 else TAB20
+        return [tuple(int(table[i][k:k + 2], 16) for k in (1, 3, 5)) for i in range(n)]  # type: ignore[misc]
+    return [tuple(int(round(255 * c)) for c in colorsys.hsv_to_rgb(i / n, 1.0, 1.0)) for i in range(n)]  # type: ignore

@@ -201,6 +201,9 @@ BUILTIN_OPTIONS: tuple[Option, ...] = (
     Option("pca_joint", "bool", False, label="Fit over all open images", analysis=True,
            help="feature PCA: the components fitted on the patch tokens of every open image at that layer, so that "
            "colours are comparable across the images"),
+    Option("pca_colours_only", "bool", False, label="PCA colours only", setting="pca_colours_only",
+           help="feature PCA: the components' colours alone on black (as the DINO / DINOv2 figures), not blended "
+           "over the photo at the map's opacity"),
 )
 _TABLE: dict[str, Option] = {}  # the rows, in order: the built-in ones, then those registered
 

@@ -33,6 +33,8 @@ def composite(panel: Panel, k: int = 1) -> np.ndarray:
     """The panel's picture at ``k`` times its image's pixels: ``uint8 [k H, k W, 3]`` (photo upsampled with Lanczos,
     map cells kept sharp, coloured in the panel's scale; the "dim" mask darkens what lies outside it)."""
     photo = np.ascontiguousarray(np.asarray(panel.photo)[..., :3], dtype=np.uint8)
+    if not panel.photo_shown:  # the picture alone, on black
+        photo = np.zeros_like(photo)
     h, w = photo.shape[:2]
     if k > 1:
         photo = np.asarray(Image.fromarray(photo, "RGB").resize((w * k, h * k), Image.Resampling.LANCZOS))

@@ -53,6 +53,7 @@ class Panel:
         unavailable: why the panel has no map (None: it has one).
         rgb: float ``[gh, gw, 4]`` RGBA in [0, 1] over ``crop``: a picture in colours of its own (feature PCA),
             drawn in place of a map (no colormap, no colour bar; alpha times ``opacity`` over the photo).
+        photo_shown: False: the photo is not drawn (black in its place): ``rgb`` alone, as the DINO figures.
     """
 
     photo: np.ndarray
@@ -76,6 +77,7 @@ class Panel:
     scale_text: str = ""
     unavailable: str | None = None
     rgb: np.ndarray | None = None
+    photo_shown: bool = True
 
     def __post_init__(self) -> None:
         p = np.asarray(self.photo)
