@@ -343,3 +343,25 @@ def test_parts_whose_sums_overflow_together_name_the_part():
     with pytest.raises(ValueError, match="the sums overflow"):
         a.add_sum(b)
     assert (a.hi == 2**61).all()  # unchanged
+
+
+# ------------------------------------------------------------------------------------------------- text towers
+@pytest.mark.parametrize("spoil,needle", [
+    (lambda m: m.logit_scale.fill_(float("nan")), "the score's scale must be a finite log-scale"),
+    (lambda m: m.logit_scale.fill_(1e4), "logit_scale 1e+04"),
+    (lambda m: m.text_projection.weight.view(-1)[0].fill_(float("nan")), "the text tower's weights hold NaN"),
+])
+def test_a_text_tower_with_non_finite_or_absurd_values_is_named(tmp_path, spoil, needle):
+    """NaN logit_scale or text weights printed nan probabilities (exit 0); logit_scale 1e4 overflowed math.exp."""
+    import text_builders as tb
+    import torch
+
+    from vitviz.model.text import open_text_tower
+
+    model = tb.hf_clip_model()
+    with torch.no_grad():
+        spoil(model)
+    folder = tb.write_hf_clip_folder(tmp_path / "clip", model)
+    with pytest.raises(ValueError) as e:
+        open_text_tower(folder)
+    assert needle in str(e.value) and str(folder) in str(e.value) and "\n" not in str(e.value), str(e.value)

@@ -243,7 +243,13 @@ def _finish(cfg: TextConfig, state: dict[str, torch.Tensor], tensors: Mapping[st
     if log_scale is None:
         raise LayoutError("no logit_scale (the learned temperature of the image-text score)")
     bias = _scalar(tensors, bias_names)
+    if not (math.isfinite(log_scale) and log_scale < 50) or (bias is not None and not math.isfinite(bias)):
+        raise LayoutError(f"logit_scale {log_scale:.4g}, logit_bias {bias}: the score's scale must be a finite "
+                          "log-scale below 50 (CLIP's is ln 100 = 4.6) and its bias finite")
     state = {k: _fp32(v) for k, v in state.items()}
+    bad = next((k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+    if bad is not None:  # (its prompts would all score NaN)
+        raise LayoutError(f"the text tower's weights hold NaN or infinite values ({bad}, as vitviz names it)")
     return Converted(cfg, state, math.exp(log_scale), bias or 0.0, "clip" if bias is None else "siglip")
 
 
