@@ -120,13 +120,15 @@ def test_clip_finetuned_classifier(tmp_path):
     check_against_reference(ours, _reference(ref), [(32, 32), (48, 48)], prefix=1, target=2)
 
 
-def test_siglip_timm_tower(tmp_path):
-    """SigLIP: no [CLS], an attention-pool head whose attention is captured (with gradients through a head)."""
+@pytest.mark.parametrize("tag", ["webli", "v2_webli"])
+def test_siglip_timm_tower(tmp_path, tag):
+    """SigLIP and SigLIP 2 at fixed resolution (timm's ``.v2_webli`` weights: the same architecture): no [CLS], an
+    attention-pool head whose attention is captured (with gradients through a head)."""
     ref = _timm("vit_base_patch16_siglip_224", img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
                 num_classes=0)
     cfg = {"input_size": [3, 32, 32], "crop_pct": 1.0, "interpolation": "bicubic", "mean": [0.5] * 3,
            "std": [0.5] * 3}
-    ours = load_checkpoint(write_timm_folder(tmp_path / "siglip", ref, "vit_base_patch16_siglip_224.webli", cfg))
+    ours = load_checkpoint(write_timm_folder(tmp_path / "siglip", ref, f"vit_base_patch16_siglip_224.{tag}", cfg))
     c = ours.config
     assert c.global_pool == "map" and not c.class_token and c.num_prefix_tokens == 0
     check_against_reference(ours, _reference(ref, pool=True), [(32, 32), (48, 40)], prefix=0)
