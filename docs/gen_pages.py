@@ -21,8 +21,11 @@ GENERATED = "*Generated from the code by `docs/gen_pages.py` at every build: do 
 
 
 def cell(text: object) -> str:
-    """``text`` fit for a Markdown table cell (one line, pipes escaped)."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """``text`` fit for a Markdown table cell (one line; pipes, asterisks and underscores escaped, so that names like
+    ``eva02_*`` stay as written)."""
+    parts = " ".join(str(text).split()).replace("|", "\\|").split("`")
+    # (inside code spans, the odd parts, a backslash would show: only the prose is escaped)
+    return "`".join(p if i % 2 else p.replace("*", "\\*").replace("_", "\\_") for i, p in enumerate(parts))
 
 
 def summary(doc: str | None) -> str:

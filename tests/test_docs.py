@@ -93,3 +93,11 @@ def test_the_readme_is_short_and_links_pages_that_exist():
     assert len(readme.splitlines()) < 250
     for target in re.findall(r"\]\((docs/[^)#]+)", readme):
         assert (REPO / target).is_file() or target.startswith("docs/reference/"), target
+
+
+def test_every_page_is_in_the_nav():
+    """A page written but not listed in mkdocs.yml's nav is only a note to mkdocs: here it fails."""
+    nav = (REPO / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:", 1)[1]
+    listed = set(re.findall(r":\s*([\w./-]+\.md)\s*$", nav, flags=re.M))
+    pages = {p.relative_to(REPO / "docs").as_posix() for p in (REPO / "docs").rglob("*.md")}
+    assert pages - listed == set()
