@@ -110,6 +110,8 @@ FAMILIES: dict[str, Callable[[Path], Path]] = {
                                 num_classes=0),
     "timm-rope-mixed": _timm_folder("vit_small_patch16_rope_mixed_224", img_size=32, embed_dim=32, depth=2,
                                     num_heads=2, num_classes=0),
+    "timm-aimv2": _timm_folder("aimv2_large_patch14_224", img_size=56, embed_dim=32, depth=2, num_heads=2,
+                               num_classes=0),
     "timm-beit": _pth("beit.pth", lambda: _timm("beit_base_patch16_224", img_size=32, patch_size=8, embed_dim=32,
                                                 depth=2, num_heads=2, num_classes=5).state_dict()),
     "dinov2-original": _pth("dinov2.pth", _dinov2_original),
@@ -125,6 +127,8 @@ FAMILIES: dict[str, Callable[[Path], Path]] = {
                      hidden_act="silu", **SMALL_HF),
     "hf-clip": _hf("CLIPVisionModel", "CLIPVisionConfig", **SMALL_HF),
     "hf-siglip": _hf("SiglipVisionModel", "SiglipVisionConfig", **SMALL_HF),
+    "hf-siglip2-naflex": _hf("Siglip2VisionModel", "Siglip2VisionConfig", hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=2, num_attention_heads=2, patch_size=8, num_patches=16),
     "hf-beit": _hf("BeitForImageClassification", "BeitConfig", num_labels=5, use_relative_position_bias=True,
                    use_mean_pooling=True, layer_scale_init_value=0.1, **SMALL_HF),
 }
