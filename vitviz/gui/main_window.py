@@ -21,11 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSettings, QSignalBlocker, QTimer, Signal
-from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication, QMainWindow
 
 import vitviz
-from vitviz import imaging
 from vitviz.demo import sample_images
 from vitviz.document.panel import panel_of, render_view
 from vitviz.document.session import Session
@@ -34,10 +32,11 @@ from vitviz.gui.actions import WindowActions
 from vitviz.gui.canvas import Canvas
 from vitviz.gui.compare_window import CompareWindow
 from vitviz.gui.controller import Controller
-from vitviz.gui.dialogs import Dialogs, mime_content, qimage_from_rgb
+from vitviz.gui.dialogs import Dialogs, qimage_from_rgb
 from vitviz.gui.export_service import ExportService
 from vitviz.gui.geometry import fit_docks, place_window
 from vitviz.gui.heads import HeadsPanel
+from vitviz.gui.image_drops import ImageDrops
 from vitviz.gui.menus import LEFT, RIGHT, add_docks, build_menus, build_toolbar, canvas_area, fill_recent_menu
 from vitviz.gui.model_choice import ModelChoice
 from vitviz.gui.panels import ControlsPanel, PredictionsPanel
@@ -53,7 +52,7 @@ from vitviz.gui.worker import describe_error
 from vitviz.model.sources import catalog  # plain data: no torch at start-up
 
 
-class MainWindow(QMainWindow):
+class MainWindow(ImageDrops, QMainWindow):
     """The vitviz window.
 
     Args:
@@ -305,32 +304,16 @@ class MainWindow(QMainWindow):
         self.session.add_images(paths)
         if remember:
             self.prefs.remember_folder(paths[0])
-        self._run(paths[0], remember=remember)
+        self.run_image(paths[0], remember=remember)
 
     def step_image(self, delta: int) -> None:
         """PageDown / PageUp: counts from the image last asked for, so quick presses each move on."""
         p = self.session.step(delta, start=self.controller.requested)
         if p is not None:
-            self._run(p)
+            self.run_image(p)
 
-    def paste_image(self) -> None:
-        cb = QApplication.clipboard()
-        if not self._open_mime(cb.mimeData(), "pasted image", cb.image()):
-            self.show_error("Nothing to paste", "The clipboard holds no image and no image file.")
-
-    def _open_mime(self, md: Any, source: str, image: QImage | None = None) -> bool:
-        """Open the files of a paste or drop, else its pixels; False when it holds neither."""
-        files, rgb = mime_content(md, image)
-        if files:
-            self.open_images(files)
-        elif rgb is not None:
-            try:
-                self._run(source, imaging.image_from_array(rgb).image)
-            except Exception as e:  # noqa: BLE001 - shown, never only printed
-                self.show_error(f"Could not open the {source}", describe_error(e, source))
-        return bool(files) or rgb is not None
-
-    def _run(self, source: str, pil: Any = None, *, remember: bool = True) -> None:
+    def run_image(self, source: str, pil: Any = None, *, remember: bool = True) -> None:
+        """Analyse ``source`` (a path, or the name of pixels ``pil``) with the model it asks for."""
         self.models.switch_for_photo(source)
         self.controller.run(source, pil, remember=remember)
 
@@ -581,17 +564,6 @@ class MainWindow(QMainWindow):
             fit_docks(self, self.docks, reserve=self.canvas.colorbar.width())  # the canvas keeps half the width
         self._docks_fitted = True
         QTimer.singleShot(0, lambda: self._startup_log("window shown"))
-
-    def dragEnterEvent(self, event) -> None:
-        md = event.mimeData()
-        if md.hasUrls() and any(u.isLocalFile() for u in md.urls()) or md.hasImage():
-            event.acceptProposedAction()
-        else:
-            event.ignore()
-
-    def dropEvent(self, event) -> None:
-        if self._open_mime(event.mimeData(), "dropped image"):
-            event.acceptProposedAction()
 
     def closeEvent(self, event) -> None:
         self._closing = True
