@@ -5,6 +5,7 @@ reference at two input sizes."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -181,3 +182,14 @@ def naflex_model(budget: int = 16):
     pre = Preprocess(resize=(32, 32), crop=(32, 32), interpolation="bilinear", max_num_patches=budget, patch_size=8)
     m.spec = m.spec.replace(preprocess=pre, name="tiny NaFlex")
     return m
+
+
+def save_hf_folder(model, folder: Path, preprocessor: dict | None = None) -> Path:
+    """``model.save_pretrained(folder)`` (transformers' own writer; its warnings hushed), with a
+    ``preprocessor_config.json`` when given; returns the folder."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(folder)
+    if preprocessor is not None:
+        (folder / "preprocessor_config.json").write_text(json.dumps(preprocessor))
+    return folder

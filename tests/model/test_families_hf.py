@@ -7,12 +7,9 @@ random-weight transformers model, loads the folder with vitviz, and compares out
 
 from __future__ import annotations
 
-import json
-import warnings
-
 import pytest
 import torch
-from family_helpers import check_against_reference, randomise_, rel_err
+from family_helpers import check_against_reference, randomise_, rel_err, save_hf_folder
 
 from vitviz.model import load_checkpoint
 from vitviz.model.preprocess import IMAGENET_MEAN, INCEPTION_MEAN
@@ -27,13 +24,6 @@ def _build(model_cls, config_cls, model_kw: dict | None = None, **cfg):
     return randomise_(m)
 
 
-def _save(model, folder, preprocessor: dict | None = None):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.save_pretrained(folder)
-    if preprocessor is not None:
-        (folder / "preprocessor_config.json").write_text(json.dumps(preprocessor))
-    return folder
 
 
 def _reference(model, pick, *, interpolate: bool = True, pool: bool = False):
@@ -62,7 +52,7 @@ def test_dino_hf_vitmodel(tmp_path):
     ref = _build(T.ViTModel, T.ViTConfig, intermediate_size=64, image_size=32, patch_size=8, **SMALL)
     pp = {"do_resize": True, "size": {"height": 32, "width": 32}, "resample": 3, "do_normalize": True,
           "image_mean": list(IMAGENET_MEAN), "image_std": [0.229, 0.224, 0.225]}
-    ours = load_checkpoint(_save(ref, tmp_path / "dino", pp))
+    ours = load_checkpoint(save_hf_folder(ref, tmp_path / "dino", pp))
     assert ours.spec.source_format == "hf" and ours.config.num_classes == 0
     assert ours.config.pos_embed_interp == "bicubic" and ours.spec.preprocess.mean == IMAGENET_MEAN
     check_against_reference(ours, _reference(ref, lambda o: o.last_hidden_state[:, 0]), [(32, 32), (48, 40)],
@@ -76,7 +66,7 @@ def test_dinov2_hf(tmp_path, registers, swiglu):
         ref = _build(T.Dinov2WithRegistersModel, T.Dinov2WithRegistersConfig, num_register_tokens=registers, **kw)
     else:
         ref = _build(T.Dinov2Model, T.Dinov2Config, **kw)
-    ours = load_checkpoint(_save(ref, tmp_path / "dinov2"))
+    ours = load_checkpoint(save_hf_folder(ref, tmp_path / "dinov2"))
     c = ours.config
     assert ours.spec.source_format == "hf-dinov2" and c.num_reg_tokens == registers and c.init_values is not None
     assert c.mlp_layer == ("swiglu" if swiglu else "mlp") and c.no_embed_class == bool(registers)
@@ -95,7 +85,7 @@ def test_clip_hf(tmp_path, projection, act):
     else:
         ref = _build(T.CLIPVisionModel, T.CLIPVisionConfig, **cfg)
         pick = lambda o: o.pooler_output  # noqa: E731
-    ours = load_checkpoint(_save(ref, tmp_path / "clip"))
+    ours = load_checkpoint(save_hf_folder(ref, tmp_path / "clip"))
     c = ours.config
     assert ours.spec.source_format == "hf-clip" and c.pre_norm and not c.patch_bias and c.act_layer == act
     assert c.num_classes == (16 if projection else 0) and not (projection and c.head_bias)
@@ -106,7 +96,7 @@ def test_clip_hf(tmp_path, projection, act):
 def test_siglip_hf(tmp_path):
     ref = _build(T.SiglipVisionModel, T.SiglipVisionConfig, intermediate_size=64, image_size=32, patch_size=8,
                  **SMALL)
-    ours = load_checkpoint(_save(ref, tmp_path / "siglip"))
+    ours = load_checkpoint(save_hf_folder(ref, tmp_path / "siglip"))
     c = ours.config
     assert ours.spec.source_format == "hf-siglip" and c.global_pool == "map" and c.num_prefix_tokens == 0
     assert c.act_layer == "gelu_tanh" and ours.spec.preprocess.mean == INCEPTION_MEAN
@@ -120,7 +110,7 @@ def test_beit_hf_classifier(tmp_path):
     ref = _build(T.BeitForImageClassification, T.BeitConfig, intermediate_size=64, image_size=32, patch_size=8,
                  use_relative_position_bias=True, use_mean_pooling=True, num_labels=3, layer_scale_init_value=0.5,
                  **SMALL)
-    ours = load_checkpoint(_save(ref, tmp_path / "beit"))
+    ours = load_checkpoint(save_hf_folder(ref, tmp_path / "beit"))
     c = ours.config
     assert ours.spec.source_format == "hf-beit" and c.rel_pos_bias == "layer" and c.pos_embed == "none"
     assert c.global_pool == "avg" and c.fc_norm and c.rel_pos_interp == "bilinear"
@@ -133,7 +123,7 @@ def test_data2vec_vision_hf_shared_bias(tmp_path):
                  image_size=32, patch_size=8,
                  use_shared_relative_position_bias=True, use_relative_position_bias=False,
                  layer_scale_init_value=0.5, **SMALL)
-    ours = load_checkpoint(_save(ref, tmp_path / "d2v"))
+    ours = load_checkpoint(save_hf_folder(ref, tmp_path / "d2v"))
     assert ours.spec.source_format == "hf-beit" and ours.config.rel_pos_bias == "shared"
     check_against_reference(ours, _reference(ref, lambda o: o.pooler_output), [(32, 32), (40, 40)], prefix=1)
 
@@ -145,7 +135,7 @@ def test_data2vec_vision_without_its_pooler_is_refused_clearly(tmp_path):
 
     ref = _build(T.Data2VecVisionModel, T.Data2VecVisionConfig, {"add_pooling_layer": False}, intermediate_size=64,
                  image_size=32, patch_size=8, use_mean_pooling=True, **SMALL)
-    folder = _save(ref, tmp_path / "d2v_nopool")
+    folder = save_hf_folder(ref, tmp_path / "d2v_nopool")
     with pytest.raises(CheckpointError, match="without its final LayerNorm") as e:
         load_checkpoint(folder)
     assert "d2v_nopool" in str(e.value) and "add_pooling_layer=True" in str(e.value)
@@ -158,10 +148,10 @@ def test_hf_families_are_not_confused(tmp_path):
     from vitviz.model import CheckpointError
 
     with pytest.raises(CheckpointError, match="unsupported activation hidden_act='relu'"):
-        load_checkpoint(_save(ref, tmp_path / "relu"))
+        load_checkpoint(save_hf_folder(ref, tmp_path / "relu"))
     x = torch.randn(1, 3, 32, 32)
     m = _build(T.ViTModel, T.ViTConfig, intermediate_size=64, image_size=32, patch_size=8, **SMALL)
-    ours = load_checkpoint(_save(m, tmp_path / "vit"))
+    ours = load_checkpoint(save_hf_folder(m, tmp_path / "vit"))
     with torch.no_grad():
         assert rel_err(ours(x), m(pixel_values=x).last_hidden_state[:, 0]) <= 1e-4
 
@@ -180,7 +170,7 @@ def test_two_tower_models_load_their_image_tower(tmp_path, kind):
         cfg = T.SiglipConfig(text_config=txt, vision_config=vis)
         model = T.SiglipModel(cfg)
     randomise_(model)
-    ours = load_checkpoint(_save(model, tmp_path / kind))
+    ours = load_checkpoint(save_hf_folder(model, tmp_path / kind))
     x = torch.randn(1, 3, 32, 32)
     with torch.no_grad():
         if kind == "clip":

@@ -10,12 +10,11 @@ The fixed-resolution SigLIP 2 checkpoints are ``SiglipModel`` folders (tests/mod
 from __future__ import annotations
 
 import json
-import warnings
 
 import numpy as np
 import pytest
 import torch
-from family_helpers import MhaRecorder, check_against_reference, randomise_, rel_err
+from family_helpers import MhaRecorder, check_against_reference, randomise_, rel_err, save_hf_folder
 from PIL import Image
 
 from vitviz.model import load_checkpoint
@@ -37,13 +36,6 @@ def naflex_model(**cfg):
     return randomise_(T.Siglip2VisionModel(config))
 
 
-def save(model, folder, preprocessor: dict | None = None):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.save_pretrained(folder)
-    if preprocessor is not None:
-        (folder / "preprocessor_config.json").write_text(json.dumps(preprocessor))
-    return folder
 
 
 def patchify(x: torch.Tensor) -> torch.Tensor:
@@ -69,7 +61,7 @@ def reference(model):
 
 def test_naflex_tower_equals_transformers_on_square_and_non_square_grids(tmp_path):
     model = naflex_model()
-    ours = load_checkpoint(save(model, tmp_path / "naflex"))
+    ours = load_checkpoint(save_hf_folder(model, tmp_path / "naflex"))
     c, pre = ours.config, ours.spec.preprocess
     assert ours.spec.source_format == "hf-siglip" and c.global_pool == "map" and c.num_prefix_tokens == 0
     assert c.img_size == (32, 32) and c.pos_embed_interp == "bilinear_aa" and c.act_layer == "gelu_tanh"
@@ -90,9 +82,9 @@ def test_naflex_sizing_equals_the_image_processor():
 
 def test_a_photo_through_the_processor_and_the_padded_model_equals_the_pipeline(tmp_path):
     model = naflex_model()
-    folder = save(model, tmp_path / "naflex", {"image_processor_type": "Siglip2ImageProcessor", "patch_size": PATCH,
-                                               "max_num_patches": 26, "resample": 2, "image_mean": [0.5] * 3,
-                                               "image_std": [0.5] * 3})
+    folder = save_hf_folder(model, tmp_path / "naflex", {
+        "image_processor_type": "Siglip2ImageProcessor", "patch_size": PATCH, "max_num_patches": 26, "resample": 2,
+        "image_mean": [0.5] * 3, "image_std": [0.5] * 3})
     pipe = Pipeline.open(folder)
     assert pipe.spec.preprocess.max_num_patches == 26
     rng = np.random.default_rng(0)
@@ -124,7 +116,7 @@ def test_naflex_two_tower_folder_reads_its_vision_config(tmp_path):
                num_patches=16)
     txt = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=99)
     model = randomise_(T.Siglip2Model(T.Siglip2Config(text_config=txt, vision_config=vis)))
-    ours = load_checkpoint(save(model, tmp_path / "two"))
+    ours = load_checkpoint(save_hf_folder(model, tmp_path / "two"))
     assert ours.config.num_heads == 2 and ours.config.patch_size == PATCH
     x = torch.randn(1, 3, 24, 40)
     with torch.no_grad():
@@ -134,7 +126,7 @@ def test_naflex_two_tower_folder_reads_its_vision_config(tmp_path):
 
 
 def test_a_naflex_patch_embedding_of_the_wrong_width_is_refused(tmp_path):
-    folder = save(naflex_model(), tmp_path / "naflex")
+    folder = save_hf_folder(naflex_model(), tmp_path / "naflex")
     cfg = json.loads((folder / "config.json").read_text())
     cfg["patch_size"] = 4
     (folder / "config.json").write_text(json.dumps(cfg))
