@@ -56,6 +56,9 @@ def test_feature_pca_npy_holds_the_three_components_the_png_draws(pipe, photos, 
             got = np.load(out / m["npy"])
             assert got.dtype == np.float32 and got.shape == (gh, gw, 3), got.shape
             tokens = r.tokens[m["layer"] + 1].float()
+            if m["layer"] == r.num_layers - 1:  # the last layer: the tokens after the model's final norm (the demos')
+                with torch.no_grad():
+                    tokens = pipe.model.norm(tokens)
             lib = A.feature_pca(tokens, grid=r.grid, num_prefix_tokens=r.num_prefix_tokens)
             np.testing.assert_allclose(got, lib.rgb.numpy(), atol=1e-6)  # the library's PCA of the same tokens
             s = Session()

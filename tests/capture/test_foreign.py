@@ -283,8 +283,8 @@ def _fake_gui(monkeypatch):
 
     calls = {}
 
-    def run_gui(images, model=None, device=None, settings=None, *, module=None, note=None):
-        calls.update(images=images, model=model, device=device, module=module, note=note)
+    def run_gui(images, model=None, device=None, settings=None, *, module=None, note=None, precision=None):
+        calls.update(images=images, model=model, device=device, module=module, note=note, precision=precision)
         return 0
 
     fake = types.ModuleType("vitviz.gui.app")

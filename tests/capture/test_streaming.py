@@ -257,7 +257,10 @@ def test_every_view_of_a_streamed_pass_equals_the_stored_path(family):
                 np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"{family} {v.key} {o}")
             if v.rgb:
                 ss.options = s.options = o
-                np.testing.assert_allclose(ss.rgb_map(), s.rgb_map(), rtol=1e-5, atol=1e-6)
+                x, y = ss.rgb_map(), s.rgb_map()
+                assert (x is None) == (y is None), (family, v.key)  # (a view the model lacks: no picture on either)
+                if x is not None:
+                    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
         assert np.array_equal(ss.artefact_grid(), s.artefact_grid())
         assert si.result.top_k(3) == sr.top_k(3) and si.result.target == sr.target
 

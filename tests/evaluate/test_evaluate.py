@@ -482,7 +482,7 @@ def _write_images(folder: Path, n: int) -> list[Path]:
     return out
 
 
-def test_cli_evaluate_folder_glob_csv_and_bad_images(tiny_ckpt, tmp_path, capsys):
+def test_cli_evaluate_folder_glob_csv_and_bad_images(tiny_model_file, tmp_path, capsys):
     from vitviz.cli import evaluate_command
 
     assert evaluate_command.DEFAULT_VIEWS is E.DEFAULT_VIEWS  # imported from torch-free vitviz.evaluate.protocol
@@ -491,12 +491,13 @@ def test_cli_evaluate_folder_glob_csv_and_bad_images(tiny_ckpt, tmp_path, capsys
     bad = tmp_path / "pics" / "broken.png"
     bad.write_bytes(b"not a png")
     csv_path = tmp_path / "out.csv"
-    argv = ["evaluate", str(tiny_ckpt), str(tmp_path / "pics"), "--steps", "4", "--seeds", "2",
+    argv = ["evaluate", str(tiny_model_file), str(tmp_path / "pics"), "--steps", "4", "--seeds", "2",
             "--views", "rollout,relevance", "--csv", str(csv_path)]
     assert main(argv) == 2  # one bad image: reported, the others evaluated
     out, err = capsys.readouterr()
     head, *lines = err.strip().splitlines()  # the first line: what runs where (tests/cli/test_run_flags.py)
-    assert head.startswith("vitviz evaluate: 3 image(s); tiny test ViT on cpu, auto: ")
+    assert head.startswith("vitviz evaluate: 3 images · 1 target each · views rollout, relevance · 4 steps, 2 random "
+                           "rankings, ") and "; tiny test ViT on cpu, auto: " in head
     assert len(lines) == 2 and "broken.png" in lines[0] and "Traceback" not in err and "wrote" in lines[1]
     assert lines[0].startswith("vitviz evaluate: error: ")
     assert out.count("deletion AUC") == 3 and "mean over 2 images" in out and "random (2 seeds)" in out
@@ -505,17 +506,17 @@ def test_cli_evaluate_folder_glob_csv_and_bad_images(tiny_ckpt, tmp_path, capsys
     assert len(text) == 1 + 2 * 3 + 3 and text[-1].startswith("mean,")
     # never overwritten without --overwrite, and refused before any work
     before = csv_path.read_text()
-    assert main(["evaluate", str(tiny_ckpt), str(imgs[0]), "--steps", "2", "--seeds", "1", "--csv",
+    assert main(["evaluate", str(tiny_model_file), str(imgs[0]), "--steps", "2", "--seeds", "1", "--csv",
                  str(csv_path)]) == 2
     err = capsys.readouterr().err
     assert "already exists" in err and "--overwrite" in err and csv_path.read_text() == before
-    assert main(["evaluate", str(tiny_ckpt), str(imgs[0]), "--steps", "2", "--seeds", "1", "--csv", str(csv_path),
+    assert main(["evaluate", str(tiny_model_file), str(imgs[0]), "--steps", "2", "--seeds", "1", "--csv", str(csv_path),
                  "--overwrite", "--views", "relevance"]) == 0
     assert csv_path.read_text() != before and len(csv_path.read_text().splitlines()) == 3
     capsys.readouterr()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.csv")]  # no temporary file left
     # a glob (recursive) and a pattern that matches nothing
-    assert main(["evaluate", str(tiny_ckpt), str(tmp_path / "pics" / "**" / "img*.png"), str(tmp_path / "z*.png"),
+    assert main(["evaluate", str(tiny_model_file), str(tmp_path / "pics" / "**" / "img*.png"), str(tmp_path / "z*.png"),
                  "--steps", "2", "--seeds", "1", "--views", "cls_last"]) == 2
     out, err = capsys.readouterr()
     errors = [line for line in err.splitlines() if ": error: " in line]
@@ -528,10 +529,10 @@ def test_cli_evaluate_folder_glob_csv_and_bad_images(tiny_ckpt, tmp_path, capsys
     (["--target", "7"], "--target 7: out of range for a model with 5 classes"),
     (["--csv", "{tmp}/missing/out.csv"], "does not exist"),
 ])
-def test_cli_evaluate_errors_are_one_line(tiny_ckpt, tmp_path, capsys, extra, needle):
+def test_cli_evaluate_errors_are_one_line(tiny_model_file, tmp_path, capsys, extra, needle):
     img = _write_images(tmp_path / "p", 1)[0]
     extra = [e.format(tmp=tmp_path) for e in extra]
-    assert main(["evaluate", str(tiny_ckpt), str(img), *extra]) == 2
+    assert main(["evaluate", str(tiny_model_file), str(img), *extra]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and needle in err, err
     assert err.startswith("vitviz evaluate: error: ")

@@ -211,12 +211,12 @@ def test_openimages_point_labels_on_a_clip_model_one_table_per_label(tmp_path, c
         assert r["miou"] == ""  # points only: no mask
 
 
-def test_merge_refuses_shards_with_other_ground_truth_flags(tiny_ckpt, tmp_path, capsys):
+def test_merge_refuses_shards_with_other_ground_truth_flags(tiny_model_file, tmp_path, capsys):
     pics, masks = _data(tmp_path, n=3)
     out = tmp_path / "sh"
     out.mkdir()
     for k, tol in ((1, "0"), (2, "15")):
-        assert main(["evaluate", str(tiny_ckpt), str(pics), "--masks", str(masks), "--only", "localisation",
+        assert main(["evaluate", str(tiny_model_file), str(pics), "--masks", str(masks), "--only", "localisation",
                      "--views", "rollout", "--pointing-tolerance", tol, "--csv", str(out / "e.csv"),
                      "--shard", f"{k}/2"]) == 0
     capsys.readouterr()

@@ -22,7 +22,7 @@ ROW_VIEWS = ("cls", "query")
 """Views of one layer's attention rows."""
 PRODUCT_VIEWS = ("rollout", "grad_rollout", "relevance")
 """Views of a product over the layers (:class:`vitviz.analysis.layerwise.ReverseProduct`)."""
-TOKEN_VIEWS = ("token_sim", "token_norm", "feature_pca")
+TOKEN_VIEWS = ("token_sim", "token_norm", "feature_pca", "logit_lens")
 """Views of one layer's tokens."""
 RESULT_VIEWS = ("pos_sim", "rope_sim", "legrad", "gradcam")
 """Views computed from what a streamed result holds in full (position embeddings and RoPE angles, LeGrad's and
