@@ -405,3 +405,21 @@ def test_backward_and_workers_flags_change_memory_and_threads_not_the_maps(tiny_
                      "--workers", workers]) == 0
         outs.append(sorted((p.name, p.read_bytes()) for p in out.glob("*.csv")))
     assert outs[0] == outs[1] and outs[0]
+
+
+def test_predict_refuses_a_model_whose_output_is_not_finite(tiny_ckpt, tmp_path, capsys):
+    """A NaN weight reaches the output: one line naming the image and the cause, no 'nan' probabilities printed."""
+    from vitviz.model import load_checkpoint, save_checkpoint
+
+    _, path = tiny_ckpt
+    m = load_checkpoint(path)
+    with torch.no_grad():
+        m.head.weight[0, 0] = float("nan")
+    bad_model = save_checkpoint(m, tmp_path / "nan.safetensors")
+    img = tmp_path / "x.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(img)
+    assert main(["predict", str(bad_model), str(img), "--precision", "fp32"]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and str(img) in lines[0] and "non-finite" in lines[0] and "Traceback" not in err
+    assert "nan" not in out.lower()

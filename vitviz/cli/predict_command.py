@@ -76,6 +76,10 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
                 raise ImageError(path, e.problem) from None
             with torch.inference_mode():
                 logits = model(x)[0].float().cpu()
+            bad = int((~torch.isfinite(logits)).sum())
+            if bad:  # a NaN or inf weight (or an overflow in this precision) reaches the output: no numbers printed
+                raise ValueError(f"{path}: the model's output has {bad} non-finite value(s) of {logits.numel()} "
+                                 f"(NaN or inf in its weights, or an overflow in {run_flags.precision})")
         except Exception as e:  # noqa: BLE001 - reported on one line, the next image still predicted
             status = report(e, path)
             continue
