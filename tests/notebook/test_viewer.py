@@ -334,3 +334,22 @@ def test_a_function_target_is_checked_before_the_viewer_shows(tiny_model, photos
         assert torch.is_tensor(v.session.result.logits)
     finally:
         v.close()
+
+
+def test_tokens_left_out_of_the_scale_travel_as_neutral_cells(session_of):
+    """A high-norm patch token (planted, as ViT-Ti's corner tokens are) is left out of the scale: its cell travels in
+    the frame's ``neutral`` list with the figures' grey, so the browser paints it grey, never a scale colour; the
+    other cells do not."""
+    from vitviz.notebook.payload import view_frames
+    from vitviz.render.colormaps import NEUTRAL_RGB
+
+    s = session_of(h=40, w=40)
+    r = s.result
+    t = r.num_prefix_tokens + 2 * r.grid[1] + 1  # patch (2, 1)
+    r.capture.tokens[r.num_layers // 2:, t] *= 50.0
+    s.set_result(r)
+    s.set_options(view="token_norm", layer=r.num_layers - 1)
+    frames = view_frames(s)
+    last = frames.meta["frames"][-1]
+    assert [2, 1] in last["neutral"] and len(last["neutral"]) < r.grid[0] * r.grid[1]
+    assert tuple(last["neutral_rgb"]) == tuple(NEUTRAL_RGB)

@@ -30,7 +30,7 @@ from PIL import Image
 from vitviz import views
 from vitviz.document.panel import heads_of, panel_of
 from vitviz.document.session import Session
-from vitviz.render.colormaps import COLORMAPS
+from vitviz.render.colormaps import COLORMAPS, NEUTRAL_RGB
 from vitviz.render.scales import ColourScale
 
 __all__ = ["PHOTO_MAX_SIDE", "Frames", "frame_session", "head_choices", "heads_frames", "lookup_tables", "photo_png",
@@ -98,6 +98,9 @@ def _frame(s: Session, gh: int, gw: int) -> tuple[np.ndarray, np.ndarray, dict[s
     absmax = float(np.nanmax(np.abs(m))) if np.isfinite(m).any() else 0.0
     meta["absmax"] = absmax or 1.0
     meta["scale"] = scale_dict(p.scale, p.colorbar_label)
+    # tokens left out of the scale: drawn in the neutral colour at the map's opacity, as the figures draw them
+    meta["neutral"] = [[int(r), int(c)] for r, c in (p.neutral or ())]
+    meta["neutral_rgb"] = list(NEUTRAL_RGB)
     return lut_index(p.scale, m), (m / meta["absmax"]).astype(np.float16), meta
 
 

@@ -97,8 +97,9 @@ function render({ model, el: root }) {
     return Math.min(Math.max(model.get("layer") - meta.first, 0), meta.count - 1);
   }
 
-  function blend(out, photoPx, w, h, crop, grid, cells, vals, table, opacity, rgb, offset) {
+  function blend(out, photoPx, w, h, crop, grid, cells, vals, table, opacity, rgb, offset, neutral, neutralRgb) {
     const [gh, gw] = grid, [x0, y0, cw, ch] = crop;
+    const grey = new Set((neutral || []).map(([r, c]) => r * gw + c)); // left out of the scale (figures' grey)
     for (let py = 0; py < h; py++) {
       const row = Math.floor((py + 0.5 - y0) / (ch / gh));
       if (row < 0 || row >= gh) continue;
@@ -109,6 +110,8 @@ function render({ model, el: root }) {
         let r, g, b, a;
         if (rgb) {
           r = cells[4 * k]; g = cells[4 * k + 1]; b = cells[4 * k + 2]; a = cells[4 * k + 3] / 255;
+        } else if (grey.has(row * gw + col)) {
+          [r, g, b] = neutralRgb; a = 1;
         } else {
           if (vals && Number.isNaN(vals[k])) continue;
           const c = cells[k] * 4;
@@ -146,7 +149,7 @@ function render({ model, el: root }) {
     if (!f.unavailable) {
       const table = f.scale ? lut(f.scale.cmap) : null;
       blend(img.data, photo, w, h, crop, meta.grid, frames, meta.rgb ? null : values, table,
-            model.get("opacity"), meta.rgb, i * n);
+            model.get("opacity"), meta.rgb, i * n, f.neutral, f.neutral_rgb);
     }
     ctx.putImageData(img, 0, 0);
     if (f.marker) { // the query patch, outlined as in the window
