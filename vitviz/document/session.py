@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from vitviz import analysis as A
 from vitviz import views
 from vitviz._util.arrays import to_numpy as _np
 from vitviz.document import appearance
@@ -327,8 +328,6 @@ class Session:
     # ------------------------------------------------------------------ plots
     def mean_distances(self) -> np.ndarray | None:
         """``[L, H]`` mean attention distance in pixels."""
-        from vitviz import analysis as A
-
         r = self.result
         if r is None:
             return None
@@ -337,8 +336,6 @@ class Session:
 
     def entropies(self) -> np.ndarray | None:
         """``[L, H]`` mean attention entropy (nats)."""
-        from vitviz import analysis as A
-
         r = self.result
         if r is None:
             return None
@@ -453,8 +450,6 @@ class Session:
         r = self.result
         if r is None:
             return None
-        from vitviz import analysis as A
-
         return self._cache.get_or(("artefacts",), lambda: A.high_norm_tokens(r.tokens,
                                                                             num_prefix_tokens=r.num_prefix_tokens))
 
