@@ -174,3 +174,74 @@ def test_most_internal_imports_are_at_the_top_of_their_module():
     statements = {(m, line): inner for m in MODULES for _, _, inner, line in _imports(m)}
     inner = sum(statements.values())
     assert inner <= len(statements) / 4, f"{inner} of {len(statements)} internal import statements sit in functions"
+
+
+SESSION_PUBLIC_METHODS = 40
+"""The most public methods (properties counted) :class:`vitviz.document.session.Session` may have. It had 58 (14 of
+them one-line forwards to ``appearance``, five more to the view or the model's data) before the panels called the
+appearance functions themselves; 39 after. A new role (targets, comparisons, state files) gets its own module."""
+
+
+def _forward(fn: ast.FunctionDef) -> str | None:
+    """The callee a method only passes its call on to, or None: its body (after the docstring and at most one plain
+    assignment such as ``r = self.result``) is one ``return`` (or expression) of a call, possibly guarded by
+    ``None if ... else``, to the appearance module or to an object the session holds (``self.view.x``,
+    ``self.result.x``, ``r.model_data.x`` ...). A call to the session's own method or to a module function such as
+    ``views.get`` is not a forward."""
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if not body or len(body) > 2 or not isinstance(body[-1], (ast.Return, ast.Expr)):
+        return None
+    aliases = {}
+    for s in body[:-1]:
+        if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)):
+            return None
+        aliases[s.targets[0].id] = ast.unparse(s.value)
+    value = body[-1].value
+    if isinstance(value, ast.IfExp):
+        value = value.orelse if isinstance(value.body, ast.Constant) and value.body.value is None else value.body
+    if not isinstance(value, ast.Call):
+        return None
+    callee = ast.unparse(value.func)
+    root, _, rest = callee.partition(".")
+    callee = f"{aliases.get(root, root)}.{rest}" if rest else aliases.get(root, root)
+    held = callee.startswith(("self.view.", "self.result.", "self.options.")) or ".model_data." in callee
+    return callee if callee.startswith("appearance.") or held else None
+
+
+def test_the_forward_finder_finds_forwards():
+    src = '''
+class S:
+    def a(self):
+        """doc"""
+        return appearance.title(self.describe_view(), self.options)
+    def b(self):
+        r = self.result
+        return None if r is None or r.model_data is None else r.model_data.filters(3)
+    def c(self):
+        return self.view.attention_layer(self.options)
+    def d(self):
+        return self.map_for(self.view, self.options)
+    def e(self):
+        return views.get(self.options.view)
+    def f(self):
+        m = self.current_map()
+        if m is None:
+            return None
+        return appearance.levels(m, self.view, self.options)
+'''
+    methods = ast.parse(src).body[0].body
+    assert [_forward(f) for f in methods] == ["appearance.title", "self.result.model_data.filters",
+                                              "self.view.attention_layer", None, None, None]
+
+
+def test_session_holds_the_document_and_forwards_nothing():
+    """``Session`` is the document (images, result, options, maps, the map cache, the artefact tokens): the panels call
+    :mod:`vitviz.document.appearance` and the view or the model's data themselves, so no method of ``Session`` only
+    passes its call on to them, and its public methods stay under :data:`SESSION_PUBLIC_METHODS`."""
+    tree = ast.parse(MODULES["vitviz.document.session"].read_text(encoding="utf-8"))
+    session = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Session")
+    methods = [f for f in session.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    forwards = {f.name: _forward(f) for f in methods if _forward(f)}
+    assert not forwards, f"Session methods that only forward (let the callers call these): {forwards}"
+    public = [f.name for f in methods if not f.name.startswith("_")]
+    assert len(public) <= SESSION_PUBLIC_METHODS, f"Session has {len(public)} public methods: {public}"

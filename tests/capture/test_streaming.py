@@ -10,6 +10,8 @@ round-off (bit for bit where the stored path computes on the same shapes).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -22,6 +24,7 @@ from vitviz.analysis.layerwise import LayerRows, LayerStatistics, LayerTokens, R
 from vitviz.capture import CaptureError, capture
 from vitviz.capture.streaming import FILL, fit_batch, graph_fits, is_out_of_memory, pass_bytes, stream_pass, streamable
 from vitviz.capture.targets import CallableTarget, ClassTarget
+from vitviz.document import appearance
 from vitviz.document.session import Session
 from vitviz.document.streamed import NotStreamable, StreamedSession, plan_streaming, shape_of_result, stream_images
 from vitviz.model import create_model
@@ -277,6 +280,24 @@ def test_one_image_at_a_time_the_maps_are_the_stored_maps_bit_for_bit():
         assert (a is None and b is None) or np.array_equal(a, b), (v.key, o)
     art, want = ss.artefacts(), s.artefacts()
     assert torch.equal(art.mask, want.mask) and torch.equal(art.score, want.score)
+
+
+def test_a_streamed_sessions_smooth_map_reads_the_artefact_tokens_of_its_stream():
+    """The patches left out of the colour scale (and drawn grey) come from the session's one artefact source
+    (:meth:`Session.artefacts`, which a streamed session takes from its stream), also when the smooth map is the first
+    thing asked for: the stored tokens of a streamed result are shapes without data."""
+    pipe = Pipeline(_model("cls"))
+    photo = _photos(1)[0]
+    si = stream_images(pipe, [photo], demands=_all_demands)[0]
+    s = Session()
+    s.set_result(pipe.run_batch([photo], legrad=("mean", "model"))[0])
+    ss = StreamedSession(si)
+    v, o = next((v, o) for v, o in _all_demands(s.result) if v.key == "token_norm" and o.head == "mean")
+    ss.options = s.options = replace(o, interpolation="bilinear", scale_excludes_artefacts=True)
+    np.testing.assert_allclose(ss.display_map(), s.display_map(), rtol=1e-5, atol=1e-6)  # asked first
+    want = appearance.excluded_grid(s.options, s.artefact_grid)
+    got = appearance.excluded_grid(ss.options, ss.artefact_grid)
+    assert (got is None and want is None) or np.array_equal(got, want)
 
 
 def test_statistics_of_a_streamed_pass_equal_the_sessions():

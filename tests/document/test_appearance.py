@@ -8,6 +8,7 @@ from PIL import Image
 
 from vitviz import analysis as A
 from vitviz import views
+from vitviz.document import appearance
 from vitviz.document.session import Session
 from vitviz.pipeline import run_inference
 
@@ -28,10 +29,22 @@ def plant_artefacts(s, cells):
     s.set_result(r)
 
 
+def title(s):
+    """The canvas title of ``s``'s current view (as :func:`vitviz.document.panel.panel_of` makes it)."""
+    return appearance.title(s.describe_view(), s.options)
+
+
+def artefact_words(s):
+    """The status bar's artefact part for ``s`` (as the window's status bar makes it)."""
+    layer = s.view.attention_layer(s.options)
+    share = appearance.register_share(s.result, s.cache, layer)
+    return appearance.artefact_text(s.artefacts(), s.artefact_grid(), layer, share)
+
+
 def test_planted_artefact_tokens_are_found_listed_and_left_out_of_the_scale(session):
     plant_artefacts(session, [(1, 2)])
-    assert session.artefact_patches() == [(1, 2)]
-    assert "(1, 2)" in session.artefact_text()
+    assert appearance.artefact_patches(session.artefact_grid()) == [(1, 2)]
+    assert "(1, 2)" in artefact_words(session)
     # the map there is made huge: the robust scale ignores it when asked, not otherwise
     session.set_options(view="token_norm", layer=session.result.num_layers - 1, scale="per_map")
     m = session.current_map()
@@ -41,12 +54,12 @@ def test_planted_artefact_tokens_are_found_listed_and_left_out_of_the_scale(sess
     assert with_art.hi == pytest.approx(float(m.max()))
     rest = np.delete(m.reshape(-1), 1 * m.shape[1] + 2)
     assert without.hi == pytest.approx(float(rest.max()))
-    assert "artefact tokens excluded" in session.scale_text()
+    assert "artefact tokens excluded" in appearance.scale_text(session.options, bool(session.artefact_grid().any()))
 
 
 def test_ignoring_artefacts_renormalises_every_layers_attention_before_the_views(session):
     plant_artefacts(session, [(3, 3)])  # (a 4x4 grid: the detector flags at most 10 % of the patches, one)
-    assert session.artefact_patches() == [(3, 3)]
+    assert appearance.artefact_patches(session.artefact_grid()) == [(3, 3)]
     r = session.result
     p, gw = r.num_prefix_tokens, r.grid[1]
     flagged = [p + 3 * gw + 3]
@@ -70,12 +83,12 @@ def test_ignoring_artefacts_renormalises_every_layers_attention_before_the_views
     session.set_options(view="relevance")
     np.testing.assert_allclose(session.current_map(), A.relevance(attn, grads, grid=r.grid).numpy(),
                                rtol=1e-4, atol=1e-7)
-    assert "artefact tokens ignored" in session.title()
+    assert "artefact tokens ignored" in title(session)
     assert "noart" in session.export_name()
     session.set_options(ignore_artefacts=False)
-    assert "ignored" not in session.title()
+    assert "ignored" not in title(session)
     session.set_options(view="token_sim", ignore_artefacts=True)  # not an attention view: unchanged
-    assert "ignored" not in session.title()
+    assert "ignored" not in title(session)
 
 
 def test_scale_modes(session):
@@ -110,40 +123,40 @@ def test_signed_views_are_centred_at_zero_with_a_diverging_colormap(session):
     lv = s.levels()
     assert lv.diverging and lv.lo == -lv.hi
     assert float(lv.normalise(np.array([0.0]))[0]) == pytest.approx(0.5)
-    assert s.colormap() != s.options.cmap
+    assert appearance.colormap(s.levels(), s.options) != s.options.cmap
     s.set_options(view="cls")
-    assert not s.levels().diverging and s.colormap() == s.options.cmap
+    assert not s.levels().diverging and appearance.colormap(s.levels(), s.options) == s.options.cmap
 
 
 def test_mass_mask_keeps_the_asked_share(session):
     s = session
     s.set_options(view="rollout", mask_keep=0.6)
-    m, keep = s.current_map(), s.mask()
+    m, keep = s.current_map(), appearance.mask(s.current_map(), s.view, s.options, s.cache)
     assert keep.dtype == bool and keep.shape == m.shape
     total = m.clip(min=0).sum()
     assert m[keep].sum() >= 0.6 * total - 1e-6
     assert m[keep].min() >= m[~keep].max()  # the largest patches
-    assert "top 60% of mass" in s.title()
+    assert "top 60% of mass" in title(s)
     s.set_options(mask_keep=0.0)
-    assert s.mask() is None
+    assert appearance.mask(s.current_map(), s.view, s.options, s.cache) is None
 
 
 def test_titles_say_what_is_shown_and_one_layer_numbering(session):
     s = session
     r = s.result
     s.set_options(view="relevance", start_layer=1)
-    t = s.title()
+    t = title(s)
     assert t.startswith("Relevance") and r.label(r.target) in t and "start layer 1" in t and "mean of heads" in t
     s.set_options(view="grad_rollout")
-    assert "all layers" in s.title()
+    assert "all layers" in title(s)
     s.set_options(view="cls", layer=2, head=1)
-    assert "layer 2" in s.title() and "head 1" in s.title()
+    assert "layer 2" in title(s) and "head 1" in title(s)
     s.set_options(view="token_sim", layer=2)
-    assert "output of layer 2" in s.title()
+    assert "output of layer 2" in title(s)
     # the heads panel shows the attention of the same layer the token view names
-    assert s.attention_layer() == 2
+    assert s.view.attention_layer(s.options) == 2
     s.set_options(layer=-1)
-    assert "patch embeddings" in s.title() and s.attention_layer() == 0
+    assert "patch embeddings" in title(s) and s.view.attention_layer(s.options) == 0
     # rollout's slider is its start layer
     assert views.get("rollout").slider == "start_layer" and views.get("rollout").slider_label == "Start layer"
     assert views.get("grad_rollout").slider is None and views.get("cls").slider == "layer"
@@ -154,7 +167,7 @@ def test_query_box_only_where_the_view_uses_it(session):
     for key, shown in [("cls", False), ("query", True), ("rollout", False), ("token_sim", True),
                        ("pos_sim", True), ("token_norm", False)]:
         s.set_options(view=key)
-        assert s.shows_query() == shown, key
+        assert appearance.shows_query(s.result, s.view) == shown, key
 
 
 def test_token_norm_view_matches_a_loop(session):
@@ -165,7 +178,7 @@ def test_token_norm_view_matches_a_loop(session):
     ref = np.array([[float(torch.sqrt((r.tokens[2, p + i * r.grid[1] + j] ** 2).sum())) for j in range(r.grid[1])]
                     for i in range(r.grid[0])])
     np.testing.assert_allclose(s.current_map(), ref, rtol=1e-5)
-    assert s.quantity_text().startswith("token norm")
+    assert appearance.quantity_text(s.view).startswith("token norm")
 
 
 def test_models_with_registers_report_the_registers_share_of_cls_attention():
@@ -180,5 +193,5 @@ def test_models_with_registers_report_the_registers_share_of_cls_attention():
     assert r.num_registers == 4 and r.num_prefix_tokens == 5
     s.set_options(view="cls", layer=1)
     expected = float(r.attentions[1, :, 0, 1:5].sum(-1).mean())  # [CLS] row, register columns, mean of heads
-    assert s.register_share() == pytest.approx(expected, rel=1e-5)
-    assert f"registers take {expected:.0%}" in s.artefact_text()
+    assert appearance.register_share(s.result, s.cache, layer=1) == pytest.approx(expected, rel=1e-5)
+    assert f"registers take {expected:.0%}" in artefact_words(s)

@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from vitviz import views
+from vitviz.document import appearance
 from vitviz.document import comparison as cmp
 from vitviz.document.session import Session
 from vitviz.imaging import load_image
@@ -172,7 +173,7 @@ def test_exported_comparison_has_every_panel_and_label(world, tmp_path):
     built = figures.build(fig)
     assert len(built.axes) == 8 + 4
     bars = [ax for ax in built.axes if ax.get_xlabel()]
-    assert sorted(ax.get_xlabel() for ax in bars) == sorted(c.session.quantity_text() for c in comp.cells[4:])
+    assert sorted(ax.get_xlabel() for ax in bars) == sorted(appearance.quantity_text(c.view) for c in comp.cells[4:])
     # each panel on its own scale: a bar under every panel
     own = cmp.comparison_figure(cmp.build_comparison(replace(spec, shared_scale=False), base, world["run"](spec)))
     drawn = figures.build(own)

@@ -6,6 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from vitviz.document import appearance
 from vitviz.document import comparison as cmp
 from vitviz.document import panel as P
 from vitviz.render import figures as F
@@ -30,7 +31,8 @@ def test_the_panel_holds_what_the_session_shows(session):
     session.set_options(view="query", query=5, mask_keep=0.5, mask_style="dim", interpolation="bilinear")
     p = P.panel_of(session)
     s, r = session, session.result
-    grey = np.repeat(np.repeat(s.excluded_grid(), 8, axis=0), 8, axis=1)  # left out of the scale: drawn neutral
+    excluded = appearance.excluded_grid(s.options, s.artefact_grid)
+    grey = np.repeat(np.repeat(excluded, 8, axis=0), 8, axis=1)  # left out of the scale: drawn neutral
     np.testing.assert_array_equal(p.grid_values[~grey], s.display_map()[~grey])
     assert np.isnan(p.grid_values[grey]).all() and p.neutral == ((1, 2),)
     assert p.values is None  # the screens draw the grid map; a figure asks for the map on the image's pixels
@@ -39,9 +41,10 @@ def test_the_panel_holds_what_the_session_shows(session):
     y0, x0, y1, x1 = s.crop_rect_yx()
     assert p.crop == (x0, y0, x1 - x0, y1 - y0)
     assert p.patch_rect(*divmod(5, r.grid[1])) == s.patch_rect(5)  # the outlines lie where the window's do
-    np.testing.assert_array_equal(p.mask, s.mask())
-    assert p.mask_style == "dim" and p.title == s.title() and p.colorbar_label == s.quantity_text()
-    assert p.scale_text == s.scale_text() and p.unavailable is None
+    np.testing.assert_array_equal(p.mask, appearance.mask(s.current_map(), s.view, s.options, s.cache))
+    assert p.mask_style == "dim" and p.title == appearance.title(s.describe_view(), s.options)
+    assert p.colorbar_label == appearance.quantity_text(s.view)
+    assert p.scale_text == appearance.scale_text(s.options, has_artefacts=True) and p.unavailable is None
     assert p.caption.startswith(f"{r.model_name} · cat.png · colour: ")
     assert "artefact tokens (grey, dashed)" in p.caption
     q = P.panel_of(s, on_image=True)
@@ -72,7 +75,7 @@ def test_a_comparison_cell_is_drawn_in_its_shared_scale(session):
     assert len(scales) == 1
     for c in comp.cells:
         p = c.panel()
-        assert p.scale is c.scale and p.title == c.session.title()
+        assert p.scale is c.scale and p.title == appearance.title(c.session.describe_view(), c.session.options)
         np.testing.assert_array_equal(p.grid_values, c.session.display_map())
     fig = cmp.comparison_figure(comp)
     assert [p.scale for p in fig.panels] == [c.scale for c in comp.cells]

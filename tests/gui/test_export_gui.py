@@ -9,6 +9,7 @@ from gui_helpers import Recorder, open_and_wait
 from PIL import Image
 
 from vitviz import imaging
+from vitviz.document import appearance
 from vitviz.document import panel as P
 from vitviz.render import figures as F
 
@@ -39,7 +40,7 @@ def test_export_view_defaults_to_print_size_and_writes_each_format(qtbot, window
     assert "Exported" in w.statusBar().currentMessage() and "dpi" in w.statusBar().currentMessage()
     svg = w.export_view(str(tmp_path / "v.svg"))
     pdf = w.export_view(str(tmp_path / "v.pdf"))
-    assert w.session.title() in " ".join(_svg_texts(svg))
+    assert appearance.title(w.session.describe_view(), w.session.options) in " ".join(_svg_texts(svg))
     assert len(F.pdf_pages(pdf.read_bytes())) == 1
     assert w.dialogs.errors == []
     # a type vitviz does not write: one clear error, nothing written

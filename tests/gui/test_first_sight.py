@@ -5,6 +5,7 @@ precision change, and the layout at 1280x800."""
 import numpy as np
 from gui_helpers import open_and_wait
 
+from vitviz.document import appearance
 from vitviz.document.panel import panel_of, render_view
 from vitviz.render.colormaps import NEUTRAL_RGB
 
@@ -31,7 +32,7 @@ def test_excluded_artefact_tokens_are_neutral_on_the_canvas_and_in_the_figure(qt
     window.set_view("token_norm")  # the token norm: the planted token is the highest value
     s.set_options(opacity=1.0, interpolation="nearest")
     window.refresh_view()
-    assert s.artefact_patches() == [(2, 1)] and s.options.scale_excludes_artefacts
+    assert appearance.artefact_patches(s.artefact_grid()) == [(2, 1)] and s.options.scale_excludes_artefacts
     p = panel_of(s, on_image=True)
     assert p.neutral == ((2, 1),) and "grey" in p.caption
     # the canvas: the overlay is transparent there and the neutral item grey

@@ -5,6 +5,8 @@ import numpy as np
 from gui_helpers import make_image, open_and_wait
 from PySide6.QtCore import Qt
 
+from vitviz.document import appearance
+
 
 def test_any_class_can_be_the_target_by_search(qtbot, window, image_path):
     r = open_and_wait(qtbot, window, image_path)
@@ -98,7 +100,7 @@ def test_scale_controls_artefact_outlines_and_mask_on_the_canvas(qtbot, window, 
     c.mask_style.activated.emit(c.mask_style.findData("dim"))
     assert window.canvas.mask_item.isVisible() and not window.canvas.mask_outline.isVisible()
     veil = np.asarray(window.canvas.mask_item.image)
-    assert ((veil[..., 3] == 0) == s.mask()).all()
+    assert ((veil[..., 3] == 0) == appearance.mask(s.current_map(), s.view, s.options, s.cache)).all()
     # artefact tokens: planted, outlined and listed
     p, gw = r.num_prefix_tokens, r.grid[1]
     r.capture.tokens[r.num_layers // 2:, p + 2 * gw + 1] *= 50.0

@@ -5,6 +5,7 @@ from gui_helpers import make_image, open_and_wait
 from PySide6.QtCore import Qt
 
 from vitviz import views
+from vitviz.document import appearance
 
 
 class Squared(views.View):
@@ -60,7 +61,9 @@ def test_controls_follow_what_each_view_reads(qtbot, window, image_path):
         assert c.view_buttons[v.key].isChecked() and window.acts.views[v.key].isChecked()
         # the canvas says what it shows, and the query box is drawn only where the view uses the patch
         if v.unavailable(window.session.result) is None:  # (a view this model lacks, RoPE's, says "not available")
-            assert window.canvas.title.text() == window.session.title() and window.canvas.title.isVisible()
+            s = window.session
+            assert window.canvas.title.text() == appearance.title(s.describe_view(), s.options)
+            assert window.canvas.title.isVisible()
         else:
             assert "not available" in window.canvas.title.text(), v.key
         assert window.canvas.marker.isVisible() == ("query" in v.reads), v.key

@@ -12,6 +12,7 @@ from PIL import Image
 
 from vitviz import analysis as A
 from vitviz.capture import capture
+from vitviz.document import appearance
 from vitviz.document.session import Session
 from vitviz.model import ViT
 from vitviz.model.spec import ModelSpec, family_preprocess
@@ -107,10 +108,10 @@ def test_siglip_views_read_the_pooling_row():
     np.testing.assert_allclose(s.current_map(), want, rtol=1e-6)
     assert "pooling head" in s.caption()
     # the heads thumbnails show the pooling row per head too, and the selected-patch box means nothing here
-    assert s.reads_pool_row() and not s.shows_query()
+    assert appearance.reads_pool_row(s.result, s.view) and not appearance.shows_query(s.result, s.view)
     np.testing.assert_allclose(s.head_maps(), r.pool_attention.reshape(-1, 4, 4).numpy(), rtol=1e-6)
     s.set_options(view="query")
-    assert not s.reads_pool_row() and s.shows_query()
+    assert not appearance.reads_pool_row(s.result, s.view) and appearance.shows_query(s.result, s.view)
     assert not np.allclose(s.head_maps(), r.pool_attention.reshape(-1, 4, 4).numpy())
     s.set_options(view="cls")
     from vitviz import views

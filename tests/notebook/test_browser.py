@@ -16,6 +16,8 @@ pytest.importorskip("playwright")
 
 from lab_server import chromium, chromium_path, open_notebook, running_lab, write_notebook  # noqa: E402
 
+from vitviz.document import appearance  # noqa: E402
+
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(chromium_path() is None, reason="no Chromium found (Debian: apt-get install "
                                                                   "chromium)")]
@@ -142,7 +144,7 @@ def test_the_view_selector_switches_views(viewer_page, reference):
     reference.set_slider(shown["layer"])
     _assert_same_picture(_canvas(page), _library(reference))
     title = page.locator(".vitviz .vitviz-title").inner_text()
-    assert title == reference.title()
+    assert title == appearance.title(reference.describe_view(), reference.options)
     # no message left (waited for: a worker's progress line may still be clearing on a busy machine)
     page.wait_for_function("() => document.querySelector('.vitviz .vitviz-status').innerText === ''",
                            timeout=WAIT_MS)

@@ -16,6 +16,7 @@ from PIL import Image
 pytest.importorskip("anywidget")
 
 from vitviz import views  # noqa: E402
+from vitviz.document import appearance  # noqa: E402
 from vitviz.document import state as st  # noqa: E402
 from vitviz.document.session import Session  # noqa: E402
 from vitviz.notebook import Viewer  # noqa: E402
@@ -96,8 +97,8 @@ def _check_view(v: Viewer, ref: Session, **fixed) -> int:
         scale = ref.levels()
         expected = np.round(scale.normalise(m) * 255).astype(np.uint8)
         np.testing.assert_array_equal(index[i], expected)
-        assert v.meta["frames"][i]["scale"]["cmap"] == ref.colormap(scale)
-        assert v.meta["frames"][i]["title"] == ref.title()
+        assert v.meta["frames"][i]["scale"]["cmap"] == appearance.colormap(scale, ref.options)
+        assert v.meta["frames"][i]["title"] == appearance.title(ref.describe_view(), ref.options)
     return v.meta["count"]
 
 

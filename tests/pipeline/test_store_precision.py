@@ -13,6 +13,7 @@ from PIL import Image
 from vitviz import analysis as A
 from vitviz import views
 from vitviz.capture import capture
+from vitviz.document import appearance
 from vitviz.document.session import Session
 from vitviz.model import create_model
 from vitviz.pipeline import Pipeline
@@ -105,7 +106,7 @@ def _maps(session):
     out["all_heads"] = session.all_head_maps()
     out["distances"] = session.mean_distances()
     out["entropies"] = session.entropies()
-    out["register_share"] = session.register_share()
+    out["register_share"] = appearance.register_share(session.result, session.cache, layer=1)
     return out
 
 

@@ -18,6 +18,7 @@ from PIL import Image
 from repo_paths import SHARED_WEIGHTS
 
 from vitviz import imaging
+from vitviz.document import appearance
 from vitviz.document import panel as P
 from vitviz.document.session import Session
 from vitviz.imaging import ExportError
@@ -112,15 +113,15 @@ def test_title_caption_and_colour_bar_say_what_the_window_says(session):
     session.set_options(view="relevance")
     spec = P.view_figure(session)
     fig = F.build(spec, k=2)
-    title, caption = session.title(), _texts_by_gid(fig, "caption")
+    title, caption = appearance.title(session.describe_view(), session.options), _texts_by_gid(fig, "caption")
     assert "Relevance (Chefer et al.)" in title
     # wrapped lines, joined with one space, give the strings back exactly: no collapsed or doubled spaces
     assert " ".join(_texts_by_gid(fig, "title")) == title == spec.title
     assert " ".join(caption) == spec.caption
     assert spec.caption.startswith(f"{session.result.model_name} · my cat.png · colour: ")
-    assert session.scale_text().split(",")[0] in spec.caption
+    assert appearance.scale_text(session.options, bool(session.artefact_grid().any())).split(",")[0] in spec.caption
     cb, = _colorbar_axes(fig)
-    assert cb.get_ylabel() == session.quantity_text() == "relevance (a.u.)"
+    assert cb.get_ylabel() == appearance.quantity_text(session.view) == "relevance (a.u.)"
     ticks = session.levels().ticks(5)
     assert [t.get_text() for t in cb.get_yticklabels()] == [label for _, label in ticks]
     np.testing.assert_allclose(cb.get_yticks(), [v for v, _ in ticks])
@@ -174,7 +175,7 @@ def test_svg_has_text_elements_a_vector_colour_bar_and_the_image_at_full_resolut
     fig = F.build(spec)
     assert " ".join(t for t in texts if t in _texts_by_gid(fig, "title")) == spec.title
     assert " ".join(t for t in texts if t in _texts_by_gid(fig, "caption")) == spec.caption
-    assert session.quantity_text() in texts
+    assert appearance.quantity_text(session.view) in texts
     images = list(root.iter(f"{SVG}image"))
     assert len(images) == 1  # the map; the colour bar is drawn with paths, not an image
     href = images[0].get("{http://www.w3.org/1999/xlink}href")

@@ -2,7 +2,10 @@
 
 Plain functions of what they read (the result, the view, the options, the map). What costs something to find is
 kept in the document's map cache (``cache``: anything with ``get_or(key, make)``, one per result).
-:class:`vitviz.document.session.Session` offers them as methods for its current view.
+:class:`vitviz.document.session.Session` holds the data they read (the result, the options, the view, the
+artefact tokens, the cache); the panels (:mod:`vitviz.document.panel`, the window, the notebook viewer) call them with
+it. The artefact tokens themselves are the session's (:meth:`~vitviz.document.session.Session.artefacts`, which a
+streamed session finds from its stream): what reads them here takes them, or a function giving them, as an argument.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from vitviz.analysis.artefacts import ArtefactTokens
     from vitviz.pipeline import InferenceResult
 
-__all__ = ["Cache", "artefact_grid", "artefact_patches", "artefact_text", "artefacts", "colormap", "default_query",
+__all__ = ["Cache", "artefact_patches", "artefact_text", "colormap", "default_query",
            "excluded_grid", "filled", "precision_text", "levels", "mask",
            "quantity_text", "reads_pool_row", "register_share", "result_for", "scale_stack", "scale_text",
            "shows_query", "title"]
@@ -36,33 +39,18 @@ class Cache(Protocol):
 
 
 # ----------------------------------------------------------------------------------------------- artefact tokens
-def artefacts(result: InferenceResult | None, cache: Cache) -> ArtefactTokens | None:
-    """The high-norm patch tokens of ``result`` (:func:`vitviz.analysis.high_norm_tokens`, defaults)."""
-    if result is None:
-        return None
-    return cache.get_or(("artefacts",), lambda: analysis.high_norm_tokens(
-        result.tokens, num_prefix_tokens=result.num_prefix_tokens))
-
-
-def artefact_grid(result: InferenceResult | None, cache: Cache) -> np.ndarray | None:
-    """bool ``[gh, gw]``: the flagged patches (None without a result)."""
-    a = artefacts(result, cache)
-    if a is None:
-        return None
-    return np.asarray(a.mask, dtype=bool).reshape(result.grid)
-
-
 def artefact_patches(grid: np.ndarray | None) -> list[tuple[int, int]]:
-    """(row, col) of every flagged patch of ``grid`` (:func:`artefact_grid`), row-major."""
+    """(row, col) of every flagged patch of ``grid`` (bool ``[gh, gw]``, e.g.
+    :meth:`~vitviz.document.session.Session.artefact_grid`), row-major."""
     return [] if grid is None else [(int(r), int(c)) for r, c in zip(*np.nonzero(grid))]
 
 
-def excluded_grid(result: InferenceResult | None, cache: Cache, options: ViewOptions) -> np.ndarray | None:
+def excluded_grid(options: ViewOptions, artefact_grid: Callable[[], np.ndarray | None]) -> np.ndarray | None:
     """bool ``[gh, gw]``: the patches left out of the colour scale and drawn in the neutral colour (the flagged
-    ones when the options leave them out of the scale); None when there are none."""
+    ones, ``artefact_grid()``, when the options leave them out of the scale); None when there are none."""
     if not options.scale_excludes_artefacts:
         return None
-    grid = artefact_grid(result, cache)
+    grid = artefact_grid()
     return grid if grid is not None and grid.any() else None
 
 
@@ -125,14 +113,14 @@ def register_share(result: InferenceResult | None, cache: Cache, layer: int) -> 
     return float(cache.get_or(("register-share",), shares)[layer])
 
 
-def artefact_text(result: InferenceResult | None, cache: Cache, layer: int) -> str:
-    """For the status bar: how many patches are flagged, where, how far above the median norm, and the registers'
-    share of [CLS] attention at ``layer``."""
-    a = artefacts(result, cache)
+def artefact_text(artefacts: ArtefactTokens | None, grid: np.ndarray | None, layer: int, reg: float | None) -> str:
+    """For the status bar: how many patches are flagged (``artefacts``, their bool ``[gh, gw]`` ``grid``), where,
+    how far above the median norm, and the registers' share ``reg`` of [CLS] attention at ``layer``
+    (:func:`register_share`); "" without artefact tokens (no result)."""
+    a = artefacts
     if a is None:
         return ""
-    cells = artefact_patches(artefact_grid(result, cache))
-    reg = register_share(result, cache, layer)
+    cells = artefact_patches(grid)
     reg_text = "" if reg is None else f" · registers take {reg:.0%} of [CLS] attention at layer {layer}"
     if not cells:
         return "no artefact tokens" + reg_text
@@ -140,12 +128,14 @@ def artefact_text(result: InferenceResult | None, cache: Cache, layer: int) -> s
     return f"{len(cells)} artefact token{'s' * (len(cells) > 1)} (norm > {a.ratio:g}× median): {shown}" + reg_text
 
 
-def result_for(result: InferenceResult | None, cache: Cache, view: View, options: ViewOptions) -> Any:
+def result_for(result: InferenceResult | None, cache: Cache, view: View, options: ViewOptions,
+               artefact_grid: Callable[[], np.ndarray | None]) -> Any:
     """The result ``view`` computes from: ``result``, or, with "ignore artefact tokens", one whose attention has the
-    flagged patches' key columns removed and its rows renormalised (:func:`vitviz.analysis.exclude_tokens`)."""
+    flagged patches' (``artefact_grid()``, bool ``[gh, gw]``) key columns removed and its rows renormalised
+    (:func:`vitviz.analysis.exclude_tokens`)."""
     if not view.ignores_artefacts(options):
         return result
-    grid = artefact_grid(result, cache)
+    grid = artefact_grid()
     if grid is None or not grid.any():
         return result
     return cache.get_or(("excluding-artefacts",), lambda: result.excluding(grid.reshape(-1)))

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitviz import views
+from vitviz.document import appearance
 from vitviz.document.panel import panel_of
 from vitviz.document.session import Session
 from vitviz.render.figures import FigureSpec, Panel, grid_shape
@@ -351,7 +352,10 @@ def _scale_words(cells: list[Cell], groups: dict[str, list[Cell]], shared: bool,
         first = next((c.session for c in cells if c.scale is not None), None)
         if o.scale == "fixed":
             return "fixed range" + (", log" if o.log_scale else "")
-        return "each panel on its own scale" + (f": {first.scale_text()}" if first is not None else "")
+        if first is None:
+            return "each panel on its own scale"
+        flagged = first.options.scale_excludes_artefacts and bool(first.artefact_grid().any())
+        return f"each panel on its own scale: {appearance.scale_text(first.options, flagged)}"
     note = ""
     for group in groups.values():
         v = group[0].view
@@ -408,7 +412,7 @@ def comparison_figure(comp: Comparison) -> FigureSpec:
     and ``"classes"`` layouts), one colour bar when all panels share a scale (else one under each panel), the title
     and the caption. The options' ``caption`` and ``colorbar`` switch those off."""
     o = comp.cells[0].session.options
-    quantities = {c.session.quantity_text() for c in comp.cells if c.scale is not None}
+    quantities = {appearance.quantity_text(c.view) for c in comp.cells if c.scale is not None}
     one_label = len(quantities) == 1
     panels = []
     for c in comp.cells:

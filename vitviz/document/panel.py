@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vitviz.document.appearance import precision_text
+from vitviz.document import appearance
 from vitviz.document.session import Session
 from vitviz.render import figures
 from vitviz.render.figures import FigureSpec, Panel, grid_shape
@@ -63,10 +63,11 @@ def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str |
     if has_map and scale is None:
         scale = session.levels()
     y0, x0, y1, x1 = session.crop_rect_yx()
-    outlined = tuple(session.artefact_patches())
-    excluded = session.excluded_grid() if has_map else None
+    v = session.view
+    outlined = tuple(appearance.artefact_patches(session.artefact_grid()))
+    excluded = appearance.excluded_grid(o, session.artefact_grid) if has_map else None
     neutral = outlined if excluded is not None else ()
-    words = session.scale_text()
+    scale_text = words = appearance.scale_text(o, bool(outlined))
     if outlined:  # outlined as in the window; left out of the scale: drawn grey
         words = words.replace("artefact tokens excluded", "artefact tokens (grey, dashed) left out of the scale") \
             if "artefact tokens excluded" in words else words + ", artefact tokens dashed"
@@ -76,14 +77,16 @@ def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str |
         shown = np.where(np.repeat(np.repeat(excluded, f, axis=0), f, axis=1), np.nan, shown).astype(np.float32)
     return Panel(photo=r.rgb, values=session.image_map() if has_map and on_image else None,
                  scale=scale if has_map else None, opacity=1.0 if alone else o.opacity, photo_shown=not alone,
-                 marker=session.patch_rect(o.query) if session.shows_query() else None, mask=session.mask(),
+                 marker=session.patch_rect(o.query) if appearance.shows_query(r, v) else None,
+                 mask=appearance.mask(session.current_map(), v, o, session.cache),
                  mask_style=o.mask_style, badge=badge, outlined=outlined, neutral=neutral,
-                 colorbar_label=session.quantity_text(), crop=(x0, y0, x1 - x0, y1 - y0), grid=r.grid,
+                 colorbar_label=appearance.quantity_text(v), crop=(x0, y0, x1 - x0, y1 - y0), grid=r.grid,
                  grid_values=shown,
-                 title=session.title() if has_map or rgb is not None else f"{session.view.title}: not available",
+                 title=appearance.title(session.describe_view(), o) if has_map or rgb is not None
+                 else f"{v.title}: not available",
                  caption=_caption(session, " · ".join(filter(None, [
-                     f"colour: {session.view.rgb_text(o) if rgb is not None else words}", diffuse_note(session)]))),
-                 scale_text=session.scale_text(), unavailable=session.unavailable_reason(), rgb=rgb)
+                     f"colour: {v.rgb_text(o) if rgb is not None else words}", diffuse_note(session)]))),
+                 scale_text=scale_text, unavailable=session.unavailable_reason(), rgb=rgb)
 
 
 DIFFUSE_VIEWS = ("legrad", "gradcam")
@@ -108,7 +111,7 @@ def _caption(s: Session, extra: str = "") -> str:
     parts = [r.model_name, Path(r.source).name or str(r.source)]
     if extra:
         parts.append(extra)
-    parts.append(f"computed in {precision_text(r)}")
+    parts.append(f"computed in {appearance.precision_text(r)}")
     return " · ".join(parts)
 
 
@@ -168,14 +171,14 @@ def heads_of(session: Session, *, all_layers: bool = False) -> HeadsGrid | None:
     q = session.thumb_query()
     query = "[CLS]" if q == 0 and r.num_prefix_tokens > 0 else \
         "patch ({}, {})".format(*divmod(q - r.num_prefix_tokens, r.grid[1]))
-    layer = max(0, min(session.attention_layer(), r.num_layers - 1))
+    layer = max(0, min(session.view.attention_layer(o), r.num_layers - 1))
     maps = session.all_head_maps() if all_layers else session.head_maps(layer)[None]
     grid = session.artefact_grid() if o.scale_excludes_artefacts else None
     exclude = grid if grid is not None and grid.any() else None
     flat = maps.reshape(-1, *r.grid)
     ex = None if exclude is None else np.broadcast_to(exclude, flat.shape)
     scale = scale_for(flat, mode="shared", shared=flat, percentile=o.percentile, exclude=ex, cmap=o.cmap)
-    pooled = session.reads_pool_row()
+    pooled = appearance.reads_pool_row(r, session.view)
     share = None if pooled or r.num_prefix_tokens == 0 else \
         np.clip(1.0 - maps.astype(np.float64).sum(axis=(-2, -1)), 0.0, 1.0)
     return HeadsGrid(maps=maps, scale=scale, layer=layer, query=query, all_layers=all_layers,

@@ -2,10 +2,11 @@
 
 No Qt here. The GUI writes the user's intent into a :class:`Session` (view, layer, head, query patch, colormap ...)
 and asks it for numbers to draw: the current map ``[gh, gw]``, per-head thumbnails, plot data, hover read-outs, the
-colour scale, mask and title (:mod:`vitviz.document.appearance`); :mod:`vitviz.document.panel` assembles what a panel
-shows from it. Everything is computed from the stored :class:`~vitviz.pipeline.InferenceResult` through the
-registry of views (:mod:`vitviz.views`); changing what is looked at never re-runs the model. Derived maps are cached
-per result, keyed by the options each view reads.
+artefact tokens and the colour scale. How a map is drawn and described (mask, title, scale words, colour-bar label)
+are plain functions of the session's data in :mod:`vitviz.document.appearance`, which the panels call;
+:mod:`vitviz.document.panel` assembles what a panel shows from both. Everything is computed from the stored
+:class:`~vitviz.pipeline.InferenceResult` through the registry of views (:mod:`vitviz.views`); changing what is
+looked at never re-runs the model. Derived maps are cached per result, keyed by the options each view reads.
 
 A view that fits something to the tokens (feature PCA: a view with a ``fitted`` method) has its fit made once per
 result and options, and its map and picture read from it. Its "Fit over all open images" option (``pca_joint``) fits
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from vitviz import analysis as A
 from vitviz import views
 from vitviz._util.arrays import to_numpy as _np
 from vitviz.document import appearance
@@ -125,7 +127,7 @@ class Session:
     # ------------------------------------------------------------------ result & options
     def set_result(self, result: InferenceResult, *, centre_query: bool = False) -> None:
         """Adopt a new result; keeps the view options, clamping layer/head/query to the new model. ``centre_query``:
-        a result on a new patch grid starts its query patch at :meth:`default_query` (the centre)."""
+        a result on a new patch grid starts its query patch at the centre (:func:`appearance.default_query`)"""
         grid = None if self.result is None else self.result.grid
         self.result = result
         self._cache.clear()
@@ -133,7 +135,7 @@ class Session:
             self.index = self.images.index(result.source)
         self.options = self.clamped(self.options)
         if centre_query and grid != result.grid:
-            self.options = replace(self.options, query=self.default_query())
+            self.options = replace(self.options, query=appearance.default_query(result, self.artefact_grid()))
 
     def set_options(self, **changes: Any) -> ViewOptions:
         """Change view options (unknown names raise); returns the new, clamped options."""
@@ -187,11 +189,6 @@ class Session:
             scale_for(np.zeros(1), mode="fixed", fixed=o.fixed_range, log=o.log_scale)  # ValueError: what is wrong
         return o
 
-    def query_token(self) -> int:
-        """Token index of the selected query patch (prefix tokens counted)."""
-        assert self.result is not None
-        return self.result.num_prefix_tokens + self.options.query
-
     # ------------------------------------------------------------------ maps
     def current_map(self) -> np.ndarray | None:
         """The current view's map, float32 ``[gh, gw]``; None without a result (or when the view is unavailable)."""
@@ -205,8 +202,8 @@ class Session:
         if hasattr(view, "fitted"):
             return self._cache.get_or(("map",) + self._map_key(view, options), lambda: view.map_of(
                 self.fitted(view, options), r))
-        return self._cache.get_or(("map",) + view.cache_key(options),
-                                  lambda: view.compute(self.result_for(view, options), options))
+        return self._cache.get_or(("map",) + view.cache_key(options), lambda: view.compute(
+            appearance.result_for(r, self._cache, view, options, self.artefact_grid), options))
 
     def rgb_map(self) -> np.ndarray | None:
         """An RGB view's picture (:attr:`vitviz.views.View.rgb`), float32 RGBA ``[gh, gw, 4]`` (cached); None for
@@ -216,7 +213,8 @@ class Session:
             return None
         if hasattr(v, "fitted"):
             return self._cache.get_or(("rgb",) + self._map_key(v, o), lambda: v.rgb_of(self.fitted(v, o)))
-        return self._cache.get_or(("rgb",) + v.cache_key(o), lambda: v.compute_rgb(self.result_for(v, o), o))
+        return self._cache.get_or(("rgb",) + v.cache_key(o), lambda: v.compute_rgb(
+            appearance.result_for(self.result, self._cache, v, o, self.artefact_grid), o))
 
     # ------------------------------------------------------------------ fits (feature PCA)
     def fitted(self, view: View, options: ViewOptions) -> Any:
@@ -228,7 +226,8 @@ class Session:
             fit = None
             if over and self.joint is not None:
                 fit = self.joint.fit(over, options.layer, mask_background=bool(options.mask_background))
-            return view.fitted(self.result_for(view, options), options, fit)
+            source = appearance.result_for(self.result, self._cache, view, options, self.artefact_grid)
+            return view.fitted(source, options, fit)
 
         return self._cache.get_or(("fit",) + self._map_key(view, options), make)
 
@@ -277,7 +276,8 @@ class Session:
 
         from vitviz.analysis import upsample
 
-        m = appearance.filled(m, self.excluded_grid())  # an excluded token's value does not bleed into its neighbours
+        # an excluded token's value does not bleed into its neighbours
+        m = appearance.filled(m, appearance.excluded_grid(self.options, self.artefact_grid))
         key = ("display", self.options.scale_excludes_artefacts) + self._map_key(self.view, self.options)
         return self._cache.get_or(key, lambda: upsample(torch.as_tensor(m), (m.shape[0] * 8, m.shape[1] * 8),
                                                         mode="bilinear").numpy())
@@ -300,7 +300,7 @@ class Session:
         r = self.result
         if r is None:
             return None
-        if self.reads_pool_row():  # the pooling head's row per head (it reads the last layer's output: any layer)
+        if appearance.reads_pool_row(r, self.view):  # the pooling head's row per head (from the last layer: any)
             from vitviz.views.base import pool_row
 
             return self._cache.get_or(("heads", "pool"), lambda: _rows(r, pool_row(r)[:, None, :], 0))
@@ -317,23 +317,17 @@ class Session:
         q = self.thumb_query()
         return self._cache.get_or(("all_heads", q), lambda: _rows(r, r.attentions, q))
 
-    def attention_layer(self) -> int:
-        """The attention layer that goes with the current view's layer (what the heads panel shows)."""
-        return self.view.attention_layer(self.options)
-
     def thumb_query(self) -> int:
         """The token whose attention rows the head thumbnails show: [CLS], or the selected patch."""
         r = self.result
         assert r is not None
         if "query" in self.view.reads and "head" in self.view.reads or r.num_prefix_tokens == 0:
-            return self.query_token()
+            return r.num_prefix_tokens + self.options.query  # the selected patch (prefix tokens counted)
         return 0
 
     # ------------------------------------------------------------------ plots
     def mean_distances(self) -> np.ndarray | None:
         """``[L, H]`` mean attention distance in pixels."""
-        from vitviz import analysis as A
-
         r = self.result
         if r is None:
             return None
@@ -342,28 +336,10 @@ class Session:
 
     def entropies(self) -> np.ndarray | None:
         """``[L, H]`` mean attention entropy (nats)."""
-        from vitviz import analysis as A
-
         r = self.result
         if r is None:
             return None
         return self._cache.get_or(("entropy",), lambda: _np(A.attention_entropy(r.attentions)))
-
-    def pos_similarity(self) -> np.ndarray | None:
-        """``[gh, gw, gh, gw]`` cosine similarity of position embeddings (computed once per model and grid); the RoPE
-        kernel for a model with rotary embeddings and no table (:meth:`pos_similarity_kind`)."""
-        r = self.result
-        return None if r is None or r.model_data is None else r.model_data.pos_similarity()
-
-    def pos_similarity_kind(self) -> str | None:
-        """``"table"``, ``"rope"`` or None: what :meth:`pos_similarity` shows."""
-        r = self.result
-        return None if r is None or r.model_data is None else r.model_data.pos_similarity_kind
-
-    def filters(self, k: int = 28) -> np.ndarray | None:
-        """``[k, P, P, C]`` principal components of the patch-embedding filters, in [0, 1] (once per model)."""
-        r = self.result
-        return None if r is None or r.model_data is None else r.model_data.filters(k)
 
     # ------------------------------------------------------------------ geometry
     def image_to_patch(self, x: float, y: float) -> tuple[int, int] | None:
@@ -459,89 +435,39 @@ class Session:
         from vitviz.analysis import map_to_image
 
         r = self.result
-        m = appearance.filled(self.current_map(), self.excluded_grid()) if m is None else m
+        if m is None:
+            m = appearance.filled(self.current_map(), appearance.excluded_grid(self.options, self.artefact_grid))
         if r is None or m is None:
             return None
         mode = "bilinear" if self.options.interpolation == "bilinear" else "nearest"
         return _np(map_to_image(torch.as_tensor(m), r.geometry, mode=mode))
 
-    # ------------------------------------------------------------------ appearance (vitviz.document.appearance)
+    # ------------------------------------------------------------------ artefact tokens
     def artefacts(self) -> ArtefactTokens | None:
-        """The high-norm patch tokens of the current result (:func:`vitviz.analysis.high_norm_tokens`, defaults)."""
-        return appearance.artefacts(self.result, self._cache)
+        """The high-norm patch tokens of the current result (:func:`vitviz.analysis.high_norm_tokens`, defaults;
+        cached); None without a result. The one source of the artefact tokens that the colour scale, the outlines,
+        the status text and "ignore artefact tokens" read (a streamed session finds them from its stream)."""
+        r = self.result
+        if r is None:
+            return None
+        return self._cache.get_or(("artefacts",), lambda: A.high_norm_tokens(r.tokens,
+                                                                            num_prefix_tokens=r.num_prefix_tokens))
 
     def artefact_grid(self) -> np.ndarray | None:
-        """bool ``[gh, gw]``: the flagged patches (None without a result)."""
-        return appearance.artefact_grid(self.result, self._cache)
-
-    def excluded_grid(self) -> np.ndarray | None:
-        """bool ``[gh, gw]``: the patches left out of the colour scale, drawn in the neutral colour (None: none)."""
-        return appearance.excluded_grid(self.result, self._cache, self.options)
-
-    def default_query(self) -> int:
-        """The query patch a new patch grid starts at: the centre (:func:`appearance.default_query`)."""
-        return appearance.default_query(self.result, self.artefact_grid())
-
-    def artefact_patches(self) -> list[tuple[int, int]]:
-        """(row, col) of every flagged patch, row-major."""
-        return appearance.artefact_patches(self.artefact_grid())
-
-    def artefact_text(self) -> str:
-        """For the status bar: how many patches are flagged, where, and how far above the median norm."""
-        return appearance.artefact_text(self.result, self._cache, self.attention_layer())
-
-    def register_share(self) -> float | None:
-        """For a model with registers: the share of the [CLS] row's attention (mean of heads) that goes to the
-        register tokens at the attention layer shown; None without registers."""
-        return appearance.register_share(self.result, self._cache, self.attention_layer())
-
-    def result_for(self, view: View, options: ViewOptions) -> Any:
-        """The result ``view`` computes from (without the artefact tokens when the options ignore them)."""
-        return appearance.result_for(self.result, self._cache, view, options)
+        """bool ``[gh, gw]``: the flagged patches of :meth:`artefacts` (None without a result)."""
+        a = self.artefacts()
+        return None if a is None else np.asarray(a.mask, dtype=bool).reshape(self.result.grid)
 
     def levels(self) -> ColourScale | None:
-        """The colour scale of the current map under the options' scale mode (None without a map)."""
+        """The colour scale of the current map under the options' scale mode (:func:`appearance.levels` over
+        :func:`appearance.scale_stack`, cached: the window asks twice per redraw); None without a map."""
         m = self.current_map()
         if m is None:
             return None
-        o = self.options
-        return self._cache.get_or(("levels", o), lambda: appearance.levels(  # the window asks twice per redraw
-            m, self.view, o, artefacts=self.artefact_grid() if o.scale_excludes_artefacts else None,
-            stack=self.scale_stack()))
-
-    def scale_stack(self) -> np.ndarray | None:
-        """The maps a shared scale spans: ``[n, gh, gw]`` over the layer slider's range ("layers") or over the
-        heads ("heads"); None when the mode is not shared or the view does not vary along that axis."""
-        return appearance.scale_stack(self.result, self.view, self.options, self.map_for)
-
-    def scale_text(self) -> str:
-        """The scale mode in words, for the colour bar's tooltip and captions."""
-        o = self.options
-        return appearance.scale_text(o, o.scale_excludes_artefacts and bool(self.artefact_patches()))
-
-    def colormap(self, scale: ColourScale | None = None) -> str:
-        """The colormap the map is drawn with: the user's, or a diverging one centred at 0 for signed quantities."""
-        return appearance.colormap(self.levels() if scale is None else scale, self.options)
-
-    def quantity_text(self) -> str:
-        """The colour bar's label: the view's quantity and unit, e.g. ``"relevance (a.u.)"``."""
-        return appearance.quantity_text(self.view)
-
-    def reads_pool_row(self) -> bool:
-        """Whether the current view reads the attention-pooling head's row in place of [CLS]."""
-        return appearance.reads_pool_row(self.result, self.view)
-
-    def shows_query(self) -> bool:
-        """Whether the selected-patch box means something in the current view."""
-        return appearance.shows_query(self.result, self.view)
-
-    def mask(self) -> np.ndarray | None:
-        """bool ``[gh, gw]``: the patches holding the top ``mask_keep`` of the map's mass (None when off)."""
-        return appearance.mask(self.current_map(), self.view, self.options, self._cache)
-
-    def title(self) -> str:
-        """What the canvas shows: the view's description, plus the mask when one is drawn."""
-        return appearance.title(self.describe_view(), self.options)
+        o, v = self.options, self.view
+        return self._cache.get_or(("levels", o), lambda: appearance.levels(
+            m, v, o, artefacts=self.artefact_grid() if o.scale_excludes_artefacts else None,
+            stack=appearance.scale_stack(self.result, v, o, self.map_for)))
 
 
 def _rows(r: InferenceResult, attn: torch.Tensor, query: int) -> np.ndarray:

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.document import comparison as cmp
+from vitviz.document.appearance import quantity_text
 from vitviz.document.session import Session
 from vitviz.gui.canvas import Canvas, outline
 from vitviz.gui.compare_bar import CompareBar, default_spec
@@ -421,11 +422,11 @@ class CompareWindow(QMainWindow):
             show = shared and bool(cells)
             bar.setVisible(show)
             if show:
-                bar.set_scale(cells[0].scale, cells[0].session.quantity_text())
+                bar.set_scale(cells[0].scale, quantity_text(cells[0].view))
         self.all_bar.setVisible(single is not None)
         if single is not None:
             with_map = next(x for x in comp.cells if x.scale is not None)
-            self.all_bar.set_scale(single, with_map.session.quantity_text())
+            self.all_bar.set_scale(single, quantity_text(with_map.view))
         self._apply_hover()
         self.drawn.emit()
 

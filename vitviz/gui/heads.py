@@ -13,6 +13,7 @@ import math
 from PySide6.QtCore import QPoint, QTimer, Signal
 from PySide6.QtWidgets import QDockWidget, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
+from vitviz.document.appearance import reads_pool_row
 from vitviz.document.panel import HEADS_QUANTITY, heads_of
 from vitviz.gui.mosaic import MIN_TILE, Mosaic, MosaicScroll, ScaleBar, colorize_shared, upscale
 
@@ -83,9 +84,9 @@ class HeadsPanel(QWidget):
         if r is None:
             return
         o = session.options
-        self._layer = max(0, min(session.attention_layer(), r.num_layers - 1))
+        self._layer = max(0, min(session.view.attention_layer(o), r.num_layers - 1))
         q = session.thumb_query()
-        key = (id(r), self.all_layers, session.reads_pool_row(), self._layer if not self.all_layers else None, q,
+        key = (id(r), self.all_layers, reads_pool_row(r, session.view), self._layer if not self.all_layers else None, q,
                o.cmap, o.percentile, o.scale_excludes_artefacts)
         if key != self._key or force:
             self._key = key

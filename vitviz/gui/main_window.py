@@ -451,7 +451,7 @@ class MainWindow(ImageDrops, QMainWindow):
             self.canvas.set_neutral(list(p.neutral), p.grid)
             self.canvas.set_mask(p.mask, p.mask_style)
             self.canvas.set_title(p.title)
-            self.status.set_artefacts(s.artefact_text())
+            self.status.show_artefacts(s)
             if p.unavailable is not None:
                 self.statusBar().showMessage(f"{v.title} is not available: {p.unavailable}", 8000)
             elif " is not available: " in self.statusBar().currentMessage():

@@ -279,8 +279,9 @@ class PlotsPanel(QTabWidget):
         ax = self.dist_plot.getAxis("bottom")
         ax.setTicks([[(i, str(i)) for i in range(L)]])
 
-        sim = session.pos_similarity()
-        self.pos_title.setText(POS_TITLES.get(session.pos_similarity_kind(), POS_TITLES["table"]))
+        md = r.model_data  # the model's data: the position similarity, computed once per model and grid
+        sim = None if md is None else md.pos_similarity()
+        self.pos_title.setText(POS_TITLES.get(None if md is None else md.pos_similarity_kind, POS_TITLES["table"]))
         if sim is not None:
             gh, gw = sim.shape[:2]
             self._pos_grid = (gh, gw)
@@ -432,7 +433,7 @@ class PlotsPanel(QTabWidget):
 
     def _fill_filters(self, session) -> None:
         r = session.result
-        f = session.filters(FILTER_COMPONENTS)
+        f = None if r is None or r.model_data is None else r.model_data.filters(FILTER_COMPONENTS)
         if f is None or f.shape[-1] not in (1, 3):
             self.filter_mosaic.item.clear()
             self.filter_title.setText("Patch-embedding filters: not available for this model")

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QToolButton
 
 from vitviz.devices import precision_label
+from vitviz.document.appearance import artefact_text, register_share
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vitviz.document.session import Session
 
 ARTEFACT_WIDTH = 330  # px: the artefact part, elided beyond (the whole text in its tooltip)
 
@@ -63,6 +69,13 @@ class StatusParts:
         self.artefact_label.setToolTip(f"{text}\nHigh-norm patch tokens (Darcet et al. 2023): outlined dashed in "
                                        "orange on the canvas, grey when left out of the colour scale" if text else "")
         self.artefact_label.setVisible(bool(text))
+
+    def show_artefacts(self, session: Session) -> None:
+        """The session's artefact tokens in words (:func:`vitviz.document.appearance.artefact_text`), with the
+        registers' share of [CLS] attention at the attention layer that goes with the view's layer."""
+        layer = session.view.attention_layer(session.options)
+        share = register_share(session.result, session.cache, layer)
+        self.set_artefacts(artefact_text(session.artefacts(), session.artefact_grid(), layer, share))
 
     @property
     def artefact_text(self) -> str:

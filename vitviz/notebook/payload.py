@@ -80,7 +80,7 @@ def _frame(s: Session, gh: int, gw: int) -> tuple[np.ndarray, np.ndarray, dict[s
     p = panel_of(s)
     m = s.current_map()
     meta: dict[str, Any] = {"title": p.title, "caption": p.caption, "scale": None, "absmax": 1.0,
-                            "unavailable": p.unavailable, "marker": s.shows_query(), "scale_text": p.scale_text,
+                            "unavailable": p.unavailable, "marker": p.marker is not None, "scale_text": p.scale_text,
                             "outlined": [[int(r), int(c)] for r, c in p.outlined]}
     values = np.full((gh, gw), np.nan, dtype=np.float16)
     if p.rgb is not None:

@@ -158,10 +158,6 @@ class StreamedSession(Session):
     def artefacts(self) -> Any:
         return None if self.result is None else self.cache.get_or(("artefacts",), self.streamed.artefacts)
 
-    def artefact_grid(self) -> np.ndarray | None:
-        a = self.artefacts()
-        return None if a is None else np.asarray(a.mask, dtype=bool).reshape(self.result.grid)
-
     def mean_distances(self) -> np.ndarray | None:
         d = self.streamed.distances
         if d is None:
