@@ -61,7 +61,9 @@ def _json(path: Path | None) -> dict[str, Any]:
 
 
 def _tokenizer_repo(oc: dict[str, Any]) -> str | None:
-    name = ((oc.get("model_cfg") or {}).get("text_cfg") or {}).get("hf_tokenizer_name")
+    model_cfg = oc.get("model_cfg")
+    text_cfg = model_cfg.get("text_cfg") if isinstance(model_cfg, dict) else None
+    name = text_cfg.get("hf_tokenizer_name") if isinstance(text_cfg, dict) else None  # (else: refused by locate)
     if not isinstance(name, str) or not name:
         return None
     return name[len("hf-hub:"):] if name.startswith("hf-hub:") else name
