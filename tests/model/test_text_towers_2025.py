@@ -144,3 +144,31 @@ def test_open_clip_pe_core_equals_open_clip(tmp_path):
         img = Pipeline.open(folder).model(X)
     print("open_clip PE core max |diff| text, image, score:",
           check(tower, ids, text_ref, img, img_ref, logits, PROMPTS))
+
+
+def test_prompts_and_legrad_on_a_siglip2_naflex_folder(tmp_path, gemma):
+    """The whole route on SigLIP 2 NaFlex: prompts as the classes of a zero-shot model whose logits equal
+    transformers' on the processor's non-square patch grid, sigmoid probabilities, LeGrad maps with the neutral
+    prompt's correction, all finite."""
+    import numpy as np
+    from PIL import Image
+
+    from vitviz.pipeline import prompt_pipeline
+
+    model = tb.hf_siglip2_model(gemma[2], naflex=True)
+    folder = with_tokenizer(tmp_path / "siglip2", gemma)
+    model.save_pretrained(folder)
+    pil = Image.fromarray((np.random.default_rng(1).random((30, 52, 3)) * 255).astype(np.uint8))
+    p = Pipeline.open(folder)
+    pp = prompt_pipeline(p, ["a cat", "two dogs"])
+    r = pp.run(pil)
+    x, _ = p.spec.preprocess.apply(pil)
+    assert x.shape[1] != x.shape[2]  # the image keeps its aspect ratio: a non-square grid
+    ids = T.AutoTokenizer.from_pretrained(str(folder))(["a cat", "two dogs"], padding="max_length", max_length=64,
+                                                       truncation=True, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = model(input_ids=ids, **_naflex_inputs(x[None]))
+    torch.testing.assert_close(r.logits, out.logits_per_image[0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(r.probabilities, torch.sigmoid(out.logits_per_image[0]), rtol=1e-4, atol=1e-5)
+    assert pp.legrad_neutral is not None and {"mean", "mean|neutral"} <= set(r.legrad)
+    assert all(bool(torch.isfinite(torch.as_tensor(m)).all()) for m in r.legrad.values())
