@@ -34,7 +34,7 @@ from pathlib import Path
 
 from vitviz._util.files import read_json
 from vitviz.model.text.cleaning import TokenizerError, clean, need
-from vitviz.model.text.opening import MAX_TOKENIZER_BYTES, regular_file
+from vitviz.model.text.file_checks import MAX_TOKENIZER_BYTES, regular_file
 
 MERGES_FILE = Path(__file__).with_name("clip_bpe_merges.txt.gz")
 NUM_MERGES = 49152 - 256 - 2  # open_clip / OpenAI: merges[1 : 49152 - 256 - 2 + 1] of the 16e6 file
@@ -77,7 +77,7 @@ def hf_vocab(vocab_json: Path, merges_txt: Path) -> tuple[list[tuple[str, str]],
     """A Hugging Face CLIP folder's ``vocab.json`` and ``merges.txt`` (``#version`` header skipped), checked by
     :func:`check_vocab`."""
     for f in (vocab_json, merges_txt):
-        regular_file(f, MAX_TOKENIZER_BYTES, "a tokenizer file", TokenizerError)
+        regular_file(f, MAX_TOKENIZER_BYTES, "a tokenizer file", error=TokenizerError)
     vocab = read_json(vocab_json, TokenizerError, "the tokenizer")
     if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
         raise TokenizerError(f"{vocab_json}: not a vocabulary (a JSON object of token -> id)")
@@ -95,7 +95,7 @@ def hf_vocab(vocab_json: Path, merges_txt: Path) -> tuple[list[tuple[str, str]],
 def fast_vocab(tokenizer_json: Path) -> tuple[list[tuple[str, str]], dict[str, int]]:
     """The BPE model of a ``tokenizer.json`` (``model.vocab``, ``model.merges`` as ``"a b"`` or ``["a", "b"]``), its
     added tokens included, checked by :func:`check_vocab`."""
-    regular_file(tokenizer_json, MAX_TOKENIZER_BYTES, "a tokenizer file", TokenizerError)
+    regular_file(tokenizer_json, MAX_TOKENIZER_BYTES, "a tokenizer file", error=TokenizerError)
     data = read_json(tokenizer_json, TokenizerError, "the tokenizer")
     model = data.get("model") if isinstance(data, dict) else None
     if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):

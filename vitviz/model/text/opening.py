@@ -31,12 +31,12 @@ must be JSON objects (``text_config``, ``model_cfg``, ``text_cfg``) are checked 
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vitviz._util.files import read_json
+from vitviz.model.text.file_checks import MAX_SETTINGS_BYTES, regular_file
 
 HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
@@ -45,9 +45,6 @@ FAST_TOKENIZER = "tokenizer.json"
 SPIECE = "spiece.model"
 TEXT_MODEL_TYPES = {"clip": "hf-clip", "siglip": "hf-siglip", "siglip2": "hf-siglip"}
 SIGLIP_TYPES = ("siglip", "siglip2")
-MAX_SETTINGS_BYTES = 16 * 2**20  # config.json / open_clip_config.json / tokenizer settings: a few kB in every release
-MAX_TOKENIZER_BYTES = 128 * 2**20  # tokenizer.json, vocab.json, merges.txt, spiece.model (Gemma's tokenizer.json:
-# ~34 MB; a 10^6-token one, ~19 MB, is read in ~4 s and then refused by the embedding's size)
 
 
 class TextTowerError(ValueError):
@@ -83,32 +80,8 @@ class TextSource:
     family_hint: str | None = None
 
 
-def regular_file(path: Path, limit: int | None = None, what: str = "a settings file",
-                 error: type[ValueError] | None = None) -> bool:
-    """True when ``path`` is a regular file (of at most ``limit`` bytes), False when nothing is there.
-
-    Raises:
-        TextTowerError (or ``error``): something else is there (a folder, a device, a pipe, a dangling link), or a
-            larger file.
-    """
-    error = error or TextTowerError
-    if not os.path.lexists(path):
-        return False
-    try:
-        st = path.stat()
-    except OSError as e:
-        raise error(f"{path}: cannot read {what} ({e.strerror or e})") from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a device, a pipe or a socket"
-        raise error(f"{path}: {kind}, not a regular file")
-    if limit is not None and st.st_size > limit:
-        raise error(f"{path}: {st.st_size / 2**20:.0f} MiB, too large for {what} (at most "
-                             f"{limit / 2**20:.0f} MiB)")
-    return True
-
-
 def _json_object(path: Path) -> dict[str, Any]:
-    regular_file(path, MAX_SETTINGS_BYTES)
+    regular_file(path, MAX_SETTINGS_BYTES, error=TextTowerError)
     obj = read_json(path, TextTowerError)
     if not isinstance(obj, dict):
         raise TextTowerError(f"{path}: not a JSON object of settings")
@@ -139,7 +112,7 @@ def open_clip_settings(oc: dict[str, Any], path: Path) -> dict[str, Any] | None:
 
 
 def _first_file(folder: Path, names: tuple[str, ...]) -> Path | None:
-    return next((folder / n for n in names if regular_file(folder / n)), None)
+    return next((folder / n for n in names if regular_file(folder / n, error=TextTowerError)), None)
 
 
 def _weights(folder: Path, names: tuple[str, ...], what: str) -> Path:
@@ -161,7 +134,8 @@ def _hf_tokenizer(folder: Path, siglip: bool, origin: str) -> tuple[str, Path | 
             raise TextTowerError(f"{origin}: the SigLIP tokenizer is missing ({SPIECE} or "
                                  f"{FAST_TOKENIZER}{_where(folder, origin)})")
         return "pieces", path
-    if all(regular_file(folder / n) for n in CLIP_VOCAB) or regular_file(folder / FAST_TOKENIZER):
+    if all(regular_file(folder / n, error=TextTowerError) for n in CLIP_VOCAB) or \
+            regular_file(folder / FAST_TOKENIZER, error=TextTowerError):
         return "bpe", folder
     raise TextTowerError(f"{origin}: the CLIP tokenizer is missing (vocab.json and merges.txt, or "
                          f"{FAST_TOKENIZER}{_where(folder, origin)})")
@@ -211,7 +185,8 @@ def locate(path: str | os.PathLike[str], *, tokenizer_folder: Path | None = None
         raise TextTowerError(f"{p}: no such file or directory")
     folder, chosen = (p, None) if p.is_dir() else (p.parent, p)
     origin = str(p)
-    config = _json_object(folder / "config.json") if regular_file(folder / "config.json") else None
+    config = _json_object(folder / "config.json") if regular_file(folder / "config.json", error=TextTowerError) \
+        else None
     oc_file = folder / "open_clip_config.json"
     model_type = config.get("model_type") if config else None
     if config is not None and model_type in TEXT_MODEL_TYPES and (chosen is None or chosen.name in HF_WEIGHTS):
@@ -221,7 +196,7 @@ def locate(path: str | os.PathLike[str], *, tokenizer_folder: Path | None = None
         return TextSource(origin, weights, "hf", settings=text_config or {},
                           tokenizer=_hf_tokenizer(folder, siglip, origin), clean="siglip" if siglip else "lower",
                           tokenizer_settings=_settings(folder), family_hint="siglip" if siglip else None)
-    if regular_file(oc_file) and (chosen is None or chosen.name in OPEN_CLIP_WEIGHTS):
+    if regular_file(oc_file, error=TextTowerError) and (chosen is None or chosen.name in OPEN_CLIP_WEIGHTS):
         oc = _json_object(oc_file)
         model_cfg = open_clip_settings(oc, oc_file)
         weights = chosen or _weights(folder, OPEN_CLIP_WEIGHTS, "an open_clip model")

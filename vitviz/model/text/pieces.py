@@ -7,8 +7,10 @@ Which library: the one that *is* the reference for the file the folder carries, 
 - ``spiece.model`` (Hugging Face ``SiglipModel`` folders, ``google/siglip-*``): ``sentencepiece``, the library
   transformers' ``SiglipTokenizer`` calls; a small wheel with no dependencies.
 - ``tokenizer.json`` (open_clip's SigLIP folders, e.g. ``timm/ViT-B-16-SigLIP``, whose ``hf_tokenizer_name`` names a
-  fast T5 tokenizer): ``tokenizers``, the library behind transformers' fast tokenizers, with its own truncation and
-  padding (what ``tokenizer(texts, padding="max_length", truncation=True, max_length=64)`` sets).
+  fast T5 tokenizer; every SigLIP 2 folder: Gemma's byte-fallback BPE of 256k pieces, ``<eos>`` added by the file's
+  post-processor, ``<pad>`` pads): ``tokenizers``, the library behind transformers' fast tokenizers, with its own
+  truncation and padding (what ``tokenizer(texts, padding="max_length", truncation=True, max_length=64)`` sets), on
+  the side ``tokenizer_config.json``'s ``padding_side`` names (right when it names none).
 
 Both are in the optional extra ``vitviz[text]``. The text is cleaned first, as each reference does, and the two
 references differ (checked against both by the tests):
@@ -36,7 +38,7 @@ from typing import Any
 
 from vitviz._util.files import read_json
 from vitviz.model.text.cleaning import TokenizerError, clean, first_line, need
-from vitviz.model.text.opening import MAX_SETTINGS_BYTES, MAX_TOKENIZER_BYTES, regular_file
+from vitviz.model.text.file_checks import MAX_SETTINGS_BYTES, MAX_TOKENIZER_BYTES, regular_file
 
 CLEAN_MODES = ("siglip", "canonicalize", "whitespace", "lower")
 
@@ -90,7 +92,7 @@ class PieceTokenizer:
             raise TokenizerError(f"{path}: unknown text cleaning {clean_mode!r} (known: {', '.join(CLEAN_MODES)})")
         settings = settings or {}
         self.path = Path(path)
-        regular_file(self.path, MAX_TOKENIZER_BYTES, "a tokenizer file", TokenizerError)
+        regular_file(self.path, MAX_TOKENIZER_BYTES, "a tokenizer file", error=TokenizerError)
         self.padding_side = str(settings.get("padding_side") or "right")
         self.clean_mode = clean_mode
         self.lower = bool(settings.get("do_lower_case", True))
