@@ -20,7 +20,6 @@ from vitviz.model.text.cleaning import clean
 from vitviz.pipeline import Pipeline
 
 T = pytest.importorskip("transformers")
-TOL = 1e-4
 PATCH = 8
 X = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(3))
 PROMPTS = [p for p in tb.TRICKY if p.strip()] + ["A Photo Of A CAT", "word " * 90, "é" * 200]
@@ -40,17 +39,6 @@ def with_tokenizer(folder, gemma):
     for p in gemma[1].iterdir():
         shutil.copy(p, folder / p.name)
     return folder
-
-
-def check(tower, ids_ref, text_ref, img_ours, img_ref, logits_ref, prompts):
-    """Tokens equal; text and image embeddings and the logits within TOL; returns the largest differences."""
-    assert torch.equal(tower.tokenize(prompts), ids_ref)
-    ours = tower.encode(prompts)
-    d_text = (ours - F.normalize(text_ref, dim=-1)).abs().max().item()
-    d_img = (img_ours - img_ref).abs().max().item()
-    d_score = (tower.score(img_ours, ours) - logits_ref).abs().max().item()
-    assert d_text <= TOL and d_img <= TOL and d_score <= TOL, (d_text, d_img, d_score)
-    return d_text, d_img, d_score
 
 
 def test_gemma_tokens_equal_transformers_and_sentencepiece(tmp_path, gemma):
@@ -104,7 +92,7 @@ def test_hf_siglip2_equals_transformers(tmp_path, gemma, naflex):
         img_ref = feats if isinstance(feats, torch.Tensor) else feats.pooler_output
         img = Pipeline.open(folder).model(X)
     print("SigLIP 2 max |diff| text, image, score:",
-          check(tower, ids, out.text_embeds, img, img_ref, out.logits_per_image, PROMPTS))
+          tb.check_tower(tower, ids, out.text_embeds, img, img_ref, out.logits_per_image, PROMPTS))
 
 
 def test_open_clip_siglip2_equals_open_clip(tmp_path, gemma):
@@ -123,7 +111,7 @@ def test_open_clip_siglip2_equals_open_clip(tmp_path, gemma):
                   + model.logit_bias)
         img = Pipeline.open(folder).model(X)
     print("open_clip SigLIP 2 max |diff| text, image, score:",
-          check(tower, ids, text_ref, img, img_ref, logits, PROMPTS))
+          tb.check_tower(tower, ids, text_ref, img, img_ref, logits, PROMPTS))
 
 
 def test_open_clip_pe_core_equals_open_clip(tmp_path):
@@ -143,7 +131,7 @@ def test_open_clip_pe_core_equals_open_clip(tmp_path):
         logits = model.logit_scale.exp() * F.normalize(img_ref, dim=-1) @ F.normalize(text_ref, dim=-1).T
         img = Pipeline.open(folder).model(X)
     print("open_clip PE core max |diff| text, image, score:",
-          check(tower, ids, text_ref, img, img_ref, logits, PROMPTS))
+          tb.check_tower(tower, ids, text_ref, img, img_ref, logits, PROMPTS))
 
 
 def test_prompts_and_legrad_on_a_siglip2_naflex_folder(tmp_path, gemma):
