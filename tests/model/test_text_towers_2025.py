@@ -160,3 +160,30 @@ def test_prompts_and_legrad_on_a_siglip2_naflex_folder(tmp_path, gemma):
     torch.testing.assert_close(r.probabilities, torch.sigmoid(out.logits_per_image[0]), rtol=1e-4, atol=1e-5)
     assert pp.legrad_neutral is not None and {"mean", "mean|neutral"} <= set(r.legrad)
     assert all(bool(torch.isfinite(torch.as_tensor(m)).all()) for m in r.legrad.values())
+
+
+@pytest.mark.parametrize("add_bos,add_eos", [(False, True), (True, True), (True, False)])
+def test_the_start_and_end_tokens_are_tokenizer_jsons_as_in_transformers(tmp_path, gemma, add_bos, add_eos):
+    """transformers 5 keeps ``tokenizer.json``'s post-processor even where ``tokenizer_config.json``'s
+    ``add_bos_token`` / ``add_eos_token`` say otherwise (transformers 4's ``GemmaTokenizerFast`` rebuilt it from
+    them); vitviz reads it as transformers 5 does: a file written with Gemma's own ``<bos> $A`` keeps it."""
+    import json
+
+    from tokenizers.models import BPE
+    from transformers.convert_slow_tokenizer import SentencePieceExtractor
+
+    parts = SentencePieceExtractor(str(gemma[0])).extract(BPE)
+    folder = tmp_path / "siglip2"
+    T.GemmaTokenizer(vocab=parts["vocab"], merges=parts["merges"], add_bos_token=True, add_eos_token=False,
+                     padding_side="right").save_pretrained(folder)
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg | {"add_bos_token": add_bos,
+                                                                    "add_eos_token": add_eos}))
+    tb.hf_siglip2_model(gemma[2], naflex=True).save_pretrained(folder)
+    tower = open_text_tower(folder)
+    texts = [clean(p, "siglip") for p in PROMPTS]
+    ref = T.AutoTokenizer.from_pretrained(str(folder))(texts, padding="max_length", max_length=64, truncation=True,
+                                                       return_tensors="pt").input_ids
+    ours = tower.tokenize(PROMPTS)
+    assert torch.equal(ours, ref)
+    assert (ours[:, 0] == 2).all() and not (ours == 1).any()  # <bos> first, no <eos>: the file's rule

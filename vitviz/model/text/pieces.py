@@ -67,7 +67,7 @@ def read_settings(folder: Path) -> dict[str, Any]:
             if k in TOKEN_SETTINGS and v is not None and not isinstance(v, str):
                 raise TokenizerError(f"{path}: {k} is {str(v)[:40]!r}, not a token (text)")
             if k == "do_lower_case" and not isinstance(v, bool):
-                raise TokenizerError(f"{path}: do_lower_case is {str(v)[:40]!r}, not true or false")
+                raise TokenizerError(f"{path}: {k} is {str(v)[:40]!r}, not true or false")
             if k == "padding_side" and v not in PADDING_SIDES:
                 raise TokenizerError(f"{path}: padding_side is {str(v)[:40]!r}, not right or left")
             out[k] = v
@@ -128,6 +128,8 @@ class PieceTokenizer:
         if pad_id is None:
             raise TokenizerError(f"{self.path}: the tokenizer has no pad token {pad!r}")
         self.eos_id, self.pad_id = tok.token_to_id(eos), pad_id
+        # (the start / end tokens: tokenizer.json's post-processor, as transformers 5 reads it even where
+        # tokenizer_config.json's add_bos_token / add_eos_token say otherwise; tested)
         tok.enable_truncation(max_length=self.context_length)
         tok.enable_padding(length=self.context_length, pad_id=pad_id, pad_token=pad, direction=self.padding_side)
         return tok
