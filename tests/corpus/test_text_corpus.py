@@ -218,6 +218,18 @@ def test_a_bad_source_is_one_line(base, tmp_path, case):
     assert {p.name: p.stat().st_mtime_ns for p in (src.parent if src.is_file() else src).iterdir()} == before
 
 
+def test_an_open_clip_config_linked_to_dev_zero_is_named_when_the_image_tower_opens(base, tmp_path):
+    """(was read past, and the folder opened as a bare state dict: "cannot infer the number of attention heads")"""
+    from vitviz.model.checkpoints.common import CheckpointError
+    from vitviz.pipeline import Pipeline
+
+    src = linked_to_dev_zero("open_clip_config.json")(copy(base["open_clip"], tmp_path / "src"))
+    with pytest.raises(CheckpointError) as e:
+        Pipeline.open(src)
+    assert str(e.value).splitlines()[0] == (f"{src}/open_clip_config.json: is not a regular file; a Hugging Face "
+                                            "folder keeps its settings in a file of that name")
+
+
 @pytest.mark.parametrize("source,line", [
     ("demo", "demo: the bundled demo model classifies shapes; it has no text tower"),
     ("pretrained:vit_b_16", "vit_b_16: torchvision's ImageNet classifier; it has no text tower"),
