@@ -187,3 +187,21 @@ def test_the_start_and_end_tokens_are_tokenizer_jsons_as_in_transformers(tmp_pat
     ours = tower.tokenize(PROMPTS)
     assert torch.equal(ours, ref)
     assert (ours[:, 0] == 2).all() and not (ours == 1).any()  # <bos> first, no <eos>: the file's rule
+
+
+def test_siglip2_b16_fetches_its_text_tower_and_gemma_tokenizer_from_the_open_clip_release(fake_hub, tmp_path,
+                                                                                          gemma):
+    """``siglip2-b16`` (timm's image tower) asks ``timm/ViT-B-16-SigLIP2`` for open_clip's files and the Gemma
+    tokenizer its ``hf_tokenizer_name`` names (the same repository), and gets the tower the local folder gives."""
+    from vitviz.model.sources import catalog
+
+    repo = catalog.HUB_BY_KEY["siglip2-b16"].text_repo
+    cfg = tb.open_clip_siglip2_cfg(gemma[2], repo)
+    folder = with_tokenizer(tb.write_open_clip_folder(tmp_path / "oc", tb.open_clip_model(cfg), cfg), gemma)
+    fake_hub.add(repo, {p.name: p.read_bytes() for p in folder.iterdir()})
+    tower = open_text_tower("siglip2-b16", show_bar=False)
+    assert tower.name == repo and tower.family == "siglip" and tower.tokenizer.clean_mode == "canonicalize"
+    assert {r for r, _ in fake_hub.gets()} == {repo} and "tokenizer.json" in {f for _, f in fake_hub.gets()}
+    local = open_text_tower(folder)
+    assert torch.equal(tower.tokenize(PROMPTS), local.tokenize(PROMPTS))
+    assert torch.equal(tower.encode(PROMPTS), local.encode(PROMPTS))
