@@ -162,12 +162,12 @@ def _check_ids(tokenizer, vocab_size: int) -> None:
 
 def _tokenizer(src: TextSource, context_length: int):
     from vitviz.model.text.bpe import BpeTokenizer, fast_vocab, hf_vocab, openai_vocab
-    from vitviz.model.text.layouts import setting
+    from vitviz.model.text.layouts import OC_WHERE, setting
     from vitviz.model.text.pieces import PieceTokenizer
 
     kind, where = src.tokenizer
     text_cfg = (src.settings or {}).get("text_cfg") or {} if src.kind == "open_clip" else {}
-    ctx = setting(text_cfg, "context_length", None, int) or context_length
+    ctx = setting(text_cfg, "context_length", None, int, OC_WHERE) or context_length
     if ctx < 2:
         raise TextTowerError(f"{src.origin}: its config says {ctx} text tokens (at least 2: start or text, and end)")
     if ctx > context_length:
