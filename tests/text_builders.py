@@ -40,19 +40,39 @@ def clip_vocab_files(folder: Path) -> Path:
     return folder
 
 
+def training_text(folder: Path, seed: int) -> Path:
+    """``folder/corpus.txt``: 3,000 lines of 8 words drawn from the words of the tricky strings."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    words = ("a photo of the cat dog red car blue sky house tree person running in on with big small café naïve "
+             "über straße hello world it's numbers emoji 🐱 ümlaut ελληνικά 日本語 hot dog word tags").split()
+    lines = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(3000)]
+    (folder / "corpus.txt").write_text("\n".join(lines), encoding="utf-8")
+    return folder / "corpus.txt"
+
+
+def check_tower(tower, ids_ref, text_ref, img_ours, img_ref, logits_ref, prompts, tol: float = 1e-4):
+    """A text tower against its reference: tokens equal; text and image embeddings and the image-text scores within
+    ``tol``; the embeddings of unit length. Returns the largest differences (text, image, score)."""
+    import torch.nn.functional as F
+
+    assert torch.equal(tower.tokenize(prompts), ids_ref)
+    ours = tower.encode(prompts)
+    d_text = (ours - F.normalize(text_ref, dim=-1)).abs().max().item()
+    d_img = (img_ours - img_ref).abs().max().item()
+    d_score = (tower.score(img_ours, ours) - logits_ref).abs().max().item()
+    assert d_text <= tol and d_img <= tol and d_score <= tol, (d_text, d_img, d_score)
+    assert torch.allclose(ours.norm(dim=-1), torch.ones(len(prompts)))
+    return d_text, d_img, d_score
+
+
 def sentencepiece_model(folder: Path) -> Path:
     """A tiny SentencePiece unigram model with T5's / SigLIP's special ids (pad 0, ``</s>`` 1, ``<unk>`` 2) and
     nmt_nfkc normalisation, trained here on words of the tricky strings."""
     import sentencepiece as spm
 
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(0)
-    words = ("a photo of the cat dog red car blue sky house tree person running in on with big small café naïve "
-             "über straße hello world it's numbers emoji 🐱 ümlaut ελληνικά 日本語 hot dog word tags").split()
-    lines = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(3000)]
-    (folder / "corpus.txt").write_text("\n".join(lines), encoding="utf-8")
     spm.SentencePieceTrainer.train(
-        input=str(folder / "corpus.txt"), model_prefix=str(folder / "sp"), vocab_size=120, model_type="unigram",
+        input=str(training_text(folder, 0)), model_prefix=str(folder / "sp"), vocab_size=120, model_type="unigram",
         pad_id=0, eos_id=1, unk_id=2, bos_id=-1, character_coverage=1.0, hard_vocab_limit=False,
         normalization_rule_name="nmt_nfkc", minloglevel=2)
     return folder / "sp.model"
@@ -170,3 +190,66 @@ def write_hf_siglip_folder(folder: Path, model, sp_model: Path | None) -> Path:
     if sp_model is not None:
         SiglipTokenizer(str(sp_model)).save_pretrained(folder)
     return folder
+
+
+# --------------------------------------------------------------------------------------------------------- SigLIP 2
+def gemma_sentencepiece(folder: Path) -> Path:
+    """A tiny SentencePiece **BPE** model shaped as Gemma's (SigLIP 2's): byte fallback, no normalisation, no dummy
+    prefix, digits split, ids ``<pad>`` 0, ``<eos>`` 1, ``<bos>`` 2, ``<unk>`` 3, trained here."""
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        input=str(training_text(folder, 1)), model_prefix=str(folder / "gemma"), vocab_size=400, model_type="bpe",
+        pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>",
+        byte_fallback=True, character_coverage=1.0, normalization_rule_name="identity", add_dummy_prefix=False,
+        split_digits=True, allow_whitespace_only_pieces=True, remove_extra_whitespaces=False,
+        user_defined_symbols=["<mask>"], minloglevel=2)
+    return folder / "gemma.model"
+
+
+def gemma_tokenizer(sp_model: Path, folder: Path) -> Path:
+    """SigLIP 2's tokenizer files in ``folder`` (``tokenizer.json`` + ``tokenizer_config.json``) as transformers 5
+    writes them: its ``GemmaTokenizer`` built from the BPE model's vocabulary and merges (transformers' own
+    ``SentencePieceExtractor``), with open_clip's SigLIP 2 settings: no ``<bos>``, ``<eos>`` added, pads ``<pad>``
+    on the right. (transformers' ``GemmaConverter`` fails under transformers 5: its extractor has no ``sp``.)"""
+    from tokenizers.models import BPE
+    from transformers import GemmaTokenizer
+    from transformers.convert_slow_tokenizer import SentencePieceExtractor
+
+    parts = SentencePieceExtractor(str(sp_model)).extract(BPE)
+    tok = GemmaTokenizer(vocab=parts["vocab"], merges=parts["merges"], add_bos_token=False, add_eos_token=True,
+                         padding_side="right")
+    tok.save_pretrained(folder)
+    return folder
+
+
+def hf_siglip2_model(vocab_size: int, naflex: bool):
+    """A tiny SigLIP 2 with Gemma's special ids and random weights: ``Siglip2Model`` (NaFlex: 16 patches of 8 px) or,
+    as the fixed-resolution releases (``google/siglip2-base-patch16-224``), a ``SiglipModel``."""
+    from transformers import Siglip2Config, Siglip2Model, SiglipConfig, SiglipModel
+
+    text = dict(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=2, eos_token_id=1)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, patch_size=8)
+    torch.manual_seed(0)
+    if naflex:
+        return randomise_(Siglip2Model(Siglip2Config(text_config=text, vision_config=dict(vision, num_patches=16))))
+    return randomise_(SiglipModel(SiglipConfig(text_config=text, vision_config=dict(vision, image_size=32))))
+
+
+def open_clip_siglip2_cfg(vocab_size: int, tokenizer: str) -> dict:
+    """open_clip's ``ViT-B-16-SigLIP2`` text settings, small: Gemma's tokenizer named, ``clean="canonicalize"``,
+    no causal mask, last-token pooling, projection with bias, eps 1e-6, tanh GELU."""
+    cfg = open_clip_cfg(False, siglip=True, tokenizer=tokenizer)
+    cfg["text_cfg"]["vocab_size"] = vocab_size
+    return cfg
+
+
+def open_clip_pe_cfg() -> dict:
+    """open_clip's ``PE-Core-B-16`` text settings at a small width: CLIP's 49,408-token BPE, a context of 32,
+    causal, pooled at the end token (argmax), a projection without bias, ``custom_text`` (keys under ``text.``),
+    GELU (no QuickGELU)."""
+    cfg = open_clip_cfg(False)
+    cfg["text_cfg"] = dict(context_length=32, vocab_size=49408, width=64, heads=4, layers=2)
+    cfg["custom_text"] = True
+    return cfg

@@ -81,6 +81,37 @@ def siglip_tokenizer_named(d: Path) -> Path:
     return d
 
 
+def cut_merges(d: Path) -> Path:
+    """merges.txt without its last 100 lines, cut at a line boundary (each line still a pair)."""
+    lines = (d / "merges.txt").read_text(encoding="utf-8").rstrip("\n").split("\n")
+    (d / "merges.txt").write_text("\n".join(lines[:-100]) + "\n", encoding="utf-8")
+    return d
+
+
+def linked_to_dev_zero(name: str):
+    def spoil(d: Path) -> Path:
+        (d / name).unlink()
+        (d / name).symlink_to("/dev/zero")
+        return d
+    return spoil
+
+
+def million_token_json(d: Path) -> Path:
+    """A tokenizer.json of 10^6 tokens (19 MB) for a text tower of 80 (read in a few seconds, then refused)."""
+    vocab = {f"t{i}": i for i in range(10**6)} | {"</s>": 10**6, "<unk>": 10**6 + 1}
+    (d / "tokenizer.json").write_text(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                  "merges": []}}))
+    return d
+
+
+def open_clip_text(**change):
+    return lambda d: edit_json(d / "open_clip_config.json", lambda c: c["model_cfg"]["text_cfg"].update(change))
+
+
 # (name, base, files left out, spoil, expected line given the source path S, the same line from text_tower_reason)
 CASES = [
     ("timm image-only folder", "timm", (), None,
@@ -125,6 +156,45 @@ CASES = [
     ("truncated weights", "clip", (), lambda d: (d / "model.safetensors").write_bytes(
         (d / "model.safetensors").read_bytes()[:20000]),
      "{S}/model.safetensors: truncated file: the tensors need", False),
+    # issue 36, classes 5 and 7: values of the wrong type or size reached the code ("unexpected TypeError")
+    ("text_config a list", "clip", (), lambda d: edit_json(d / "config.json", lambda c: c.update(text_config=[1])),
+     "{S}/config.json: text_config is a list, not a JSON object of settings", True),
+    ("text_cfg a string", "open_clip", (),
+     lambda d: edit_json(d / "open_clip_config.json", lambda c: c["model_cfg"].update(text_cfg="big")),
+     "{S}/open_clip_config.json: model_cfg.text_cfg is a str, not a JSON object of settings", True),
+    ("tokenizer_kwargs a list", "open_clip", (), open_clip_text(tokenizer_kwargs=["clean"]),
+     "{S}/open_clip_config.json: model_cfg.text_cfg.tokenizer_kwargs is a list, not a JSON object of settings",
+     True),
+    ("heads a string", "open_clip", (), open_clip_text(heads="two"),
+     "{S}: open_clip_config.json: model_cfg.text_cfg.heads is 'two', not an integer", False),
+    ("context_length a fraction", "open_clip", (), open_clip_text(context_length=7.5),
+     "{S}: open_clip_config.json: model_cfg.text_cfg.context_length is '7.5', not an integer", False),
+    ("num_attention_heads true", "clip", (),
+     lambda d: edit_json(d / "config.json", lambda c: c["text_config"].update(num_attention_heads=True)),
+     "{S}: config.json: text_config.num_attention_heads is 'True', not an integer", False),
+    ("pad_token whose content is a number", "siglip", (),
+     lambda d: edit_json(d / "tokenizer_config.json", lambda c: c.update(pad_token={"content": 5})),
+     "{S}/tokenizer_config.json: pad_token is '5', not a token (text)", True),
+    ("padding_side neither right nor left", "siglip", (),
+     lambda d: edit_json(d / "tokenizer_config.json", lambda c: c.update(padding_side="middle")),
+     "{S}/tokenizer_config.json: padding_side is 'middle', not right or left", True),
+    ("a token id beyond the embedding", "clip", (),
+     lambda d: edit_json(d / "vocab.json", lambda v: v.update({"cat</w>": 10**6})),
+     "{S}/vocab.json: the tokenizer's ids reach 1000000, beyond the text tower's 49408 token embeddings", False),
+    ("a negative token id", "clip", (), lambda d: edit_json(d / "vocab.json", lambda v: v.update({"cat</w>": -3})),
+     "{S}/vocab.json: token 'cat</w>' has the negative id -3", False),
+    ("a tokenizer.json of a million tokens", "siglip", ("spiece.model",), million_token_json,
+     "{S}/tokenizer.json: the tokenizer's ids reach 1000001, beyond the text tower's 80 token embeddings", False),
+    ("a merges file cut at a line boundary", "clip", (), cut_merges,
+     "{S}/merges.txt: 100 tokens of the vocabulary are made by no merge", False),
+    ("open_clip_config.json linked to /dev/zero", "open_clip", (), linked_to_dev_zero("open_clip_config.json"),
+     "{S}/open_clip_config.json: a device, a pipe or a socket, not a regular file", True),
+    ("config.json linked to /dev/zero", "clip", (), linked_to_dev_zero("config.json"),
+     "{S}/config.json: a device, a pipe or a socket, not a regular file", True),
+    ("a tokenizer.json that is a folder", "siglip", ("spiece.model",), lambda d: (d / "tokenizer.json").mkdir(),
+     "{S}/tokenizer.json: a folder, not a regular file", True),
+    ("a config.json of 20 MiB", "clip", (), lambda d: (d / "config.json").write_text(" " * 20 * 2**20 + "{}"),
+     "{S}/config.json: 20 MiB, too large for a settings file (at most 16 MiB)", True),
 ]
 
 
@@ -149,6 +219,18 @@ def test_a_bad_source_is_one_line(base, tmp_path, case):
     else:
         assert reason is None or reason == msg
     assert {p.name: p.stat().st_mtime_ns for p in (src.parent if src.is_file() else src).iterdir()} == before
+
+
+def test_an_open_clip_config_linked_to_dev_zero_is_named_when_the_image_tower_opens(base, tmp_path):
+    """(was read past, and the folder opened as a bare state dict: "cannot infer the number of attention heads")"""
+    from vitviz.model.checkpoints.common import CheckpointError
+    from vitviz.pipeline import Pipeline
+
+    src = linked_to_dev_zero("open_clip_config.json")(copy(base["open_clip"], tmp_path / "src"))
+    with pytest.raises(CheckpointError) as e:
+        Pipeline.open(src)
+    assert str(e.value).splitlines()[0] == (f"{src}/open_clip_config.json: is not a regular file; a Hugging Face "
+                                            "folder keeps its settings in a file of that name")
 
 
 @pytest.mark.parametrize("source,line", [

@@ -19,7 +19,8 @@ def test_the_curated_image_text_models_and_their_sizes():
     from transformers import CLIPConfig, CLIPModel, SiglipConfig, SiglipModel
 
     text = {m.key: m.text for m in catalog.HUB_MODELS if m.text}
-    assert text == {"clip-b16": "open_clip", "clip-b16-hf": "hf", "siglip-b16-hf": "hf"}
+    assert text == {"clip-b16": "open_clip", "clip-b16-hf": "hf", "siglip-b16-hf": "hf", "siglip2-b16": "open_clip",
+                    "siglip2-b16-naflex": "hf", "pe-core-b16": "open_clip"}
     assert all(m.group == "language" for m in catalog.HUB_MODELS if m.text)
     b16 = dict(hidden_size=768, intermediate_size=3072, num_attention_heads=12, num_hidden_layers=12, patch_size=16,
                image_size=224)
@@ -56,22 +57,57 @@ def test_the_prompt_box_is_told_from_the_curated_list_alone(monkeypatch):
                                             "no text tower")
 
 
-def test_the_2025_names_siglip2_and_aimv2(monkeypatch):
-    """siglip2-b16 (timm's image tower), siglip2-b16-naflex (a Transformers Siglip2Model: its size from
-    transformers' architecture on the meta device) and aimv2-l14 (timm; its size in test_hub.py); SigLIP 2's text
-    tower is not offered, and the prompt box is told why in one line, without any request."""
+def _open_clip_mb(name: str) -> float:
+    """The size of open_clip's whole-model file of ``name`` (its architecture on the meta device)."""
+    open_clip = pytest.importorskip("open_clip")
+    cfg = dict(open_clip.get_model_config(name))
+    custom = cfg.pop("custom_text", False)
+    cfg["text_cfg"] = {k: v for k, v in cfg["text_cfg"].items() if k not in ("hf_tokenizer_name", "tokenizer_kwargs")}
+    with torch.device("meta"):
+        return _mb((open_clip.CustomTextCLIP if custom else open_clip.CLIP)(**cfg))
+
+
+def test_the_2025_names_siglip2_pe_and_aimv2(monkeypatch):
+    """siglip2-b16 and pe-core-b16 (timm's image towers) take their text towers from the same checkpoints' open_clip
+    releases (sizes from open_clip's architectures); siglip2-b16-naflex (a Transformers Siglip2Model: its size from
+    transformers' architecture on the meta device) from its own file; aimv2-l14 (timm; its size in test_hub.py) has
+    none. The prompt box is told without any request."""
     from transformers import Siglip2Config, Siglip2Model
 
-    for key in ("siglip2-b16", "siglip2-b16-naflex", "aimv2-l14"):
+    for key in ("siglip2-b16", "siglip2-b16-naflex", "pe-core-b16", "aimv2-l14"):
         assert key in catalog.HUB_BY_KEY
     naflex = catalog.HUB_BY_KEY["siglip2-b16-naflex"]
-    assert naflex.repo == "google/siglip2-base-patch16-naflex" and naflex.text == ""
+    assert naflex.repo == "google/siglip2-base-patch16-naflex" and naflex.text == "hf"
     with torch.device("meta"):  # SigLIP 2 base: transformers' defaults with Gemma's 256k vocabulary
         ref = Siglip2Model(Siglip2Config(text_config=dict(vocab_size=256000),
                                          vision_config=dict(num_patches=256, patch_size=16)))
     assert abs(naflex.size_mb - _mb(ref)) < 0.1
+    for key, text_repo, name in (("siglip2-b16", "timm/ViT-B-16-SigLIP2", "ViT-B-16-SigLIP2"),
+                                 ("pe-core-b16", "timm/PE-Core-B-16", "PE-Core-B-16")):
+        m = catalog.HUB_BY_KEY[key]
+        assert (m.text, m.text_repo) == ("open_clip", text_repo)
+        assert abs(m.text_mb - _open_clip_mb(name)) < 0.1, (key, _open_clip_mb(name))
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent/hf-cache")
-    for key in ("siglip2-b16", "siglip2-b16-naflex"):
-        why = text_tower_reason(key)
-        assert why is not None and "Gemma tokenizer" in why and "\n" not in why, why
+    for key in ("siglip2-b16", "siglip2-b16-naflex", "pe-core-b16"):
+        assert text_tower_reason(key) is None, key
+    assert text_tower_reason("aimv2-l14").endswith("an image tower only; no text tower")
+
+
+def test_a_curated_timm_upload_fetches_its_text_tower_from_its_open_clip_release(fake_hub, tmp_path):
+    """``pe-core-b16``'s text tower comes from ``timm/PE-Core-B-16`` (open_clip's files), never from timm's
+    image-only repository, and is then cached (no second request)."""
+    import text_builders as tb
+
+    from vitviz.model.text import open_text_tower
+
+    cfg = tb.open_clip_pe_cfg()
+    folder = tb.write_open_clip_folder(tmp_path / "oc", tb.open_clip_model(cfg), cfg)
+    m = catalog.HUB_BY_KEY["pe-core-b16"]
+    fake_hub.add(m.text_repo, {p.name: p.read_bytes() for p in folder.iterdir()})
+    tower = open_text_tower("pe-core-b16", show_bar=False)
+    assert tower.name == m.text_repo and tower.context_length == 32
+    assert {r for r, _ in fake_hub.gets()} == {m.text_repo}  # (timm's image repository never asked)
+    n = len(fake_hub.requests)
+    again = open_text_tower(m.ref, show_bar=False)
+    assert len(fake_hub.requests) == n and torch.equal(again.encode(["a cat"]), tower.encode(["a cat"]))

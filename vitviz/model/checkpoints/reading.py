@@ -399,7 +399,7 @@ def read_dir(path: Path) -> RawCheckpoint:
         raise err(path, f"directory holds no model.safetensors or pytorch_model.bin (found: {found_})")
     raw = read_file(weights)
     raw.origin = str(path)
-    for name in ("config.json", "preprocessor_config.json"):
+    for name in ("config.json", "preprocessor_config.json", "open_clip_config.json"):
         if (path / name).exists() and not (path / name).is_file():
             _not_a_file(path / name, "settings")
     if (path / "config.json").is_file():

@@ -86,6 +86,9 @@ class HubModel:
         text_mb: what the text tower adds to the download in MB: open_clip's whole-model file, or the tokenizer
             files of a Transformers repository (their weights file holds both towers).
         text_note: why there is no text tower, and where one is (``"text"`` empty only).
+        text_repo: the repository that holds the text tower when ``repo`` (timm's image-only upload) does not: the
+            same checkpoint's open_clip release, both towers in one file (``"timm/ViT-B-16-SigLIP2"``); ``""``:
+            ``repo``.
     """
 
     key: str
@@ -98,6 +101,7 @@ class HubModel:
     text: str = ""
     text_mb: float = 0.0
     text_note: str = ""
+    text_repo: str = ""
 
     @property
     def ref(self) -> str:
@@ -117,10 +121,6 @@ class HubModel:
             return f"yes, +{self.text_mb:.1f} MB tokenizer"
         return "no"
 
-
-_SIGLIP2_TEXT = ("SigLIP 2's text tower uses the Gemma tokenizer (tokenizer.json, 256k pieces, <eos> end token); "
-                 "vitviz's SigLIP text code is checked against T5's SentencePiece (</s> end) only, so no text tower "
-                 "is offered")
 
 HUB_MODELS: tuple[HubModel, ...] = (
     HubModel("deit-s", "timm/deit_small_patch16_224.fb_in1k", "DeiT-S/16",
@@ -168,18 +168,19 @@ HUB_MODELS: tuple[HubModel, ...] = (
              "SigLIP (Zhai et al. 2023) as a Transformers SiglipModel: both towers in one file, 224 px", "language",
              812.6, text="hf", text_mb=0.8),
     HubModel("siglip2-b16", "timm/vit_base_patch16_siglip_224.v2_webli", "SigLIP 2 ViT-B/16",
-             "image tower of SigLIP 2 (Tschannen et al. 2025), attention-pool head, 224 px", "language", 371.5,
-             text_note=_SIGLIP2_TEXT),
+             "image tower of SigLIP 2 (Tschannen et al. 2025), attention-pool head, 224 px; its text tower (Gemma's "
+             "tokenizer) is the same checkpoint's open_clip release", "language", 371.5, text="open_clip",
+             text_mb=1500.8, text_repo="timm/ViT-B-16-SigLIP2"),
     HubModel("siglip2-b16-naflex", "google/siglip2-base-patch16-naflex", "SigLIP 2 ViT-B/16 NaFlex",
              "SigLIP 2 NaFlex (Transformers Siglip2Model): each image at its own aspect ratio, up to 256 patches; "
-             "the image tower of the file is used", "language", 1500.9, text_note=_SIGLIP2_TEXT),
+             "the image tower of the file is used", "language", 1500.9, text="hf", text_mb=34.4),
     HubModel("aimv2-l14", "timm/aimv2_large_patch14_224.apple_pt", "AIMv2 ViT-L/14",
              "AIMv2 features (Fini et al. 2024): autoregressive pre-training, RMSNorm, no [CLS], mean pooling, 224 px",
              "dino", 1236.8),
     HubModel("pe-core-b16", "timm/vit_pe_core_base_patch16_224.fb", "Perception Encoder core ViT-B/16",
              "image tower of PE core (Bolya et al. 2025): RoPE and a position table, attention-pool head and "
-             "projection, 224 px", "language", 374.7,
-             text_note="timm's upload holds the image tower only (PE's text tower is not read yet)"),
+             "projection, 224 px; its text tower is the same checkpoint's open_clip release", "language", 374.7,
+             text="open_clip", text_mb=1790.6, text_repo="timm/PE-Core-B-16"),
 )
 HUB_BY_KEY: dict[str, HubModel] = {m.key: m for m in HUB_MODELS}
 HUB_BY_REPO: dict[str, HubModel] = {m.repo: m for m in HUB_MODELS}

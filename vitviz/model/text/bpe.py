@@ -34,6 +34,7 @@ from pathlib import Path
 
 from vitviz._util.files import read_json
 from vitviz.model.text.cleaning import TokenizerError, clean, need
+from vitviz.model.text.file_checks import MAX_TOKENIZER_BYTES, regular_file
 
 MERGES_FILE = Path(__file__).with_name("clip_bpe_merges.txt.gz")
 NUM_MERGES = 49152 - 256 - 2  # open_clip / OpenAI: merges[1 : 49152 - 256 - 2 + 1] of the 16e6 file
@@ -73,7 +74,10 @@ def openai_vocab() -> tuple[list[tuple[str, str]], dict[str, int]]:
 
 
 def hf_vocab(vocab_json: Path, merges_txt: Path) -> tuple[list[tuple[str, str]], dict[str, int]]:
-    """A Hugging Face CLIP folder's ``vocab.json`` and ``merges.txt`` (``#version`` header skipped)."""
+    """A Hugging Face CLIP folder's ``vocab.json`` and ``merges.txt`` (``#version`` header skipped), checked by
+    :func:`check_vocab`."""
+    for f in (vocab_json, merges_txt):
+        regular_file(f, MAX_TOKENIZER_BYTES, "a tokenizer file", error=TokenizerError)
     vocab = read_json(vocab_json, TokenizerError, "the tokenizer")
     if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
         raise TokenizerError(f"{vocab_json}: not a vocabulary (a JSON object of token -> id)")
@@ -84,24 +88,56 @@ def hf_vocab(vocab_json: Path, merges_txt: Path) -> tuple[list[tuple[str, str]],
     merges = [tuple(x.split()) for x in lines if x and not x.startswith("#version")]
     if any(len(m) != 2 for m in merges):
         raise TokenizerError(f"{merges_txt}: a line is not two symbols separated by a space")
+    check_vocab(merges, vocab, set(), vocab_json, merges_txt)  # type: ignore[arg-type]
     return merges, vocab  # type: ignore[return-value]
 
 
 def fast_vocab(tokenizer_json: Path) -> tuple[list[tuple[str, str]], dict[str, int]]:
     """The BPE model of a ``tokenizer.json`` (``model.vocab``, ``model.merges`` as ``"a b"`` or ``["a", "b"]``), its
-    added tokens included."""
+    added tokens included, checked by :func:`check_vocab`."""
+    regular_file(tokenizer_json, MAX_TOKENIZER_BYTES, "a tokenizer file", error=TokenizerError)
     data = read_json(tokenizer_json, TokenizerError, "the tokenizer")
     model = data.get("model") if isinstance(data, dict) else None
     if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
         raise TokenizerError(f"{tokenizer_json}: not a BPE tokenizer (CLIP's is one)")
     vocab = dict(model["vocab"])
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in vocab.values()):
+        raise TokenizerError(f"{tokenizer_json}: model.vocab is not a JSON object of token -> id")
+    added = set()
     for t in data.get("added_tokens") or []:
         if isinstance(t, dict) and isinstance(t.get("content"), str) and isinstance(t.get("id"), int):
             vocab.setdefault(t["content"], t["id"])
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model.get("merges") or []]
-    if any(len(m) != 2 for m in merges):
+            added.add(t["content"])
+    raw = model.get("merges") or []
+    if not isinstance(raw, list) or not all(isinstance(m, (str, list)) for m in raw):
+        raise TokenizerError(f"{tokenizer_json}: model.merges is not a list of BPE merges")
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in raw]
+    if any(len(m) != 2 or not all(isinstance(x, str) for x in m) for m in merges):
         raise TokenizerError(f"{tokenizer_json}: a BPE merge is not two symbols")
+    check_vocab(merges, vocab, added, tokenizer_json, tokenizer_json)  # type: ignore[arg-type]
     return merges, vocab  # type: ignore[return-value]
+
+
+def check_vocab(merges: list[tuple[str, str]], vocab: dict[str, int], added: set[str], vocab_file: Path,
+                merges_file: Path) -> None:
+    """A byte-level BPE vocabulary and its merges that belong together: ids not negative; every token longer than
+    one byte character (``</w>`` aside) made by a merge. A merges file cut short, even at a line boundary, leaves
+    tokens no merge makes: those words would be split into other tokens without a word of warning.
+
+    Raises:
+        TokenizerError: naming the file, the count and a first example.
+    """
+    low = min(vocab.values(), default=0)
+    if low < 0:
+        token = next(t for t, i in vocab.items() if i == low)
+        raise TokenizerError(f"{vocab_file}: token {token[:40]!r} has the negative id {low}")
+    made = {a + b for a, b in merges}
+    orphans = [t for t in vocab if t not in made and t not in added and len(t.removesuffix("</w>")) > 1
+               and not (t.startswith("<") and t.endswith(">"))]  # (specials such as <|endoftext|>)
+    if orphans:
+        raise TokenizerError(f"{merges_file}: {len(orphans)} tokens of the vocabulary are made by no merge (e.g. "
+                             f"{orphans[0][:40]!r}; {len(merges)} merges read): a merges list cut short? Words "
+                             "would be tokenized differently")
 
 
 CACHED_WORD = 64  # words up to this many characters are cached (a long one would only fill the cache)
@@ -195,6 +231,10 @@ class BpeTokenizer:
         alternatives = "|".join(regex.escape(s) for s in specials)
         self.pattern = regex.compile(alternatives + r"""|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+""",
                                      regex.IGNORECASE)
+
+    def id_range(self) -> tuple[int, int]:
+        """The smallest and largest token id of the vocabulary."""
+        return min(self.encoder.values()), max(self.encoder.values())
 
     def bpe(self, token: str, whole: bool = True) -> list[str]:
         """The BPE symbols of one pre-token (already as byte characters): the reference's merges, in the reference's

@@ -1,10 +1,12 @@
 """The text tower of a Hugging Face Hub model, downloaded when it is first asked for (never with the image tower).
 
-The files come from the repository the image tower came from, into the Hub's cache:
+The files come from the repository the image tower came from (for a curated timm upload that holds the image tower
+only, the repository its ``text_repo`` names: the same checkpoint's open_clip release, e.g. ``siglip2-b16`` ->
+``timm/ViT-B-16-SigLIP2``, ``pe-core-b16`` -> ``timm/PE-Core-B-16``), into the Hub's cache:
 
 1. cached (the snapshot ``refs/main`` points to holds a complete text tower): no network request at all;
-2. ``config.json`` of a Transformers ``CLIPModel`` / ``SiglipModel``: its weights (already there when the image
-   tower was opened: one file holds both towers) and the tokenizer (``vocab.json`` + ``merges.txt`` or
+2. ``config.json`` of a Transformers ``CLIPModel`` / ``SiglipModel`` / ``Siglip2Model``: its weights (already there
+   when the image tower was opened: one file holds both towers) and the tokenizer (``vocab.json`` + ``merges.txt`` or
    ``tokenizer.json``; ``spiece.model`` or ``tokenizer.json``), with ``tokenizer_config.json`` and
    ``special_tokens_map.json`` when present;
 3. otherwise ``open_clip_config.json`` (timm's CLIP uploads carry open_clip's files beside timm's, e.g.
@@ -31,6 +33,7 @@ from vitviz.model.text.opening import (
     FAST_TOKENIZER,
     HF_WEIGHTS,
     OPEN_CLIP_WEIGHTS,
+    SIGLIP_TYPES,
     SPIECE,
     TEXT_MODEL_TYPES,
     TextSource,
@@ -61,7 +64,9 @@ def _json(path: Path | None) -> dict[str, Any]:
 
 
 def _tokenizer_repo(oc: dict[str, Any]) -> str | None:
-    name = ((oc.get("model_cfg") or {}).get("text_cfg") or {}).get("hf_tokenizer_name")
+    model_cfg = oc.get("model_cfg")
+    text_cfg = model_cfg.get("text_cfg") if isinstance(model_cfg, dict) else None
+    name = text_cfg.get("hf_tokenizer_name") if isinstance(text_cfg, dict) else None  # (else: refused by locate)
     if not isinstance(name, str) or not name:
         return None
     return name[len("hf-hub:"):] if name.startswith("hf-hub:") else name
@@ -106,6 +111,8 @@ def fetch_text(repo: str, *, progress: Any = None, show_bar: bool = True) -> Tex
     m = catalog.HUB_BY_REPO.get(repo)
     if m is not None and not m.text:  # a curated image-only model: said without a request
         raise TextTowerError(hub_reason(repo) or f"{repo}: no text tower")
+    if m is not None and m.text_repo:  # timm's image-only upload: the text tower of the same checkpoint's release
+        return fetch_text(m.text_repo, progress=progress, show_bar=show_bar)
     cached = cached_text(repo)
     if cached is not None:
         return cached
@@ -122,7 +129,7 @@ def fetch_text(repo: str, *, progress: Any = None, show_bar: bool = True) -> Tex
     if config.get("model_type") in TEXT_MODEL_TYPES:
         if get(HF_WEIGHTS) is None:
             raise TextTowerError(f"{repo}: the repository has none of {', '.join(HF_WEIGHTS)}")
-        if config["model_type"] == "siglip":
+        if config["model_type"] in SIGLIP_TYPES:
             get((SPIECE, FAST_TOKENIZER))
         elif not all(get((n,)) for n in CLIP_VOCAB):
             get((FAST_TOKENIZER,))

@@ -46,6 +46,10 @@ _HF_ACT = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_pytorch_tanh": "gel
            "gelu_fast": "gelu_tanh"}
 
 
+OC_WHERE = "open_clip_config.json: model_cfg.text_cfg."  # (where the settings are, for messages)
+HF_WHERE = "config.json: text_config."
+
+
 class LayoutError(ValueError):
     """The tensors or settings are not a text tower vitviz builds (the message says what and why, no file name:
     the caller puts the file first)."""
@@ -99,6 +103,25 @@ def _count(keys, pattern: re.Pattern[str]) -> int:
     if idx != set(range(len(idx))):
         raise LayoutError(f"the text blocks are not numbered 0..N-1 (found {sorted(idx)[:8]})")
     return len(idx)
+
+
+def setting(cfg: Mapping[str, Any], key: str, default: Any, kind: type, where: str = "") -> Any:
+    """``cfg[key]`` (``default`` when absent or null) as ``kind`` (int or float; a bool or text is refused);
+    ``where``: the settings' place, for the message (``"open_clip_config.json: model_cfg.text_cfg."``).
+
+    Raises:
+        LayoutError: a value of another type, or not finite.
+    """
+    value = cfg.get(key)
+    if value is None:
+        return default
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind is int:
+        ok = ok and float(value).is_integer()
+    if not ok:
+        want = "an integer" if kind is int else "a number"
+        raise LayoutError(f"{where or 'the text setting '}{key} is {str(value)[:40]!r}, not {want}")
+    return kind(value)
 
 
 def _need(state: Mapping[str, torch.Tensor], name: str, where: str) -> torch.Tensor:
@@ -159,8 +182,8 @@ def open_clip(tensors: Mapping[str, torch.Tensor], model_cfg: Mapping[str, Any] 
     pos = _need(state, "pos_embed", "positional_embedding")
     width = emb.shape[1]
     layers = _count(state, re.compile(r"^blocks\.(\d+)\.attn\.qkv\.weight$"))
-    if "heads" in text_cfg:
-        heads = int(text_cfg["heads"])
+    if text_cfg.get("heads") is not None:
+        heads = setting(text_cfg, "heads", None, int, OC_WHERE)
     else:  # open_clip's CLIPTextCfg default with a config; OpenAI's build_model rule (width / 64) without
         heads = 8 if text_cfg else max(1, width // 64)
     act_kwargs = text_cfg.get("act_kwargs") or {}
@@ -174,8 +197,9 @@ def open_clip(tensors: Mapping[str, torch.Tensor], model_cfg: Mapping[str, Any] 
         vocab_size=emb.shape[0], context_length=pos.shape[0], width=width, heads=heads, layers=layers,
         mlp_dim=_need(state, "blocks.0.mlp.fc1.weight", "mlp.c_fc").shape[0] if layers else 4 * width,
         embed_dim=None if proj is None else proj.shape[0], act=act,
-        eps=float((text_cfg.get("norm_kwargs") or {}).get("eps", 1e-5)), causal=not text_cfg.get("no_causal_mask"),
-        pool=pool, eos_id=int(text_cfg.get("eos_id", 2)) if pool == "eos" else None,
+        eps=setting(text_cfg.get("norm_kwargs") or {}, "eps", 1e-5, float, OC_WHERE + "norm_kwargs."),
+        causal=not text_cfg.get("no_causal_mask"),
+        pool=pool, eos_id=setting(text_cfg, "eos_id", 2, int, OC_WHERE) if pool == "eos" else None,
         proj_bias="proj.bias" in state, layer_scale="blocks.0.ls1.gamma" in state)
     return _finish(cfg, state, tensors, ("logit_scale", "module.logit_scale"),
                    ("logit_bias", "module.logit_bias"))
@@ -226,10 +250,11 @@ def hf(tensors: Mapping[str, torch.Tensor], text_config: Mapping[str, Any] | Non
     proj = state.get("proj.weight")
     cfg = TextConfig(
         vocab_size=emb.shape[0], context_length=pos.shape[0], width=width,
-        heads=int(tc.get("num_attention_heads", 12 if siglip else 8)), layers=layers,
+        heads=setting(tc, "num_attention_heads", 12 if siglip else 8, int, HF_WHERE), layers=layers,
         mlp_dim=_need(state, "blocks.0.mlp.fc1.weight", "mlp.fc1").shape[0] if layers else 4 * width,
         embed_dim=None if proj is None else proj.shape[0], act=_HF_ACT[act_name],
-        eps=float(tc.get("layer_norm_eps", 1e-6 if siglip else 1e-5)), causal=not siglip, pool=pool, eos_id=eos_id,
+        eps=setting(tc, "layer_norm_eps", 1e-6 if siglip else 1e-5, float, HF_WHERE), causal=not siglip, pool=pool,
+        eos_id=eos_id,
         proj_bias="proj.bias" in state)
     return _finish(cfg, state, tensors, ("logit_scale",), ("logit_bias",))
 

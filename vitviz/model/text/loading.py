@@ -132,6 +132,7 @@ def build(src: TextSource):
         encoder = TextEncoder(converted.config)
         encoder.load_state_dict(converted.state, strict=True)
         tokenizer = _tokenizer(src, converted.config.context_length)
+        _check_ids(tokenizer, converted.config.vocab_size)
     except CheckpointError as e:
         raise TextTowerError(str(e).splitlines()[0]) from None
     except (LayoutError, TokenizerError) as e:  # (a tokenizer file's problem names that file)
@@ -145,13 +146,30 @@ def build(src: TextSource):
                      name=src.origin)
 
 
+def _check_ids(tokenizer, vocab_size: int) -> None:
+    """The tokenizer's ids within the text tower's embedding (a vocabulary of another model reads other rows, or
+    fails in the middle of a prompt)."""
+    from vitviz.model.text.cleaning import TokenizerError
+
+    low, high = tokenizer.id_range()
+    where = getattr(tokenizer, "path", None) or getattr(tokenizer, "origin", "the tokenizer")
+    if low < 0:
+        raise TokenizerError(f"{where}: the tokenizer has a negative token id ({low})")
+    if high >= vocab_size:
+        raise TokenizerError(f"{where}: the tokenizer's ids reach {high}, beyond the text tower's {vocab_size} token "
+                             "embeddings (a tokenizer of another model?)")
+
+
 def _tokenizer(src: TextSource, context_length: int):
     from vitviz.model.text.bpe import BpeTokenizer, fast_vocab, hf_vocab, openai_vocab
+    from vitviz.model.text.layouts import OC_WHERE, setting
     from vitviz.model.text.pieces import PieceTokenizer
 
     kind, where = src.tokenizer
-    cfg_ctx = ((src.settings or {}).get("text_cfg") or {}).get("context_length") if src.kind == "open_clip" else None
-    ctx = int(cfg_ctx or context_length)
+    text_cfg = (src.settings or {}).get("text_cfg") or {} if src.kind == "open_clip" else {}
+    ctx = setting(text_cfg, "context_length", None, int, OC_WHERE) or context_length
+    if ctx < 2:
+        raise TextTowerError(f"{src.origin}: its config says {ctx} text tokens (at least 2: start or text, and end)")
     if ctx > context_length:
         raise TextTowerError(f"{src.origin}: its config says {ctx} text tokens, but the position embedding has "
                              f"{context_length}")
@@ -167,5 +185,6 @@ def _tokenizer(src: TextSource, context_length: int):
         merges, vocab = fast_vocab(folder / "tokenizer.json")
     s = src.tokenizer_settings
     specials = (str(s.get("bos_token") or "<|startoftext|>"), str(s.get("eos_token") or "<|endoftext|>"))
+    vocab_file = folder / ("vocab.json" if (folder / "vocab.json").is_file() else "tokenizer.json")
     return BpeTokenizer(merges, vocab, specials=specials, context_length=ctx, clean_mode=src.clean,
-                        origin=str(folder))
+                        origin=str(vocab_file))

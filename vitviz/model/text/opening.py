@@ -5,8 +5,10 @@ source                            weights                                       
 ================================  ==================================================  ===============================
 HF ``CLIPModel`` folder           ``model.safetensors`` / ``pytorch_model.bin``       ``vocab.json`` + ``merges.txt``,
 (``config.json``, ``clip``)       (``text_model.*``, ``text_projection``)             else ``tokenizer.json``
-HF ``SiglipModel`` folder         likewise (``text_model.*`` with ``head``)            ``spiece.model``, else
-(``config.json``, ``siglip``)                                                         ``tokenizer.json``
+HF ``SiglipModel`` /              likewise (``text_model.*`` with ``head``)            ``spiece.model``, else
+``Siglip2Model`` folder                                                               ``tokenizer.json`` (SigLIP 2:
+(``config.json``, ``siglip``,                                                         Gemma's, 256k pieces)
+``siglip2``)
 open_clip folder                  ``open_clip_model.safetensors`` /                   ``text_cfg.hf_tokenizer_name``:
 (``open_clip_config.json``)       ``open_clip_pytorch_model.bin``                     the folder's ``tokenizer.json``
                                                                                       / ``spiece.model``; else CLIP's
@@ -20,6 +22,10 @@ image-only uploads) has no text tower; nor do ``CLIPVisionModel`` / ``SiglipVisi
 weights, the demo model and random weights. :func:`text_tower_reason` says so without reading any weights;
 :func:`open_text_tower` raises :class:`TextTowerError` with the same one line (the folder or file first, then the
 cause), or names the missing tokenizer file.
+
+The files are checked before they are read: a name that is not a regular file (a folder, a device such as a link to
+``/dev/zero``, a pipe) or a settings file above :data:`MAX_SETTINGS_BYTES` is refused naming it, and the settings that
+must be JSON objects (``text_config``, ``model_cfg``, ``text_cfg``) are checked to be.
 """
 
 from __future__ import annotations
@@ -30,13 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from vitviz._util.files import read_json
+from vitviz.model.text.file_checks import MAX_SETTINGS_BYTES, regular_file
 
 HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 CLIP_VOCAB = ("vocab.json", "merges.txt")
 FAST_TOKENIZER = "tokenizer.json"
 SPIECE = "spiece.model"
-TEXT_MODEL_TYPES = {"clip": "hf-clip", "siglip": "hf-siglip"}
+TEXT_MODEL_TYPES = {"clip": "hf-clip", "siglip": "hf-siglip", "siglip2": "hf-siglip"}
+SIGLIP_TYPES = ("siglip", "siglip2")
 
 
 class TextTowerError(ValueError):
@@ -73,14 +81,38 @@ class TextSource:
 
 
 def _json_object(path: Path) -> dict[str, Any]:
+    regular_file(path, MAX_SETTINGS_BYTES, error=TextTowerError)
     obj = read_json(path, TextTowerError)
     if not isinstance(obj, dict):
         raise TextTowerError(f"{path}: not a JSON object of settings")
     return obj
 
 
+def settings_object(value: Any, path: Path, key: str) -> dict[str, Any] | None:
+    """``value`` (the entry ``key`` of the settings file ``path``) as a dict, None when absent or null.
+
+    Raises:
+        TextTowerError: it is something else (a list, a string, a number).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TextTowerError(f"{path}: {key} is a {type(value).__name__}, not a JSON object of settings")
+    return value
+
+
+def open_clip_settings(oc: dict[str, Any], path: Path) -> dict[str, Any] | None:
+    """``open_clip_config.json``'s ``model_cfg``, its ``text_cfg`` and the latter's ``*_kwargs`` checked to be
+    objects (each refused naming ``path`` and the key otherwise)."""
+    model_cfg = settings_object(oc.get("model_cfg"), path, "model_cfg")
+    text_cfg = settings_object((model_cfg or {}).get("text_cfg"), path, "model_cfg.text_cfg") or {}
+    for key in ("tokenizer_kwargs", "norm_kwargs", "act_kwargs"):
+        settings_object(text_cfg.get(key), path, f"model_cfg.text_cfg.{key}")
+    return model_cfg or None
+
+
 def _first_file(folder: Path, names: tuple[str, ...]) -> Path | None:
-    return next((folder / n for n in names if (folder / n).is_file()), None)
+    return next((folder / n for n in names if regular_file(folder / n, error=TextTowerError)), None)
 
 
 def _weights(folder: Path, names: tuple[str, ...], what: str) -> Path:
@@ -102,7 +134,8 @@ def _hf_tokenizer(folder: Path, siglip: bool, origin: str) -> tuple[str, Path | 
             raise TextTowerError(f"{origin}: the SigLIP tokenizer is missing ({SPIECE} or "
                                  f"{FAST_TOKENIZER}{_where(folder, origin)})")
         return "pieces", path
-    if all((folder / n).is_file() for n in CLIP_VOCAB) or (folder / FAST_TOKENIZER).is_file():
+    if all(regular_file(folder / n, error=TextTowerError) for n in CLIP_VOCAB) or \
+            regular_file(folder / FAST_TOKENIZER, error=TextTowerError):
         return "bpe", folder
     raise TextTowerError(f"{origin}: the CLIP tokenizer is missing (vocab.json and merges.txt, or "
                          f"{FAST_TOKENIZER}{_where(folder, origin)})")
@@ -114,7 +147,7 @@ def open_clip_tokenizer(config: dict[str, Any], folder: Path | None,
     ``folder`` (open_clip's ``local-dir`` rule; the fetched tokenizer folder for Hub models), cleaning
     ``tokenizer_kwargs.clean`` (default ``"whitespace"``, as open_clip's ``HFTokenizer``); else CLIP's BPE, cleaning
     default ``"lower"``."""
-    text_cfg = (config.get("model_cfg") or {}).get("text_cfg") or {}
+    text_cfg = (config.get("model_cfg") or {}).get("text_cfg") or {}  # (objects: checked by open_clip_settings)
     kwargs = text_cfg.get("tokenizer_kwargs") or {}
     name = text_cfg.get("hf_tokenizer_name")
     if text_cfg.get("tokenizer_mode"):
@@ -152,21 +185,24 @@ def locate(path: str | os.PathLike[str], *, tokenizer_folder: Path | None = None
         raise TextTowerError(f"{p}: no such file or directory")
     folder, chosen = (p, None) if p.is_dir() else (p.parent, p)
     origin = str(p)
-    config = _json_object(folder / "config.json") if (folder / "config.json").is_file() else None
+    config = _json_object(folder / "config.json") if regular_file(folder / "config.json", error=TextTowerError) \
+        else None
     oc_file = folder / "open_clip_config.json"
     model_type = config.get("model_type") if config else None
     if config is not None and model_type in TEXT_MODEL_TYPES and (chosen is None or chosen.name in HF_WEIGHTS):
-        siglip = model_type == "siglip"
+        siglip = model_type in SIGLIP_TYPES
         weights = chosen or _weights(folder, HF_WEIGHTS, f"a Hugging Face {model_type!r} model")
-        return TextSource(origin, weights, "hf", settings=config.get("text_config") or {},
+        text_config = settings_object(config.get("text_config"), folder / "config.json", "text_config")
+        return TextSource(origin, weights, "hf", settings=text_config or {},
                           tokenizer=_hf_tokenizer(folder, siglip, origin), clean="siglip" if siglip else "lower",
                           tokenizer_settings=_settings(folder), family_hint="siglip" if siglip else None)
-    if oc_file.is_file() and (chosen is None or chosen.name in OPEN_CLIP_WEIGHTS):
+    if regular_file(oc_file, error=TextTowerError) and (chosen is None or chosen.name in OPEN_CLIP_WEIGHTS):
         oc = _json_object(oc_file)
+        model_cfg = open_clip_settings(oc, oc_file)
         weights = chosen or _weights(folder, OPEN_CLIP_WEIGHTS, "an open_clip model")
         tok_folder = tokenizer_folder or folder
         tokenizer, clean = open_clip_tokenizer(oc, tok_folder, origin)
-        return TextSource(origin, weights, "open_clip", settings=oc.get("model_cfg") or None, open_clip_config=oc,
+        return TextSource(origin, weights, "open_clip", settings=model_cfg, open_clip_config=oc,
                           tokenizer=tokenizer, clean=clean,
                           tokenizer_settings=_settings(tok_folder) if tokenizer[0] == "pieces" else {})
     if chosen is None:  # a folder without a text-tower config

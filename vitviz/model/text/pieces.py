@@ -7,8 +7,10 @@ Which library: the one that *is* the reference for the file the folder carries, 
 - ``spiece.model`` (Hugging Face ``SiglipModel`` folders, ``google/siglip-*``): ``sentencepiece``, the library
   transformers' ``SiglipTokenizer`` calls; a small wheel with no dependencies.
 - ``tokenizer.json`` (open_clip's SigLIP folders, e.g. ``timm/ViT-B-16-SigLIP``, whose ``hf_tokenizer_name`` names a
-  fast T5 tokenizer): ``tokenizers``, the library behind transformers' fast tokenizers, with its own truncation and
-  padding (what ``tokenizer(texts, padding="max_length", truncation=True, max_length=64)`` sets).
+  fast T5 tokenizer; every SigLIP 2 folder: Gemma's byte-fallback BPE of 256k pieces, ``<eos>`` added by the file's
+  post-processor, ``<pad>`` pads): ``tokenizers``, the library behind transformers' fast tokenizers, with its own
+  truncation and padding (what ``tokenizer(texts, padding="max_length", truncation=True, max_length=64)`` sets), on
+  the side ``tokenizer_config.json``'s ``padding_side`` names (right when it names none).
 
 Both are in the optional extra ``vitviz[text]``. The text is cleaned first, as each reference does, and the two
 references differ (checked against both by the tests):
@@ -36,22 +38,39 @@ from typing import Any
 
 from vitviz._util.files import read_json
 from vitviz.model.text.cleaning import TokenizerError, clean, first_line, need
+from vitviz.model.text.file_checks import MAX_SETTINGS_BYTES, MAX_TOKENIZER_BYTES, regular_file
 
 CLEAN_MODES = ("siglip", "canonicalize", "whitespace", "lower")
 
 
+TOKEN_SETTINGS = ("bos_token", "eos_token", "pad_token", "unk_token")
+PADDING_SIDES = ("right", "left")
+
+
 def read_settings(folder: Path) -> dict[str, Any]:
-    """``tokenizer_config.json`` over ``special_tokens_map.json`` (both optional): token names as plain strings."""
+    """``tokenizer_config.json`` over ``special_tokens_map.json`` (both optional): token names as plain strings.
+
+    Raises:
+        TokenizerError: a file that is not a regular file of JSON settings, a special token that is not text
+            (``{"content": 5}``), ``do_lower_case`` not true or false, ``padding_side`` neither right nor left.
+    """
     out: dict[str, Any] = {}
     for name in ("special_tokens_map.json", "tokenizer_config.json"):
         path = folder / name
-        if not path.is_file():
+        if not regular_file(path, MAX_SETTINGS_BYTES, error=TokenizerError):
             continue
         data = read_json(path, TokenizerError, "the tokenizer settings")
         if not isinstance(data, dict):
             raise TokenizerError(f"{path}: not a JSON object of tokenizer settings")
         for k, v in data.items():
-            out[k] = v.get("content") if isinstance(v, dict) and "content" in v else v
+            v = v.get("content") if isinstance(v, dict) and "content" in v else v
+            if k in TOKEN_SETTINGS and v is not None and not isinstance(v, str):
+                raise TokenizerError(f"{path}: {k} is {str(v)[:40]!r}, not a token (text)")
+            if k == "do_lower_case" and not isinstance(v, bool):
+                raise TokenizerError(f"{path}: {k} is {str(v)[:40]!r}, not true or false")
+            if k == "padding_side" and v not in PADDING_SIDES:
+                raise TokenizerError(f"{path}: padding_side is {str(v)[:40]!r}, not right or left")
+            out[k] = v
     return out
 
 
@@ -73,6 +92,8 @@ class PieceTokenizer:
             raise TokenizerError(f"{path}: unknown text cleaning {clean_mode!r} (known: {', '.join(CLEAN_MODES)})")
         settings = settings or {}
         self.path = Path(path)
+        regular_file(self.path, MAX_TOKENIZER_BYTES, "a tokenizer file", error=TokenizerError)
+        self.padding_side = str(settings.get("padding_side") or "right")
         self.clean_mode = clean_mode
         self.lower = bool(settings.get("do_lower_case", True))
         self.context_length = int(context_length)
@@ -107,9 +128,18 @@ class PieceTokenizer:
         if pad_id is None:
             raise TokenizerError(f"{self.path}: the tokenizer has no pad token {pad!r}")
         self.eos_id, self.pad_id = tok.token_to_id(eos), pad_id
+        # (the start / end tokens: tokenizer.json's post-processor, as transformers 5 reads it even where
+        # tokenizer_config.json's add_bos_token / add_eos_token say otherwise; tested)
         tok.enable_truncation(max_length=self.context_length)
-        tok.enable_padding(length=self.context_length, pad_id=pad_id, pad_token=pad)
+        tok.enable_padding(length=self.context_length, pad_id=pad_id, pad_token=pad, direction=self.padding_side)
         return tok
+
+    def id_range(self) -> tuple[int, int]:
+        """The smallest and largest token id the tokenizer can give (its vocabulary, special tokens included)."""
+        if self.backend == "tokenizers":
+            ids = self.fast.get_vocab(with_added_tokens=True).values()
+            return min(ids, default=0), max(ids, default=0)
+        return 0, self.sp.get_piece_size() - 1
 
     def ids(self, text: str) -> list[int]:
         """The ``context_length`` ids of ``text``: cleaned, encoded, cut keeping ``</s>``, padded."""
@@ -117,7 +147,8 @@ class PieceTokenizer:
         if self.backend == "tokenizers":
             return list(self.fast.encode(text).ids)
         ids = list(self.sp.encode(text))[:self.context_length - 1] + [self.eos_id]
-        return ids + [self.pad_id] * (self.context_length - len(ids))
+        pads = [self.pad_id] * (self.context_length - len(ids))
+        return pads + ids if self.padding_side == "left" else ids + pads
 
     def __call__(self, texts: list[str]):
         """``LongTensor [len(texts), context_length]``."""
