@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from vitviz.analysis.layerwise import LayerRows, LayerStatistics, LayerTokens, ReverseProduct
-from vitviz.capture import ImageCapture
+from vitviz.capture import Capture, ImageCapture
 from vitviz.capture.model_head import LEGRAD_POOLINGS, is_feature_model
 from vitviz.capture.preflight import resolve_target
 from vitviz.capture.streaming import fit_batch, is_out_of_memory, stream_pass, streamable
@@ -149,17 +149,17 @@ def _run(pipeline: Any, prepared: list[PreparedImage], sources: list[str], want:
     dist = None if stats is None else stats.distances.float().cpu().numpy()
     ent = None if stats is None else stats.entropies.float().cpu().numpy()
     grads = sp.target is not None
+    B = len(prepared)
+    # the batch's capture as the stored route's, every-layer tensors as shapes: sliced per image as that route slices
+    batch = Capture(
+        logits=sp.logits, attentions=_meta(L, B, H, N, N), tokens=_meta(L + 1, B, N, D), grid=sp.grid,
+        patch_size=sp.patch_size, num_prefix_tokens=sp.num_prefix_tokens,
+        attention_grads=_meta(L, B, H, N, N) if grads else None, targets=sp.targets,
+        pool_attention=sp.pool_attention, pool_attention_grads=sp.pool_attention_grads, target=sp.target,
+        scores=sp.scores, legrad=sp.legrad, gradcam=sp.gradcam)
     out = []
     for b, (p, source) in enumerate(zip(prepared, sources)):
-        cap = ImageCapture(
-            logits=sp.logits[b], attentions=_meta(L, H, N, N), tokens=_meta(L + 1, N, D), grid=sp.grid,
-            patch_size=sp.patch_size, num_prefix_tokens=sp.num_prefix_tokens,
-            attention_grads=_meta(L, H, N, N) if grads else None,
-            target=None if sp.targets is None else int(sp.targets[b]),
-            pool_attention=None if sp.pool_attention is None else sp.pool_attention[b],
-            pool_attention_grad=None if sp.pool_attention_grads is None else sp.pool_attention_grads[b],
-            target_spec=sp.target if grads else None, score=None if sp.scores is None else float(sp.scores[b]),
-            legrad={k: v[:, b] for k, v in sp.legrad.items()}, gradcam=None if sp.gradcam is None else sp.gradcam[:, b])
+        cap = batch.image(b)
         out.append(StreamedImage(
             result=pipeline.result(p, cap, source), rows={k: v[b] for k, v in rows.items()},
             tokens={i: t[b] for i, t in kept_tokens.items()}, norms=norms[b],
