@@ -64,14 +64,17 @@ def views_page() -> str:
     out = ["# Views", "", GENERATED, "",
            "Every view of the window, `vitviz export --views` and `vitviz evaluate --views`, in menu order "
            "(`vitviz.views.view_registry`). *Reads*: the options its map depends on ([Options](options.md)); "
-           "the formulas are in [Methods](../methods.md).", "",
-           "| key | title | shortcut | reads | needs | quantity |", "|---|---|---|---|---|---|"]
+           "the formulas are in [Methods](../methods.md). *Input*: what the map is made of, which says how a streamed "
+           "pass gathers it (`vitviz.views.kinds`: one layer's attention `rows`, one layer's `tokens`, a `product` "
+           "over the layers, the whole `result`).", "",
+           "| key | title | shortcut | reads | input | needs | quantity |", "|---|---|---|---|---|---|---|"]
     views = view_registry.all_views()
     for v in views:
         needs = [w for w, on in (("gradients", v.needs_grads), ("[CLS]", v.needs_cls)) if on] or ["-"]
         quantity = f"{v.quantity} ({v.unit})" if v.unit else v.quantity
         out.append(f"| `{v.key}` | {cell(v.title)} | {view_registry.shortcut(v) or ''} | "
-                   f"{cell(', '.join(sorted(v.reads)) or '-')} | {', '.join(needs)} | {cell(quantity)} |")
+                   f"{cell(', '.join(sorted(v.reads)) or '-')} | {v.stream_input or '-'} | {', '.join(needs)} | "
+                   f"{cell(quantity)} |")
     out += ["", "## What each view shows"]
     for v in views:
         out += ["", f"### `{v.key}`: {v.title}", "", summary(sys.modules[type(v).__module__].__doc__)]

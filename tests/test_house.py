@@ -245,3 +245,106 @@ def test_session_holds_the_document_and_forwards_nothing():
     assert not forwards, f"Session methods that only forward (let the callers call these): {forwards}"
     public = [f.name for f in methods if not f.name.startswith("_")]
     assert len(public) <= SESSION_PUBLIC_METHODS, f"Session has {len(public)} public methods: {public}"
+
+# ----------------------------------------------------------------------------- no view key tested outside views/
+MAX_NEW_LINES = 500
+OVER_500 = {  # modules over 500 lines on 2026-11-27 (issue 35); new code splits by role before 500 lines
+    "vitviz/gui/plots.py", "vitviz/capture/foreign/recording.py", "vitviz/model/vit.py", "vitviz/gui/compare_window.py",
+    "vitviz/document/session.py", "vitviz/gui/controller.py", "vitviz/gui/main_window.py", "vitviz/batch/export.py",
+    "vitviz/gui/faithfulness.py",
+}
+
+
+def test_no_module_outside_the_recorded_ones_is_over_500_lines():
+    big = {str(p.relative_to(REPO)): n for p in MODULES.values()
+           if (n := p.read_text(encoding="utf-8").count("\n")) > MAX_NEW_LINES}
+    new = {k: n for k, n in big.items() if k not in OVER_500}
+    assert not new, f"modules over {MAX_NEW_LINES} lines (split by role near 500): {new}"
+
+
+VIEW_KEY_LAYERS = ("document", "batch", "evaluate", "gui", "cli", "notebook")
+"""The layers above :mod:`vitviz.views`, which reach a view through its attributes, never its key. (``pipeline`` and
+below cannot import the views; their ``"legrad"`` and ``"gradcam"`` are the capture's field names.)"""
+VIEW_KEY_ALLOWED = {
+    ("vitviz/evaluate/randomisation.py", "legrad"): "capture()'s keyword (ImageCapture.legrad), not the view",
+    ("vitviz/evaluate/randomisation.py", "gradcam"): "capture()'s keyword (ImageCapture.gradcam), not the view",
+    ("vitviz/notebook/viewer.py", "query"): "the widget's trait named after the query option, not the view",
+}
+
+
+def _strings(node: ast.AST) -> list[ast.Constant]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [c for e in node.elts for c in _strings(e)]
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("frozenset", "set", "tuple") and node.args:
+        return _strings(node.args[0])
+    return []
+
+
+def view_key_tests(source: str, keys: set[str], options: set[str]) -> list[tuple[int, str]]:
+    """``(line, key)`` of every string equal to a view key in ``source`` that is compared (``==``, ``in``), a dict
+    key or subscript, a ``case`` pattern, or one of a module-level tuple, list or set of names. A key that is also an
+    option's name (``query``) counts only where it cannot be the option: not as a dict key or subscript, not tested
+    against a view's ``reads``."""
+    hits = []
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        found, option_use = [], False
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            found = [c for o in operands for c in _strings(o)]
+            option_use = any(isinstance(o, ast.Attribute) and o.attr == "reads" for o in operands)
+        elif isinstance(node, ast.Dict):
+            found, option_use = [c for k in node.keys if k is not None for c in _strings(k)], True
+        elif isinstance(node, ast.Subscript):
+            found, option_use = _strings(node.slice), True
+        elif isinstance(node, ast.MatchValue):
+            found = _strings(node.value)
+        hits += [(c.lineno, c.value) for c in found if c.value in keys and not (option_use and c.value in options)]
+    for node in tree.body:  # module-level lists of view keys (ROW_VIEWS = ("cls", "query"))
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, (ast.Tuple, ast.List, ast.Set,
+                                                                                     ast.Call)):
+            hits += [(c.lineno, c.value) for c in _strings(node.value) if c.value in keys]
+    return hits
+
+
+def _view_keys() -> tuple[set[str], set[str]]:
+    from vitviz import views
+    from vitviz.views.options import all_options
+
+    return {v.key for v in views.all_views()}, {o.name for o in all_options()}
+
+
+def test_the_view_key_finder_finds_view_keys():
+    keys, options = _view_keys()
+    planted = ('ROW_VIEWS = ("cls", "query")\n'
+               'def f(view, options, d):\n'
+               '    if view.key == "rollout" or view.key in ("legrad", "gradcam"):\n'
+               '        return {"token_norm": 1}[view.key]\n'
+               '    match view.key:\n'
+               '        case "feature_pca":\n'
+               '            return d["relevance"]\n'
+               '    return "query" in view.reads or {"query": options.query}\n')
+    found = view_key_tests(planted, keys, options)
+    assert sorted(k for _, k in found) == sorted(["cls", "query", "rollout", "legrad", "gradcam", "token_norm",
+                                                  "feature_pca", "relevance"]), found
+
+
+def test_no_view_key_is_tested_outside_the_views():
+    """A layer above the views asks a view's attributes (its input kind, :meth:`~vitviz.views.View.plan_stream`,
+    ``short_title``, ``diffuse_when_small``, ``result_changes``...) or a list in :mod:`vitviz.views.presets`, so that a
+    new view is one module and one registry line."""
+    keys, options = _view_keys()
+    bad, used = [], set()
+    for p in MODULES.values():
+        rel = str(p.relative_to(REPO))
+        if rel.split("/")[1] not in VIEW_KEY_LAYERS:
+            continue
+        for line, key in view_key_tests(p.read_text(encoding="utf-8"), keys, options):
+            if (rel, key) in VIEW_KEY_ALLOWED:
+                used.add((rel, key))
+            else:
+                bad.append(f"{rel}:{line}: {key!r}")
+    assert not bad, "view keys tested outside vitviz/views/ (ask the view instead):\n" + "\n".join(bad)
+    assert used == set(VIEW_KEY_ALLOWED), f"allowances no longer needed: {set(VIEW_KEY_ALLOWED) - used}"

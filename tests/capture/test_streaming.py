@@ -30,6 +30,7 @@ from vitviz.document.streamed import NotStreamable, StreamedSession, plan_stream
 from vitviz.model import create_model
 from vitviz.pipeline import Pipeline
 from vitviz.views.options import ViewOptions
+from vitviz.views.stream_plan import Product
 
 FAMILIES = FAMILY_OPTIONS
 
@@ -352,7 +353,8 @@ def test_what_was_not_gathered_or_cannot_be_streamed_is_said():
     plan = plan_streaming(shape, [(views.get("rollout"), ViewOptions(start_layer=2)),
                                   (views.get("relevance"), ViewOptions(start_layer=1)),
                                   (views.get("token_norm"), ViewOptions(view="token_norm", layer=-1))])
-    assert plan.products == {("rollout", "mean", 0.0): {2}, ("relevance",): {1}} and plan.tokens == {0}
+    rollout = Product("rollout", (("head_fusion", "mean"), ("discard_ratio", 0.0), ("from_forward", False)))
+    assert plan.products == {rollout: {2}, Product("relevance"): {1}} and plan.tokens == {0}
 
 
 def test_streamed_results_follow_the_target_and_the_input_sizes():

@@ -9,10 +9,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vitviz.views.options import HEAD_REDUCTIONS, cli_flags
-from vitviz.views.presets import STANDARD_VIEWS
+from vitviz.views.presets import PROMPT_VIEWS, STANDARD_VIEWS  # noqa: F401 - PROMPT_VIEWS: the export default with --text
 
 DEFAULT_VIEWS = STANDARD_VIEWS
-PROMPT_VIEWS: tuple[str, ...] = ("legrad",)  # the default of an export with prompts (--text): LeGrad, one map each
 FORMATS = ("png", "npy", "both")
 HEAD_WORDS = HEAD_REDUCTIONS
 

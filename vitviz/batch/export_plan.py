@@ -12,7 +12,6 @@ from typing import Any
 from vitviz import views as registry
 from vitviz.batch.export_options import HEAD_WORDS, ExportOptions, is_int
 from vitviz.document.session import Session
-from vitviz.views.relevance import clip_prompt_changes
 
 
 def resolve_target(text: str | int | None, labels: Sequence[str] | None, num_classes: int) -> int | None:
@@ -95,7 +94,7 @@ def check_against_model(options: ExportOptions, depth: int | None, heads: int | 
 def map_requests(result: Any, options: ExportOptions) -> list[tuple[str, dict[str, Any]]]:
     """Every map to make of ``result``: ``(view key, ViewOptions changes)``, in the order of the views, then layers,
     then heads; each view gets only the layers and heads it reads (relevance on CLIP prompts: the last layer only,
-    :func:`vitviz.views.relevance.clip_prompt_changes`)."""
+    :meth:`vitviz.views.View.result_changes`)."""
     L, H = result.num_layers, result.num_heads
     gh, gw = result.grid
     row, col = options.query if options.query is not None else (gh // 2, gw // 2)
@@ -129,8 +128,7 @@ def map_requests(result: Any, options: ExportOptions) -> list[tuple[str, dict[st
         for layer in layers:
             for head in head_list:
                 changes: dict[str, Any] = {"view": key, "query": row * gw + col}
-                if key == "relevance":  # CLIP prompts: the last layer only, as Chefer's CLIP notebook
-                    changes.update(clip_prompt_changes(result))
+                changes.update(v.result_changes(result))  # relevance on CLIP prompts: the last layer only
                 if layer is not None:
                     changes["layer"] = layer
                 if head is not None:

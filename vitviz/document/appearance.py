@@ -210,7 +210,7 @@ def reads_pool_row(result: InferenceResult | None, view: View) -> bool:
     """Whether ``view`` reads the attention-pooling head's row in place of [CLS] (SigLIP's "MAP" head: the [CLS]
     view and the [CLS]-based views of a model that pools with attention)."""
     r, v = result, view
-    return r is not None and "query" not in v.reads and (v.needs_cls or v.key == "cls") and pool_row(r) is not None
+    return r is not None and "query" not in v.reads and (v.needs_cls or v.reads_cls_row) and pool_row(r) is not None
 
 
 def shows_query(result: InferenceResult | None, view: View) -> bool:

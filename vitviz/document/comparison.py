@@ -47,15 +47,12 @@ LAYOUTS: tuple[str, ...] = ("views", "layers", "classes")
 PROMPT_PANELS = 8  # prompts laid out side by side by default (the "classes" layout over a model's prompts)
 LAYOUT_TITLES = {"views": "Images × views", "layers": "One view over layers", "classes": "One view per class"}
 MAX_PANELS = 64
-SHORT_TITLES = {"cls": "[CLS] attention", "query": "Patch attention", "rollout": "Rollout",
-                "grad_rollout": "Gradient rollout", "relevance": "Relevance", "token_sim": "Token similarity",
-                "pos_sim": "Position similarity", "token_norm": "Token norm"}
-"""Column labels of the built-in views (a figure's column is a few centimetres wide); others use their title."""
 
 
 def short_title(view: views.View) -> str:
-    """The view's name for a column label (its full title is in the caption)."""
-    return SHORT_TITLES.get(view.key, view.title)
+    """The view's name for a column label (:attr:`~vitviz.views.View.short_title`, else its title; the full title
+    is in the caption)."""
+    return view.short_title or view.title
 
 
 @dataclass(frozen=True)

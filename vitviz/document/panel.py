@@ -22,7 +22,7 @@ from vitviz.render import figures
 from vitviz.render.figures import FigureSpec, Panel, grid_shape
 from vitviz.render.scales import ColourScale, scale_for
 
-__all__ = ["DIFFUSE_VIEWS", "HEADS_QUANTITY", "PREFIX_NOTE_SHARE", "HeadsGrid", "diffuse_note", "heads_figure",
+__all__ = ["HEADS_QUANTITY", "PREFIX_NOTE_SHARE", "HeadsGrid", "diffuse_note", "heads_figure",
            "heads_of", "layer_figures", "panel_of", "render_heads", "render_view", "view_figure"]
 
 HEADS_QUANTITY = "attention weight"
@@ -89,18 +89,17 @@ def panel_of(session: Session, scale: ColourScale | None = None, *, badge: str |
                  scale_text=scale_text, unavailable=session.unavailable_reason(), rgb=rgb)
 
 
-DIFFUSE_VIEWS = ("legrad", "gradcam")
-"""Views known to look diffuse on a small classifier (ViT-Ti/S: a width of at most :data:`SMALL_WIDTH`), which a first
-reader takes for broken: their caption points to the faithfulness table, which measures how well a map ranks the
-patches whatever it looks like."""
 SMALL_WIDTH = 384
+"""The width of a small classifier (ViT-Ti/S), on which views known to look diffuse
+(:attr:`~vitviz.views.View.diffuse_when_small`: LeGrad, GradCAM), which a first reader takes for broken, get a caption
+that points to the faithfulness table, which measures how well a map ranks the patches whatever it looks like."""
 
 
 def diffuse_note(session: Session) -> str:
     """The caption's pointer to the faithfulness table for a view known to be diffuse on the session's model, or
     ""."""
     r, v = session.result, session.view
-    if r is None or v.key not in DIFFUSE_VIEWS or int(r.tokens.shape[-1]) > SMALL_WIDTH:
+    if r is None or not v.diffuse_when_small or int(r.tokens.shape[-1]) > SMALL_WIDTH:
         return ""
     return (f"{v.title} is often diffuse on a model this small (width {int(r.tokens.shape[-1])}): the Faithfulness "
             "tab (vitviz evaluate) measures how well it ranks the patches")

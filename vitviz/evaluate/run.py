@@ -31,7 +31,6 @@ from vitviz.imaging import load_image
 from vitviz.model.preprocess import CropGeometry
 from vitviz.pipeline import DTYPES, InferenceResult, Pipeline
 from vitviz.views.presets import PRESETS
-from vitviz.views.relevance import clip_prompt_changes
 
 
 def evaluate_views(
@@ -296,10 +295,11 @@ def _localise(rows: list[ViewScore], gt: GroundTruth | None, object_class: int |
 
 def _resolve(name: str, result: Any) -> tuple[Any, Any, str]:
     """:func:`~vitviz.evaluate.view_rows.resolve_view` for ``result``, with relevance on CLIP prompts at the last
-    layer only, as Chefer's CLIP notebook shows it (:func:`vitviz.views.relevance.clip_prompt_changes`)."""
+    layer only, as Chefer's CLIP notebook shows it (:meth:`vitviz.views.View.result_changes`)."""
     v, opts, title = resolve_view(name, result.num_layers)
-    if name == "relevance":
-        opts = replace(opts, **clip_prompt_changes(result))
+    changes = v.result_changes(result)
+    if changes:
+        opts = replace(opts, **changes)
     return v, opts, title
 
 

@@ -40,10 +40,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from vitviz import views
 from vitviz.evaluate import view_options
 from vitviz.gui.localisation_box import LocalisationBox
 from vitviz.gui.mosaic import BACKGROUND
-from vitviz.views.presets import FAITHFULNESS_VIEWS
+from vitviz.views.presets import CLS_LAST, FAITHFULNESS_VIEWS
 
 EXPLAIN = ("Patches are ranked by each map and removed (deletion: replaced by the baseline, most salient first) or "
            "revealed (insertion: starting from the baseline image) a whole patch at a time; each curve is the target's "
@@ -56,10 +57,11 @@ SEEDS = 5  # random rankings per mode: a ViT-Ti/16 table is then ~350 forwards
 STEPS = 20
 BASELINES = ("mean", "blur")
 BASELINE_TEXT = {"mean": "mean", "blur": "blur"}
-VIEW_NAMES = {"cls_last": "[CLS], last layer", "rollout": "Rollout", "grad_rollout": "Gradient rollout",
-              "relevance": "Relevance", "legrad": "LeGrad", "gradcam": "GradCAM"}
-VIEW_COLORS = {"cls_last": (255, 170, 60), "rollout": (90, 170, 255), "grad_rollout": (110, 220, 120),
-               "relevance": (240, 100, 200), "legrad": (255, 230, 90), "gradcam": (120, 230, 230)}
+PRESET_NAMES = {CLS_LAST: "[CLS], last layer"}
+"""Short names of the presets among :data:`VIEWS` (a view's is its short title)."""
+VIEW_COLORS = dict(zip(VIEWS, [(255, 170, 60), (90, 170, 255), (110, 220, 120), (240, 100, 200), (255, 230, 90),
+                               (120, 230, 230)]))
+"""The colours of the default views, in :data:`VIEWS`' order; others take :data:`OTHER_COLORS`."""
 AXIS_TEXT = {"probability": ("p(target class)", "the model's probability of the target class (softmax)"),
              "similarity": ("similarity", "the target's similarity score: the cosine similarity of the image's pooled "
                                           "embedding to the reference's (times the model's scale, plus its bias)"),
@@ -77,7 +79,13 @@ NOTE_STYLE = "color: rgb(200, 200, 200);"
 
 
 def view_name(key: str, title: str = "") -> str:
-    return VIEW_NAMES.get(key, title or key)
+    """A row's name in the plot's legend and the table: a default view's short title, else ``title``."""
+    if key in PRESET_NAMES:
+        return PRESET_NAMES[key]
+    if key in VIEWS:
+        v = views.get(key)
+        return v.short_title or v.title
+    return title or key
 
 
 def view_color(key: str, index: int) -> tuple[int, int, int]:

@@ -21,6 +21,7 @@ from PySide6.QtCore import QObject
 from vitviz.document.session import Session
 from vitviz.gui.controller import Controller, attached_tower
 from vitviz.gui.panels import PredictionsPanel
+from vitviz.views.presets import PROMPT_VIEWS
 from vitviz.views.relevance import clip_prompt_changes
 
 IN_MEMORY = ("the model was handed over in memory without its text tower (vitviz.show(model, images, text=[...], "
@@ -128,5 +129,5 @@ class PromptPicker(QObject):
         if not self._fresh or r is None or getattr(r, "head_kind", "") != "prompts":
             return
         self._fresh = False
-        changes: dict[str, Any] = {"view": "legrad", **clip_prompt_changes(r)}
+        changes: dict[str, Any] = {"view": PROMPT_VIEWS[0], **clip_prompt_changes(r)}
         self.set_options(**changes)

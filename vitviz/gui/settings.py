@@ -15,13 +15,11 @@ from PySide6.QtCore import QByteArray, QSettings
 
 from vitviz import views
 from vitviz.views.options import all_options, parse
+from vitviz.views.presets import FIRST_VIEW  # noqa: F401 - the window reads it from here
 
 ORGANIZATION = "vitviz"
 APPLICATION = "vitviz"
 MAX_RECENT = 10
-FIRST_VIEW = "rollout"
-"""The view of the app's first start (no view remembered): attention rollout reads every layer and head into one
-map of what reaches [CLS], so it explains itself; layer-0 [CLS] attention (the option table's default) is scattered."""
 MAX_RECENT_MODELS = 5
 
 

@@ -197,6 +197,28 @@ class Pipeline:
             One :class:`InferenceResult` per image, in order; each image's tensors are slices of the batch's
             (the batch's buffers live as long as any of its results).
         """
+        prepared, sources, groups = self.batch_groups(images, sources=sources, target=target, gradients=gradients)
+        caps: list[Any] = [None] * len(prepared)
+        for idx, want in groups:
+            x = torch.stack([prepared[i].x for i in idx]).to(device=self.device, dtype=DTYPES[self.precision])
+            extra: dict[str, Any] = {}
+            if is_vitviz_model(self.model) and want is not None:
+                extra = {"legrad": tuple(legrad), "gradcam": gradcam}
+                if self.legrad_neutral is not None and legrad:
+                    extra["legrad_neutral"] = self.legrad_neutral
+            with torch.inference_mode(False):
+                cap = capture(self.model, x, target=want, store_dtype=self.store_dtype, **extra)
+            for b, i in enumerate(idx):
+                caps[i] = cap.image(b)
+            del cap
+        return [self.result(p, cap, source) for p, cap, source in zip(prepared, caps, sources)]
+
+    def batch_groups(self, images: Sequence[Any], *, sources: Sequence[str] | None = None, target: Any = None,
+                     gradients: bool = True) -> tuple[list[PreparedImage], list[str], list[tuple[list[int], Any]]]:
+        """How :meth:`run_batch` (and the streamed route, :func:`vitviz.document.streamed.stream_images`) takes a
+        batch: the images prepared, their names, and the images grouped by input size, each group with the target its
+        capture takes (``"top"``: each image's top class; a list: one class per image; None: no gradients). The
+        arguments are :meth:`run_batch`'s."""
         prepared = [im if isinstance(im, PreparedImage) else self.prepare(im) for im in images]
         n = len(prepared)
         sources = ["image"] * n if sources is None else [str(s) for s in sources]
@@ -209,12 +231,11 @@ class Pipeline:
         targets: list[Any] = [target] * n if single else list(target)
         if len(targets) != n:
             raise ValueError(f"{len(targets)} targets for {n} images")
-        groups: dict[tuple[int, ...], list[int]] = {}
+        by_size: dict[tuple[int, ...], list[int]] = {}
         for i, p in enumerate(prepared):
-            groups.setdefault(tuple(p.x.shape), []).append(i)
-        caps: list[Any] = [None] * n
-        for idx in groups.values():
-            x = torch.stack([prepared[i].x for i in idx]).to(device=self.device, dtype=DTYPES[self.precision])
+            by_size.setdefault(tuple(p.x.shape), []).append(i)
+        groups: list[tuple[list[int], Any]] = []
+        for idx in by_size.values():
             t = [targets[i] for i in idx]
             # capture checks the targets' range; a model without a classifier has no gradients to take
             want: Any = None
@@ -227,36 +248,29 @@ class Pipeline:
                     want = t[0]  # one target for all: a class, a similarity, a function
                 else:
                     want = t if num_classes > 0 else None
-            extra: dict[str, Any] = {}
-            if is_vitviz_model(self.model) and want is not None:
-                extra = {"legrad": tuple(legrad), "gradcam": gradcam}
-                if self.legrad_neutral is not None and legrad:
-                    extra["legrad_neutral"] = self.legrad_neutral
-            with torch.inference_mode(False):
-                cap = capture(self.model, x, target=want, store_dtype=self.store_dtype, **extra)
-            for b, i in enumerate(idx):
-                caps[i] = cap.image(b)
-            del cap
-        results = []
-        registers = int(getattr(getattr(self.model, "config", None), "num_reg_tokens", 0) or 0)
-        for p, cap, source in zip(prepared, caps, sources):
-            results.append(InferenceResult(
-                source=source,
-                rgb=p.rgb,
-                geometry=p.geometry,
-                capture=cap,
-                model_data=self.model_data(cap.grid),
-                model_name=getattr(self.spec, "name", "model"),
-                device=self.device,
-                precision=self.precision,
-                labels=getattr(self.spec, "labels", None),
-                num_registers=registers,
-                probability=getattr(self.spec, "probability", "softmax"),
-                head_kind=getattr(self.spec, "head_kind", "classifier"),
-                num_classes=(0 if is_feature_model(self.model) else int(getattr(self.model, "num_classes", 0) or 0))
-                if hasattr(self.model, "num_classes") else None,
-            ))
-        return results
+            groups.append((idx, want))
+        return prepared, sources, groups
+
+    def result(self, prepared: PreparedImage, cap: Any, source: str = "image") -> InferenceResult:
+        """The result of ``prepared`` from its capture ``cap`` (one image's: :meth:`run_batch`'s results, and a
+        streamed pass's, whose every-layer tensors are shapes only)."""
+        m = self.model
+        return InferenceResult(
+            source=source,
+            rgb=prepared.rgb,
+            geometry=prepared.geometry,
+            capture=cap,
+            model_data=self.model_data(cap.grid),
+            model_name=getattr(self.spec, "name", "model"),
+            device=self.device,
+            precision=self.precision,
+            labels=getattr(self.spec, "labels", None),
+            num_registers=int(getattr(getattr(m, "config", None), "num_reg_tokens", 0) or 0),
+            probability=getattr(self.spec, "probability", "softmax"),
+            head_kind=getattr(self.spec, "head_kind", "classifier"),
+            num_classes=(0 if is_feature_model(m) else int(getattr(m, "num_classes", 0) or 0))
+            if hasattr(m, "num_classes") else None,
+        )
 
 
 def run_inference(model: torch.nn.Module, image: Any, *, source: str = "image", target: int | None = None,

@@ -8,6 +8,7 @@ import numpy as np
 
 from vitviz._util.arrays import to_numpy
 from vitviz.views.options import ViewOptions, readable_options
+from vitviz.views.stream_plan import NotStreamable, StreamPlan
 
 if TYPE_CHECKING:  # pragma: no cover
     from vitviz.pipeline import InferenceResult
@@ -77,6 +78,14 @@ class View:
         heads_note: how the view treats heads when it does not read ``head`` (e.g. "mean of heads"), for captions.
         rgb: the view is drawn as colours of its own (:meth:`compute_rgb`), without colormap or colour bar;
             :meth:`compute` still gives a scalar map (read out under the cursor, masks).
+        short_title: a figure column's label (a column is a few centimetres wide); empty: the title.
+        reads_cls_row: the map is the [CLS] row of one layer (an attention-pooling head's row in its place).
+        diffuse_when_small: the map is known to look diffuse on a small classifier (its caption then points to the
+            faithfulness table).
+        stream_input: what the view reads, which says how a streamed pass gathers it (:mod:`vitviz.views.kinds`):
+            ``"rows"`` (one layer's attention rows), ``"tokens"`` (one layer's tokens), ``"product"`` (a product over
+            the layers from a start layer), ``"result"`` (what every result holds in full: position tables, RoPE
+            angles, LeGrad's and GradCAM's per-layer maps); None: no streamed form.
     """
 
     key: str = ""
@@ -91,6 +100,10 @@ class View:
     uses_attention: bool = True
     heads_note: str | None = None
     rgb: bool = False
+    short_title: str = ""
+    reads_cls_row: bool = False
+    diffuse_when_small: bool = False
+    stream_input: str | None = None
 
     @property
     def slider(self) -> str | None:
@@ -180,6 +193,31 @@ class View:
         read = tuple(getattr(options, n) for n in readable_options() if n in self.reads and n != "target")
         return (self.key,) + read + (self.ignores_artefacts(options),)
 
+    def result_changes(self, result: "InferenceResult") -> dict[str, Any]:
+        """The option changes this view asks for on ``result`` when it is shown by default (export, evaluate, a
+        prompt model's first view); empty by default."""
+        return {}
+
+    def plan_stream(self, plan: StreamPlan, result: "InferenceResult", options: "ViewOptions") -> None:
+        """Add to ``plan`` what a streamed pass must gather for this view's map at ``options`` (``result``: the
+        result's shape, before the pass). The input kinds (:mod:`vitviz.views.kinds`) implement it.
+
+        Raises:
+            NotStreamable: the view has no streamed form."""
+        raise NotStreamable(f"the view {self.key!r} has no streamed form")
+
+    def streamed_map(self, image: Any, options: "ViewOptions") -> np.ndarray | None:
+        """The map made from a streamed pass's ``image`` (a :class:`vitviz.document.streamed.StreamedImage`: its
+        ``result`` and what the pass gathered), equal to :meth:`compute` on the stored result.
+
+        Raises:
+            NotStreamable: the pass did not gather what the map needs, or the view has no streamed form."""
+        raise NotStreamable(f"the view {self.key!r} has no streamed form")
+
+    def streamed_rgb(self, image: Any, options: "ViewOptions") -> np.ndarray | None:
+        """An :attr:`rgb` view's picture from a streamed pass's ``image`` (as :meth:`streamed_map`)."""
+        raise NotStreamable(f"the view {self.key!r} has no streamed picture")
+
     def caption_parts(self, result: "InferenceResult | None", options: "ViewOptions") -> list[str]:
         """The caption after the title, e.g. ``["tabby cat", "start layer 0", "mean of heads"]``: the target class,
         the layer (or start layer), the head(s), the options that differ from their defaults, the query patch."""
@@ -235,32 +273,3 @@ class View:
             parts.append("noart")
         return "_".join(str(p) for p in parts)
 
-
-class TokenView(View):
-    """A view of the tokens after a layer (token similarity, token norm, feature PCA): its layers run from -1, the
-    patch embeddings, to ``L - 1``, the output of the last block (``tokens[layer + 1]``)."""
-
-    uses_attention = False
-
-    def layer_range(self, result):
-        return (-1, result.num_layers - 1)
-
-    def layer_text(self, layer):
-        return "patch embeddings" if layer < 0 else f"output of layer {layer}"
-
-
-class WholeAttentionView(View):
-    """A view computed from the attention of every layer (rollout, gradient rollout, relevance): its map is
-    :meth:`analysis` at the options, None when the view is unavailable for the result. The session computes it when it
-    is first shown and caches it per result and options."""
-
-    needs_cls = True
-
-    def analysis(self, result: "InferenceResult", options: "ViewOptions") -> Any:
-        """The map at any options (a tensor ``[gh, gw]``)."""
-        raise NotImplementedError
-
-    def compute(self, result, options):
-        if self.unavailable(result):
-            return None
-        return as_grid(self.analysis(result, options), result.grid)

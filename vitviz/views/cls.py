@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import View, as_grid, pool_row
+from vitviz.views.base import as_grid, pool_row
+from vitviz.views.kinds import RowView
 
 
-class ClsAttention(View):
+class ClsAttention(RowView):
     key = "cls"
     title = "Attention from [CLS]"
     reads = frozenset({"layer", "head"})
     quantity = "attention weight"
+    short_title = "[CLS] attention"
+    reads_cls_row = True
 
     def compute(self, result, options):
         p, grid = result.num_prefix_tokens, result.grid
@@ -26,6 +29,13 @@ class ClsAttention(View):
             m = A.query_attention(result.attentions, options.layer, options.head, p + options.query, grid=grid,
                                   num_prefix_tokens=p)
         return as_grid(m, grid)
+
+    def row_query(self, options, result):
+        """[CLS] (a model with one), else the selected patch; None where the pooling head's row stands in for it."""
+        if pool_row(result) is not None:
+            return None
+        p = int(result.num_prefix_tokens)
+        return 0 if p > 0 else p + int(options.query)
 
     def cache_key(self, options):
         return super().cache_key(options) + (options.query,)  # the fallback row of models without [CLS]

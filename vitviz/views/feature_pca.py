@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from vitviz import analysis as A
-from vitviz.views.base import TokenView, as_grid
+from vitviz.views.base import as_grid
+from vitviz.views.kinds import TokenView
 
 
 class FeaturePCA(TokenView):

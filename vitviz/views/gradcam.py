@@ -6,10 +6,11 @@ baseline every paper compares against."""
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import View, as_grid
+from vitviz.views.base import as_grid
+from vitviz.views.kinds import ResultView
 
 
-class GradCAM(View):
+class GradCAM(ResultView):
     key = "gradcam"
     title = "GradCAM"
     reads = frozenset({"gradcam_layer", "target"})
@@ -18,6 +19,7 @@ class GradCAM(View):
     needs_grads = True
     uses_attention = False
     heads_note = "norm1 output"
+    diffuse_when_small = True
 
     @property
     def slider(self):
@@ -38,6 +40,10 @@ class GradCAM(View):
         if why is None and result.gradcam is None:
             return "GradCAM is taken during vitviz's own ViT's pass; this model is a module vitviz adapted"
         return why
+
+    def plan_stream(self, plan, result, options):
+        """The pass takes GradCAM's per-block maps (with the gradients)."""
+        plan.gradcam = plan.gradcam or not self.unavailable(result)
 
     def compute(self, result, options):
         if self.unavailable(result):

@@ -10,12 +10,13 @@ the official one (the last two layers); the slider moves it; the model's own poo
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import View, as_grid
+from vitviz.views.base import as_grid
+from vitviz.views.kinds import ResultView
 
 POOLING_WORDS = {"mean": "mean of all tokens", "model": "the model's own pooling"}
 
 
-class LeGrad(View):
+class LeGrad(ResultView):
     key = "legrad"
     title = "LeGrad"
     reads = frozenset({"legrad_start", "legrad_pooling", "legrad_correction", "target"})
@@ -24,6 +25,7 @@ class LeGrad(View):
     needs_grads = True
     uses_attention = False  # its gradients are taken during the pass: "ignore artefact tokens" does not change it
     heads_note = "mean of heads"
+    diffuse_when_small = True
 
     @property
     def slider(self):
@@ -50,6 +52,11 @@ class LeGrad(View):
             return (f"LeGrad pooled by {POOLING_WORDS[options.legrad_pooling]} was not taken in this image's pass "
                     "(analyse the image again)")
         return why
+
+    def plan_stream(self, plan, result, options):
+        """The pass takes LeGrad's per-layer maps at the option's pooling (with the gradients)."""
+        if not self.unavailable(result):
+            plan.legrad.add(str(options.legrad_pooling))
 
     def compute(self, result, options):
         if self.unavailable(result):

@@ -14,7 +14,8 @@ from collections import Counter
 
 import numpy as np
 
-from vitviz.views.base import TokenView, as_grid
+from vitviz.views.base import as_grid
+from vitviz.views.kinds import TokenView
 
 # matplotlib's tab10 (its first nine; grey, the eighth, is kept for "other classes") with the colours' names
 PALETTE: tuple[tuple[str, tuple[float, float, float]], ...] = (

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from vitviz.views.base import View
+from vitviz.views.kinds import ResultView
 
 
-class PositionSimilarity(View):
+class PositionSimilarity(ResultView):
     key = "pos_sim"
     title = "Position-embedding similarity"
     reads = frozenset({"query"})
     quantity = "cosine similarity"
+    short_title = "Position similarity"
     signed = True
     uses_attention = False
 

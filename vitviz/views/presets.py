@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CLS_LAST", "FAITHFULNESS_VIEWS", "PRESETS", "STANDARD_VIEWS", "Preset"]
+__all__ = ["CLS_LAST", "FAITHFULNESS_VIEWS", "FIRST_VIEW", "PRESETS", "PROMPT_VIEWS", "STANDARD_VIEWS", "Preset"]
 
 
 @dataclass(frozen=True)
@@ -56,3 +56,10 @@ PRESETS: dict[str, Preset] = {
 }
 STANDARD_VIEWS: tuple[str, ...] = ("cls", "rollout", "grad_rollout", "relevance")
 FAITHFULNESS_VIEWS: tuple[str, ...] = (CLS_LAST, "rollout", "grad_rollout", "relevance", "legrad", "gradcam")
+PROMPT_VIEWS: tuple[str, ...] = ("legrad",)
+"""The views of a model with prompts: an export with ``--text`` (one map per prompt), the window's view once prompts
+are typed."""
+FIRST_VIEW = "rollout"
+"""The window's view at the app's first start (no view remembered): attention rollout reads every layer and head into
+one map of what reaches [CLS], so it explains itself; layer-0 [CLS] attention (the option table's default) is
+scattered."""

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import View, as_grid
+from vitviz.views.base import as_grid
+from vitviz.views.kinds import RowView
 
 
-class QueryAttention(View):
+class QueryAttention(RowView):
     key = "query"
     title = "Attention from the selected patch"
     reads = frozenset({"layer", "head", "query"})
     quantity = "attention weight"
+    short_title = "Patch attention"
 
     def compute(self, result, options):
         p, grid = result.num_prefix_tokens, result.grid

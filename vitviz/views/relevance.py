@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import WholeAttentionView, pool_kwargs
+from vitviz.views.base import pool_kwargs
+from vitviz.views.kinds import WholeAttentionView
+from vitviz.views.stream_plan import Product
 
 
 class Relevance(WholeAttentionView):
@@ -11,6 +13,7 @@ class Relevance(WholeAttentionView):
     title = "Relevance (Chefer et al.)"
     reads = frozenset({"start_layer", "target"})
     quantity = "relevance"
+    short_title = "Relevance"
     unit = "a.u."
     needs_grads = True
     heads_note = "mean of heads"
@@ -20,6 +23,12 @@ class Relevance(WholeAttentionView):
                            num_prefix_tokens=result.num_prefix_tokens, start_layer=options.start_layer,
                            **pool_kwargs(result, grads=True))
 
+    def product(self, options, result):
+        return Product("relevance"), int(options.start_layer) % int(result.num_layers)
+
+    def result_changes(self, result):
+        """CLIP prompts: the last layer only, as Chefer's CLIP notebook (:func:`clip_prompt_changes`)."""
+        return clip_prompt_changes(result)
 
     def caption_parts(self, result, options):
         parts = super().caption_parts(result, options)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from vitviz.views.base import View, as_grid, head_text
+from vitviz.views.base import as_grid, head_text
+from vitviz.views.kinds import ResultView
 
 
-class RopeSimilarity(View):
+class RopeSimilarity(ResultView):
     key = "rope_sim"
     title = "RoPE position similarity"
     reads = frozenset({"query", "head", "layer"})

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import TokenView, as_grid
+from vitviz.views.base import as_grid
+from vitviz.views.kinds import TokenView
 
 
 class TokenNorm(TokenView):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from vitviz import analysis as A
-from vitviz.views.base import TokenView, as_grid
+from vitviz.views.base import as_grid
+from vitviz.views.kinds import TokenView
 
 
 class TokenSimilarity(TokenView):
     key = "token_sim"
     title = "Token similarity of the selected patch"
+    short_title = "Token similarity"
     reads = frozenset({"layer", "query"})
     quantity = "cosine similarity"
     signed = True

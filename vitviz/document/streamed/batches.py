@@ -17,14 +17,12 @@ No Qt.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import fields
 from typing import Any
 
-import numpy as np
 import torch
 
 from vitviz.analysis.layerwise import LayerRows, LayerStatistics, LayerTokens, ReverseProduct
-from vitviz.capture import ImageCapture
+from vitviz.capture import Capture, ImageCapture
 from vitviz.capture.model_head import LEGRAD_POOLINGS, is_feature_model
 from vitviz.capture.preflight import resolve_target
 from vitviz.capture.streaming import fit_batch, is_out_of_memory, stream_pass, streamable
@@ -98,30 +96,10 @@ def shape_of_result(pipeline: Any, prepared: PreparedImage, *, gradients: bool, 
         pool_attention_grad=_meta(int(m.attn_pool.num_heads), N) if pooled and gradients else None,
         legrad={k: _meta(L, M) for k in LEGRAD_POOLINGS} if gradients else {},
         gradcam=_meta(L, M) if gradients else None)
-    return _result(pipeline, prepared, cap, source)
+    return pipeline.result(prepared, cap, source)
 
 
-_RESULT_FIELDS = {f.name for f in fields(InferenceResult)}
-
-
-def _result(pipeline: Any, prepared: PreparedImage, cap: ImageCapture, source: str) -> InferenceResult:
-    """The result a :class:`~vitviz.pipeline.Pipeline` makes of ``prepared`` and ``cap`` (its fields set as
-    :meth:`Pipeline.run_batch` sets them)."""
-    m = pipeline.model
-    extra = {}
-    if "probability" in _RESULT_FIELDS:  # how class probabilities are read (SigLIP prompts: sigmoid)
-        extra["probability"] = getattr(pipeline.spec, "probability", "softmax")
-    if "head_kind" in _RESULT_FIELDS:  # prompts: relevance on CLIP prompts from the last layer (Chefer's rule)
-        extra["head_kind"] = getattr(pipeline.spec, "head_kind", "classifier")
-    return InferenceResult(
-        source=source, rgb=prepared.rgb, geometry=prepared.geometry, capture=cap,
-        model_data=pipeline.model_data(cap.grid), model_name=getattr(pipeline.spec, "name", "model"),
-        device=pipeline.device, precision=pipeline.precision, labels=getattr(pipeline.spec, "labels", None),
-        num_registers=int(getattr(getattr(m, "config", None), "num_reg_tokens", 0) or 0),
-        num_classes=0 if is_feature_model(m) else int(getattr(m, "num_classes", 0) or 0), **extra)
-
-
-def _observers(plan: StreamPlan, shape: InferenceResult, gradients: bool) -> dict[str, Any]:
+def _observers(plan: StreamPlan, shape: InferenceResult) -> dict[str, Any]:
     L, P = shape.num_layers, shape.num_prefix_tokens
     pooled = shape.pool_attention is not None and P == 0
     obs: dict[str, Any] = {"tokens": LayerTokens(plan.tokens, L)}
@@ -129,24 +107,17 @@ def _observers(plan: StreamPlan, shape: InferenceResult, gradients: bool) -> dic
         obs["rows"] = LayerRows(plan.rows)
     if plan.statistics:
         obs["stats"] = LayerStatistics(L, grid=shape.grid, patch_size=shape.patch_size, num_prefix_tokens=P)
-    for key, starts in plan.products.items():
-        kind = key[0]
-        kw: dict[str, Any] = {}
-        if kind == "rollout":
-            kw = {"head_fusion": key[1], "discard_ratio": key[2], "from_forward": not gradients}
-        elif kind == "grad_rollout":
-            kw = {"discard_ratio": key[1], "clamp": key[2]}
-        obs[f"product{len(obs)}"] = (key, ReverseProduct(kind, num_layers=L, num_prefix_tokens=P, starts=starts,
-                                                         pooled=pooled, **kw))
+    for product, starts in plan.products.items():
+        obs[f"product{len(obs)}"] = (product, ReverseProduct(product.kind, num_layers=L, num_prefix_tokens=P,
+                                                             starts=starts, pooled=pooled, **product.kwargs()))
     return obs
 
 
-def _forward_product_bytes(plan: StreamPlan, shape: InferenceResult, gradients: bool) -> int:
-    """What forward-only rollouts keep per image: one float32 ``[N, N]`` matrix per layer from their start."""
-    if gradients:
-        return 0
+def _forward_product_bytes(plan: StreamPlan, shape: InferenceResult) -> int:
+    """What products taken from the forward keep per image: one float32 ``[N, N]`` matrix per layer from their
+    start (:attr:`~vitviz.views.stream_plan.Product.keeps_layers`)."""
     N, L = int(shape.attentions.shape[-1]), shape.num_layers
-    return sum((L - min(s)) * N * N * 4 for k, s in plan.products.items() if k[0] == "rollout")
+    return sum((L - min(s)) * N * N * 4 for k, s in plan.products.items() if k.keeps_layers)
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
@@ -157,7 +128,7 @@ def _run(pipeline: Any, prepared: list[PreparedImage], sources: list[str], want:
          shape: InferenceResult, gradients: bool, keep_graph: bool | None) -> list[StreamedImage]:
     model = pipeline.model
     x = torch.stack([p.x for p in prepared]).to(device=pipeline.device, dtype=DTYPES[pipeline.precision])
-    obs = _observers(plan, shape, gradients)
+    obs = _observers(plan, shape)
     flat = [o[1] if isinstance(o, tuple) else o for o in obs.values()]
     neutral = getattr(pipeline, "legrad_neutral", None) if plan.legrad else None  # SigLIP prompts' correction
     sp = stream_pass(model, x, flat, target=want if gradients else None, legrad=sorted(plan.legrad),
@@ -178,40 +149,23 @@ def _run(pipeline: Any, prepared: list[PreparedImage], sources: list[str], want:
     dist = None if stats is None else stats.distances.float().cpu().numpy()
     ent = None if stats is None else stats.entropies.float().cpu().numpy()
     grads = sp.target is not None
+    B = len(prepared)
+    # the batch's capture as the stored route's, every-layer tensors as shapes: sliced per image as that route slices
+    batch = Capture(
+        logits=sp.logits, attentions=_meta(L, B, H, N, N), tokens=_meta(L + 1, B, N, D), grid=sp.grid,
+        patch_size=sp.patch_size, num_prefix_tokens=sp.num_prefix_tokens,
+        attention_grads=_meta(L, B, H, N, N) if grads else None, targets=sp.targets,
+        pool_attention=sp.pool_attention, pool_attention_grads=sp.pool_attention_grads, target=sp.target,
+        scores=sp.scores, legrad=sp.legrad, gradcam=sp.gradcam)
     out = []
     for b, (p, source) in enumerate(zip(prepared, sources)):
-        cap = ImageCapture(
-            logits=sp.logits[b], attentions=_meta(L, H, N, N), tokens=_meta(L + 1, N, D), grid=sp.grid,
-            patch_size=sp.patch_size, num_prefix_tokens=sp.num_prefix_tokens,
-            attention_grads=_meta(L, H, N, N) if grads else None,
-            target=None if sp.targets is None else int(sp.targets[b]),
-            pool_attention=None if sp.pool_attention is None else sp.pool_attention[b],
-            pool_attention_grad=None if sp.pool_attention_grads is None else sp.pool_attention_grads[b],
-            target_spec=sp.target if grads else None, score=None if sp.scores is None else float(sp.scores[b]),
-            legrad={k: v[:, b] for k, v in sp.legrad.items()}, gradcam=None if sp.gradcam is None else sp.gradcam[:, b])
+        cap = batch.image(b)
         out.append(StreamedImage(
-            result=_result(pipeline, p, cap, source), rows={k: v[b] for k, v in rows.items()},
+            result=pipeline.result(p, cap, source), rows={k: v[b] for k, v in rows.items()},
             tokens={i: t[b] for i, t in kept_tokens.items()}, norms=norms[b],
             products={key: {s: v[b] for s, v in r.items()} for key, r in products.items()},
             distances=None if dist is None else dist[b], entropies=None if ent is None else ent[b]))
     return out
-
-
-def _per_image(target: Any) -> bool:
-    """Whether ``target`` gives one class per image (as :meth:`~vitviz.pipeline.Pipeline.run_batch` reads it)."""
-    return (isinstance(target, (Sequence, np.ndarray)) and not isinstance(target, str)) or (
-        isinstance(target, torch.Tensor) and target.ndim > 0)
-
-
-def _group_target(t: list[Any], single: bool, num_classes: int) -> Any:
-    """The capture target of a group of images whose targets are ``t`` (as :meth:`Pipeline.run_batch`)."""
-    if all(v is None for v in t):
-        return "top"
-    if any(v is None for v in t):
-        raise ValueError("give a target for every image of the batch, or for none")
-    if single:
-        return t[0]
-    return t if num_classes > 0 else None
 
 
 def stream_images(pipeline: Any, images: Sequence[Any], *, sources: Sequence[str] | None = None, target: Any = None,
@@ -237,32 +191,20 @@ def stream_images(pipeline: Any, images: Sequence[Any], *, sources: Sequence[str
     why = streamable(pipeline.model)
     if why:
         raise NotStreamable(why)
-    prepared = [im if isinstance(im, PreparedImage) else pipeline.prepare(im) for im in images]
+    prepared, sources, groups = pipeline.batch_groups(images, sources=sources, target=target, gradients=gradients)
     n = len(prepared)
-    sources = ["image"] * n if sources is None else [str(s) for s in sources]
-    if len(sources) != n:
-        raise ValueError(f"{len(sources)} sources for {n} images")
     model = pipeline.model
     K = int(getattr(model, "num_classes", 0) or 0)
-    single = not _per_image(target)
-    targets: list[Any] = [target] * n if single else list(target)
-    if len(targets) != n:
-        raise ValueError(f"{len(targets)} targets for {n} images")
     sizer = sizer or BatchSizer(max(1, n))
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, p in enumerate(prepared):
-        groups.setdefault(tuple(p.x.shape), []).append(i)
     out: list[Any] = [None] * n
-    for idx in groups.values():
-        t = [targets[i] for i in idx]
-        want = _group_target(t, single, K) if gradients else None
+    for idx, want in groups:
         spec = resolve_target(want, len(idx), K, is_feature_model(model))[0] if want is not None else None
         grads = spec is not None
         shape = shape_of_result(pipeline, prepared[idx[0]], gradients=grads, source=sources[idx[0]],
                                 pooled=model.attn_pool is not None)
         plan = plan_streaming(shape, demands(shape) if demands is not None else (), statistics=statistics)
         size = sizer.fit(model, shape.grid, gradients=grads, device=pipeline.device,
-                         extra_per_image=_forward_product_bytes(plan, shape, grads))
+                         extra_per_image=_forward_product_bytes(plan, shape))
         i = 0
         while i < len(idx):
             chunk = idx[i:i + size]

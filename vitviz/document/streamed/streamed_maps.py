@@ -6,14 +6,16 @@ of the views made from that, through the views' own code; :class:`StreamedSessio
 The result is an :class:`~vitviz.pipeline.InferenceResult` whose every-layer tensors (attentions, tokens, attention
 gradients) are shapes without data (``device="meta"``: a computation that would read them fails loudly instead of
 reading zeros); what is small is real (logits, the target, an attention-pool head's row and gradient, LeGrad's and
-GradCAM's per-layer maps, the model's data). A view's map is made
+GradCAM's per-layer maps, the model's data). A view's map is made by
+the view from what was gathered for it (:meth:`vitviz.views.View.streamed_map`, written once per input kind in
+:mod:`vitviz.views.kinds`):
 
-* for the [CLS] and query views, from the one attention row it reads: the view computes on a result whose attention
-  is that row at every layer and query (an expanded view of it, no copy), so the view's own code picks it;
-* for the token views, likewise from the one layer's tokens;
-* for rollout, gradient rollout and relevance, from the row of the product kept for its start layer, as the views'
-  analyses finish theirs (the patch columns, float32, the grid);
-* for the position-embedding, LeGrad and GradCAM views, by the view from the result itself.
+* a view of attention rows (the [CLS] and query views) from the one row it reads: the view computes on a result whose
+  attention is that row at every layer and query (an expanded view of it, no copy), so its own code picks it;
+* a view of tokens likewise from the one layer's tokens;
+* a product view (rollout, gradient rollout, relevance) from the row of the product kept for its start layer, as the
+  views' analyses finish theirs (the patch columns, float32, the grid);
+* a view of the whole result (position embeddings, LeGrad, GradCAM) from the result itself.
 """
 
 from __future__ import annotations
@@ -27,17 +29,10 @@ import torch
 from vitviz import analysis as A
 from vitviz._util.arrays import to_numpy
 from vitviz.document.session import Session
-from vitviz.document.streamed.demands import (
-    PRODUCT_VIEWS,
-    RESULT_VIEWS,
-    ROW_VIEWS,
-    TOKEN_VIEWS,
-    NotStreamable,
-    product_key,
-    row_query,
-)
-from vitviz.views.base import View, as_grid, pool_row
+from vitviz.document.streamed.demands import check_streamable
+from vitviz.views.base import View
 from vitviz.views.options import ViewOptions
+from vitviz.views.stream_plan import NotStreamable, Product
 
 __all__ = ["StreamedImage", "StreamedSession"]
 
@@ -51,8 +46,8 @@ class StreamedImage:
         rows: ``(layer, query token) -> [H, N]`` float32 attention rows.
         tokens: ``token index -> [N, D]`` float32 (0: the embeddings; ``l + 1``: block ``l``'s output).
         norms: ``[L+1, N]`` float32, every token's L2 norm at every layer (the artefact tokens), or None.
-        products: ``product key -> {start layer: [N] float64 row}`` (:func:`~vitviz.document.streamed.demands.
-            product_key`).
+        products: ``product -> {start layer: [N] float64 row}`` (:class:`vitviz.views.stream_plan.Product`, named by
+            the product views' :meth:`~vitviz.views.WholeAttentionView.product`).
         distances, entropies: ``[L, H]`` float32 mean attention distance (pixels) and entropy (nats), or None.
     """
 
@@ -60,70 +55,36 @@ class StreamedImage:
     rows: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
     tokens: dict[int, torch.Tensor] = field(default_factory=dict)
     norms: torch.Tensor | None = None
-    products: dict[tuple, dict[int, torch.Tensor]] = field(default_factory=dict)
+    products: dict[Product, dict[int, torch.Tensor]] = field(default_factory=dict)
     distances: np.ndarray | None = None
     entropies: np.ndarray | None = None
 
-    def _missing(self, view: View, what: str) -> NotStreamable:
+    def missing(self, view: View, what: str) -> NotStreamable:
+        """The error for a map whose input the pass did not gather (``what``, in words)."""
         return NotStreamable(f"the streamed pass of {self.result.source} did not gather {what} for the view "
                              f"{view.key!r} (it was not asked for)")
 
-    def _with(self, **capture: Any) -> Any:
+    def with_capture(self, **capture: Any) -> Any:
+        """The result with the capture fields ``capture`` replaced (the gathered rows or tokens in place of every
+        layer's)."""
         r = self.result
         return replace(r, capture=replace(r.capture, **capture))
 
-    def _row_result(self, view: View, options: ViewOptions) -> Any:
-        r = self.result
-        L, H, N = r.num_layers, r.num_heads, int(r.attentions.shape[-1])
-        key = (int(options.layer) % L, row_query(view, options, r))
-        row = self.rows.get(key)
-        if row is None:
-            raise self._missing(view, f"the attention row of token {key[1]} at layer {key[0]}")
-        return self._with(attentions=row[None, :, None, :].expand(L, H, N, N))
-
-    def _token_result(self, view: View, options: ViewOptions) -> Any:
-        r = self.result
-        tok = self.tokens.get(int(options.layer) + 1)
-        if tok is None:
-            raise self._missing(view, f"the tokens of layer {options.layer}")
-        return self._with(tokens=tok[None].expand(r.num_layers + 1, *tok.shape))
-
     def map(self, view: View, options: ViewOptions) -> np.ndarray | None:
         """The view's map at ``options``, float32 ``[gh, gw]``, as :meth:`View.compute` of the stored result; None
-        when the view is unavailable for the result.
+        when the view is unavailable for the result (:meth:`View.streamed_map`, by the view's input kind).
 
         Raises:
             NotStreamable: the pass did not gather what the map needs, or the view has no streamed form.
         """
-        r, k = self.result, view.key
-        if view.uses_attention and view.ignores_artefacts(options):
-            raise NotStreamable(f"{k} with 'ignore artefact tokens' is not made from a stream")
-        if k in ROW_VIEWS:
-            if k == "cls" and pool_row(r) is not None:
-                return view.compute(r, options)
-            return view.compute(self._row_result(view, options), options)
-        if k in PRODUCT_VIEWS:
-            if view.unavailable(r):
-                return None
-            key, start = product_key(view, options, r.num_layers)
-            row = self.products.get(key, {}).get(start)
-            if row is None:
-                raise self._missing(view, f"the product {key} from layer {start}")
-            p = r.num_prefix_tokens
-            return as_grid(row[p:].reshape(r.grid).to(torch.float32), r.grid)
-        if k in TOKEN_VIEWS:
-            return view.compute(self._token_result(view, options), options)
-        if k in RESULT_VIEWS:
-            return view.compute(r, options)
-        raise NotStreamable(f"the view {k!r} has no streamed form")
+        check_streamable(view, options)
+        return view.streamed_map(self, options)
 
     def rgb(self, view: View, options: ViewOptions) -> np.ndarray | None:
-        """An RGB view's picture (:meth:`View.compute_rgb`), from the layer's tokens."""
+        """An RGB view's picture (:meth:`View.streamed_rgb`), from what the pass gathered."""
         if not view.rgb:
             return None
-        if view.key in TOKEN_VIEWS:
-            return view.compute_rgb(self._token_result(view, options), options)
-        raise NotStreamable(f"the view {view.key!r} has no streamed picture")
+        return view.streamed_rgb(self, options)
 
     def artefacts(self) -> Any:
         """The high-norm patch tokens (:func:`vitviz.analysis.high_norm_tokens` at its defaults) from every layer's
