@@ -572,5 +572,6 @@ class MainWindow(ImageDrops, QMainWindow):
         finally:
             if self.compare_window is not None:
                 self.compare_window.close()  # it frees its results
+            self.exports.shutdown()  # an export still running is cancelled (its file: complete or absent)
             self.controller.shutdown()  # the worker stops; the model and the kept tables are let go
         super().closeEvent(event)
