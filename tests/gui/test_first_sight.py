@@ -246,3 +246,35 @@ def test_a_diffuse_method_on_a_small_model_points_to_the_faithfulness_table(qtbo
     assert "Faithfulness tab" not in heads_figure(s).caption
     window.set_view("rollout")
     assert "Faithfulness tab" not in view_figure(s).caption
+
+
+def test_heads_grid_tiles_draw_excluded_artefact_tokens_grey_as_the_canvas_does(qtbot, window, image_path):
+    from vitviz.document.panel import heads_figure
+
+    r = open_and_wait(qtbot, window, image_path)
+    s = window.session
+    _plant_artefact(s, r, 2, 1)
+    window.set_view("cls")
+    window.refresh_view()
+    gh, gw = r.grid
+    for all_layers in (False, True):
+        window.heads.grid_toggle.setChecked(all_layers)
+        window.heads.refresh(s, force=True)
+        m = window.heads.mosaic
+        th, tw = m.tile
+        f = th // gh
+        img = np.asarray(m.item.image)  # [H, W, 4]: the tiles laid out with their gaps
+        for t in range(m.rows * m.cols if not all_layers else 3):
+            ty, tx = divmod(t, m.cols)
+            y, x = ty * (th + m.gap), tx * (tw + m.gap)
+            assert tuple(img[y + 2 * f, x + 1 * f]) == (*NEUTRAL_RGB, 255)  # the flagged patch: grey on every tile
+            assert tuple(img[y, x][:3]) != NEUTRAL_RGB  # a kept one (0, 0): a colour of the scale
+        assert "grey" in window.heads.scale_bar.toolTip()
+    fig = heads_figure(s)
+    assert all(p.neutral == ((2, 1),) for p in fig.panels) and "(grey)" in fig.caption
+    # the scale including them again: no grey
+    s.set_options(scale_excludes_artefacts=False)
+    window.heads.refresh(s, force=True)
+    img = np.asarray(window.heads.mosaic.item.image)
+    f = window.heads.mosaic.tile[0] // gh
+    assert tuple(img[2 * f, 1 * f][:3]) != NEUTRAL_RGB and heads_figure(s).panels[0].neutral == ()
