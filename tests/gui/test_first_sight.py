@@ -279,3 +279,22 @@ def test_heads_grid_tiles_draw_excluded_artefact_tokens_grey_as_the_canvas_does(
     img = np.asarray(window.heads.mosaic.item.image)
     f = window.heads.mosaic.tile[0] // gh
     assert tuple(img[2 * f, 1 * f][:3]) != NEUTRAL_RGB and heads_figure(s).panels[0].neutral == ()
+
+
+def test_the_distance_and_entropy_plots_say_their_precision(qtbot, window, image_path):
+    import pytest
+
+    from vitviz.devices import available_precisions
+
+    open_and_wait(qtbot, window, image_path)
+    first = window.controller.pipeline.precision
+    plots = window.plots
+    assert plots.dist_title.text().endswith(f"· computed in {first}")
+    assert plots.ent_title.text().endswith(f"· computed in {first}")
+    second = "fp32" if first == "bf16" else "bf16"
+    if second not in available_precisions("cpu"):
+        pytest.skip("the CPU offers no bf16 here")
+    with qtbot.waitSignal(window.resultShown, timeout=60000):
+        window.set_precision(second)
+    assert plots.dist_title.text().endswith(f"· computed in {second}")
+    assert plots.ent_title.text().endswith(f"· computed in {second}")
