@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from PIL import Image
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QApplication, QWidget
 
 from vitviz import imaging
 from vitviz.document import panel
 from vitviz.document.session import Session
-from vitviz.gui.dialogs import Dialogs, write_asking
+from vitviz.gui.dialogs import Dialogs, qimage_from_rgb, write_asking
 from vitviz.gui.export_jobs import ExportJobs, ExportTask, Progress
 from vitviz.gui.settings import Prefs
 from vitviz.gui.worker import describe_error
@@ -203,6 +203,13 @@ class ExportService:
         if animation:
             return self.export_animation(path, scale=scale, background=True)
         return self.export_view(path, heads=heads, all_layers=all_layers, scale=scale, background=True)
+
+    def copy_view(self) -> None:
+        """Edit > Copy: the view as the figure files draw it, onto the clipboard."""
+        arr = panel.render_view(self.session)
+        if arr is not None:
+            QApplication.clipboard().setImage(qimage_from_rgb(arr))
+            self.status(f"Copied the view ({arr.shape[1]}×{arr.shape[0]}) to the clipboard", 5000)
 
     def shutdown(self) -> None:
         """Cancel a running export and stop its thread (the window closes)."""
