@@ -331,15 +331,23 @@ def test_undo_and_redo_step_through_view_layer_option_and_target_changes(qtbot, 
     window.undo()
     window.set_query(0)
     assert not window.redo()
+    # a choice is a step of its own: two views chosen, two steps
+    window.set_view("relevance")
+    window.set_view("rollout")
+    window.undo()
+    assert s.options.view == "relevance"
     # a target: undone by running the image again with the earlier one
     before = s.result.target
     other = (before + 1) % len(s.result.labels)
-    with qtbot.waitSignal(window.resultShown, timeout=60000):
-        window.set_target(other)
-    assert s.result.target == other
-    with qtbot.waitSignal(window.resultShown, timeout=60000):
-        window.acts.undo.trigger()
-    assert s.result.target == before
+    third = (before + 2) % len(s.result.labels)
+    for t in (other, third):
+        with qtbot.waitSignal(window.resultShown, timeout=60000):
+            window.set_target(t)
+    assert s.result.target == third
+    for t in (other, before):  # each target a step
+        with qtbot.waitSignal(window.resultShown, timeout=60000):
+            window.acts.undo.trigger()
+        assert s.result.target == t
 
 
 def test_opening_a_photo_with_the_demo_model_does_not_widen_the_controls_dock(qtbot, settings, image_path):

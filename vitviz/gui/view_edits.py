@@ -3,9 +3,10 @@
 Every control of the window writes its change here; :class:`ViewEdits` writes it to the session's options and asks for
 a redraw. Each change first remembers what was shown (the options and the target) on a short history, so Edit > Undo
 (Ctrl+Z) and Redo (Ctrl+Shift+Z) step back and forth, as an image editor's history does: consecutive changes of the
-same options (dragging the layer slider through ten layers, a colour scale typed digit by digit) are one step, and a
-new change after an undo drops the redo steps. Undoing a target runs the image again with the earlier target (in the
-background, as choosing it did).
+same slider or spin box (:data:`GRADUAL`: dragging the layer slider through ten layers, a colour range typed digit by
+digit) are one step, every view, head, patch, colour map or target chosen a step of its own, and a new change after
+an undo drops the redo steps. Undoing a target runs the image again with the earlier class target (in the background,
+as choosing it did); a similarity target chosen in the target box is not in the history.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from typing import Any
 from vitviz.document.session import Session
 
 HISTORY = 50  # steps kept
+GRADUAL = frozenset({"layer", "opacity", "discard_ratio", "percentile", "fixed_range", "scale", "mask_keep"})
+"""Options set by a slider or a spin box (a drag, digits typed): a run of changes of the same ones is one step. A
+view, head, patch, colour map or target chosen is a step of its own."""
 
 
 @dataclass(frozen=True)
@@ -56,15 +60,16 @@ class ViewEdits:
         return Shown(self.session.options, None if r is None else self.target_of(r))
 
     @staticmethod
-    def target_of(result: Any) -> Any:
-        return result.target if result.target is not None else result.target_spec
+    def target_of(result: Any) -> int | None:
+        """The class target of ``result`` (a similarity or text target is not kept in the history: None)."""
+        return None if result.target is None else int(result.target)
 
     def remember(self, keys: frozenset[str], shown: Shown | None = None) -> None:
         """Before a change of ``keys``: what is shown now (or ``shown``) becomes an undo step (one step for a run of
         changes of the same keys); the redo steps go."""
         if self.session.result is None:
             return
-        if not (keys == self.last_keys and self.undo_steps):
+        if not (keys == self.last_keys and keys <= GRADUAL and self.undo_steps):
             self.undo_steps.append(shown or self.shown())
             del self.undo_steps[:-HISTORY]
         self.last_keys = keys
