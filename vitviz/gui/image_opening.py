@@ -1,5 +1,6 @@
 """Opening images in the main window: the file dialog, a list of paths (a session file among them opens as a session),
-PageUp / PageDown through the open images, the bundled samples, and each image run with the model it asks for."""
+PageUp / PageDown through the open images, the bundled samples, File > Open recent, and each image run with the model
+it asks for."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from vitviz.demo import sample_images
 from vitviz.document.session import Session
 from vitviz.gui.dialogs import Dialogs
+from vitviz.gui.menus import fill_recent_menu
 from vitviz.gui.session_files import is_session_file
 from vitviz.gui.settings import Prefs
 
@@ -23,16 +25,29 @@ class ImageOpener:
         dialogs: the file dialog.
         switch_for_photo: picks the model a photo asks for (the bundled shapes model is for its shapes).
         open_session: opens a ``.vitviz.json`` (or a figure vitviz exported) given among the paths.
+        recent_menu: File > Open recent (a ``QMenu``), filled from the remembered files.
     """
 
     def __init__(self, session: Session, controller: Any, prefs: Prefs, dialogs: Dialogs, *,
-                 switch_for_photo: Callable[[str], None], open_session: Callable[[str], Any]):
+                 switch_for_photo: Callable[[str], None], open_session: Callable[[str], Any], recent_menu: Any):
         self.session = session
         self.controller = controller
         self.prefs = prefs
         self.dialogs = dialogs
         self.switch_for_photo = switch_for_photo
         self.open_session = open_session
+        self.recent_menu = recent_menu
+
+    def fill_recent(self) -> None:
+        """File > Open recent from the remembered files (with its Clear entry)."""
+        fill_recent_menu(self.recent_menu, self.prefs.recent_files(), lambda p: self.open([p]),
+                         lambda: (self.prefs.clear_recent_files(), self.fill_recent()))
+
+    def remember_shown(self, source: str) -> None:
+        """An image of the set was shown: first in File > Open recent."""
+        if source in self.session.images:
+            self.prefs.add_recent_file(source)
+            self.fill_recent()
 
     def open_samples(self) -> None:
         """The bundled sample images, when nothing else was opened."""

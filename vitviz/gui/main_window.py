@@ -40,7 +40,7 @@ from vitviz.gui.geometry import fit_docks, place_window
 from vitviz.gui.heads import HeadsPanel
 from vitviz.gui.image_drops import ImageDrops
 from vitviz.gui.image_opening import ImageOpener
-from vitviz.gui.menus import LEFT, RIGHT, add_docks, build_menus, build_toolbar, canvas_area, fill_recent_menu
+from vitviz.gui.menus import LEFT, RIGHT, add_docks, build_menus, build_toolbar, canvas_area
 from vitviz.gui.model_choice import ModelChoice, offer_photo_models
 from vitviz.gui.panels import ControlsPanel, PredictionsPanel
 from vitviz.gui.plots import PlotsPanel
@@ -136,7 +136,8 @@ class MainWindow(ImageDrops, QMainWindow):
         self.prompts = PromptPicker(self, session=self.session, controller=self.controller, shown=self.resultShown,
                                     predictions=self.predictions, set_options=self._set, status=say)
         self.images = ImageOpener(self.session, self.controller, self.prefs, self._dialogs,
-                                  switch_for_photo=self.models.switch_for_photo, open_session=self.open_session)
+                                  switch_for_photo=self.models.switch_for_photo, open_session=self.open_session,
+                                  recent_menu=self.menus.recent)
         self.edits = ViewEdits(self.session, redraw=lambda: self.refresh_view(), controller=self.controller,
                                choose_target=self.targets.choose, status=say)  # every change, and its undo
         self.open_tokens = TokenReader(self, session=self.session, controller=self.controller,
@@ -219,7 +220,7 @@ class MainWindow(ImageDrops, QMainWindow):
         self.session.set_options(**self.prefs.view_options(first_view=first_view))
         self.model_bar.fill_devices(self.device, self.precision)
         self.models.fill_bar()
-        self._rebuild_recent_menu()
+        self.images.fill_recent()
         self._refresh_all()
 
     def save_settings(self) -> None:
@@ -228,10 +229,6 @@ class MainWindow(ImageDrops, QMainWindow):
         self.prefs.save_view_options(self.session.options)
         self.prefs.save_model(self.model_key, self.device, self.precision)
         self.prefs.sync()
-
-    def _rebuild_recent_menu(self) -> None:
-        fill_recent_menu(self.menus.recent, self.prefs.recent_files(), lambda p: self.open_images([p]),
-                         lambda: (self.prefs.clear_recent_files(), self._rebuild_recent_menu()))
 
     # ================================================================== models (vitviz.gui.model_choice)
     def load_model(self, ref: str, *, initial: bool = False) -> None:
@@ -293,9 +290,8 @@ class MainWindow(ImageDrops, QMainWindow):
             centre = not self.edits.query_chosen and self.sessions.pending is None  # (a session's own patch is kept)
             self.sessions.before_result(result)  # an opened session's options, as its image arrives
             self.session.set_result(result, centre_query=centre)
-            if remember and result.source in self.session.images:
-                self.prefs.add_recent_file(result.source)
-                self._rebuild_recent_menu()
+            if remember:
+                self.images.remember_shown(result.source)  # File > Open recent
             self._refresh_all(new_result=True)
             self._update_offer()
         except Exception as e:  # noqa: BLE001 - shown, never only printed
