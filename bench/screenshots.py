@@ -218,6 +218,10 @@ def first_sight_shots(app, settings_for, out: Path, tmp: Path, image: str, size:
     wait(lambda: demo.session.result is not None)
     wait(lambda: False, timeout=0.5)
     shot(demo, "first_screen_demo")
+    shown = demo.session.result
+    demo.open_images([image])  # a photo on the shapes model: the first-run offer, the docks as wide as before
+    wait(lambda: demo.session.result is not shown)
+    shot(demo, "demo_on_a_photo_offer")
     demo.close()
     if model is None:
         return errors
@@ -238,6 +242,25 @@ def first_sight_shots(app, settings_for, out: Path, tmp: Path, image: str, size:
     win.set_view("cls")
     win.heads.grid_toggle.setChecked(True)
     shot(win, "vit_ti_heads_all_layers")
+    # File > Export of every layer x head at print size, off the window: the screen while its progress dialog shows
+    task = win.exports.export_view(str(tmp / "heads_print.png"), heads=True, all_layers=True, scale="print",
+                                   background=True)
+    wait(lambda: task.ended or (task.dialog is not None and task.dialog.isVisible()))
+    wait(lambda: False, timeout=0.3)
+    app.primaryScreen().grabWindow(0).save(str(out / f"vit_ti_export_progress_{tag}.png"))
+    print(out / f"vit_ti_export_progress_{tag}.png")
+    wait(lambda: task.ended, timeout=120)
+    # the faithfulness tab, measured in fp32 as vitviz evaluate (a few steps: a picture, not a benchmark)
+    tab = win.plots.faithfulness
+    win.plots.setCurrentWidget(tab)
+    tab.steps_spin.setValue(5)
+    tab.seeds = 2
+    tab.run()
+    wait(lambda: tab.shown is not None, timeout=300)
+    for _ in range(8):
+        app.processEvents()
+    win.docks["plots"].grab().save(str(out / f"vit_ti_faithfulness_fp32_{tag}.png"))
+    print(out / f"vit_ti_faithfulness_fp32_{tag}.png")
     win.heads.full_toggle.setChecked(True)  # the grid over the whole window (the floated heads dock)
     wait(lambda: False, timeout=0.5)
     for _ in range(8):

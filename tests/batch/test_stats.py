@@ -59,7 +59,7 @@ def test_stats_are_the_mean_and_spread_of_the_window_numbers(tmp_path, capsys):
     assert len(rows) == L * H == 4 * 2
     for r in rows:
         l, h = int(r["layer"]), int(r["head"])
-        assert r["model"] == "vitviz shapes demo (ViT 112/8)" and r["images"] == "6"
+        assert r["model"] == "vitviz shapes demo (ViT 112/8)" and r["images"] == "6" and r["precision"] == "fp32"
         np.testing.assert_allclose(float(r["mean_distance_px"]), dist[:, l, h].mean(), rtol=1e-4)
         np.testing.assert_allclose(float(r["sd_distance_px"]), dist[:, l, h].std(ddof=1), rtol=1e-3, atol=1e-4)
         np.testing.assert_allclose(float(r["mean_entropy_nats"]), ent[:, l, h].mean(), rtol=1e-4)
@@ -75,11 +75,11 @@ def test_stats_are_the_mean_and_spread_of_the_window_numbers(tmp_path, capsys):
     svg = (out / f"{FIGURE}.svg").read_text()
     for text in ("mean attention distance (input px)", "mean attention entropy (nats)", "network depth (layer)",
                  "head 0", "head 1", "mean ± 1 sd over images", "uniform attention (ln 197)", "patch column",
-                 "patch row", "fraction of images flagged", "6 images"):
+                 "patch row", "fraction of images flagged", "6 images", "computed in fp32"):
         assert text in svg, text
     # the window reads the CSV back
     back = read_stats_csv(out / STATS_CSV)
-    assert back.images == 6 and back.distance_mean.shape == (L, H)
+    assert back.images == 6 and back.distance_mean.shape == (L, H) and back.precision == "fp32"
     np.testing.assert_allclose(back.distance_mean, dist.mean(0), rtol=1e-4)
 
 
@@ -185,3 +185,22 @@ def test_stats_cli_failures_and_refusals(tmp_path, capsys):
         assert main(["stats", "--model", "demo", str(tmp_path / "imgs"), "--out", str(tmp_path / "o4")] + bad) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and needle in err
+
+
+def test_the_stats_csv_says_its_precision_and_an_older_csv_without_it_still_reads(tmp_path):
+    from dataclasses import replace
+
+    from vitviz.batch.stats import STATS_COLUMNS, DatasetStats
+    from vitviz.batch.stats_files import csv_bytes, stats_rows, write_outputs
+
+    L, H = 2, 3
+    stats = DatasetStats(model="m", images=2, distance_mean=np.ones((L, H)), distance_sd=np.zeros((L, H)),
+                         entropy_mean=np.ones((L, H)), entropy_sd=np.zeros((L, H)))
+    write_outputs(replace(stats, precision="bf16"), tmp_path / "o")
+    assert {r["precision"] for r in _rows(tmp_path / "o" / STATS_CSV)} == {"bf16"}
+    assert read_stats_csv(tmp_path / "o" / STATS_CSV).precision == "bf16"
+    assert "computed in bf16" in (tmp_path / "o" / f"{FIGURE}.svg").read_text()
+    old = tmp_path / "old.csv"  # written before the column existed
+    old.write_bytes(csv_bytes(STATS_COLUMNS[:-1], [row[:-1] for row in stats_rows(stats)]))
+    back = read_stats_csv(old)
+    assert back.precision == "" and back.distance_mean.shape == (L, H)

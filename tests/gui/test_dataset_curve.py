@@ -46,7 +46,8 @@ def test_dataset_curve_beside_this_image(qtbot, window, image_path, tmp_path):
     # cleared: the image alone again, its own y range
     plots.clear_dataset()
     assert plots.dataset_curve() is None and "data set: mean of heads" not in plots.legend_labels()
-    assert plots.dist_title.text() == "Mean attention distance per layer and head · this image"
+    assert plots.dist_title.text() == "Mean attention distance per layer and head · this image · computed in " \
+        + r.precision
     assert plots.dist_plot.getViewBox().viewRange()[1][1] < 500.0
 
 

@@ -2,11 +2,14 @@
 size choice, metadata, and errors (offscreen)."""
 
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 from gui_helpers import Recorder, open_and_wait
 from PIL import Image
+from PySide6.QtWidgets import QPushButton
 
 from vitviz import imaging
 from vitviz.document import appearance
@@ -50,6 +53,15 @@ def test_export_view_defaults_to_print_size_and_writes_each_format(qtbot, window
     assert not (tmp_path / "v.jpg").exists()
 
 
+def wait_export(qtbot, w):
+    """Wait for the export File > Export started off the GUI thread to end; it must have written its file."""
+    task = w.exports.task
+    assert task is not None
+    qtbot.waitUntil(lambda: task.ended, timeout=120000)
+    assert task.state == "done", task.message
+    return task
+
+
 def _svg_texts(path):
     import xml.etree.ElementTree as ET
 
@@ -62,6 +74,7 @@ def test_the_export_dialog_offers_types_and_sizes_and_remembers_them(qtbot, wind
     out = tmp_path / "chosen.png"
     w.dialogs = ExportRecorder(answer=(str(out), "2"))
     w.acts.export.trigger()
+    wait_export(qtbot, w)
     (title, suggested, filters, scales, scale), = w.dialogs.asked
     assert filters == (".png", ".svg", ".pdf") and scales[:2] == ("print", "native") and scale == "print"
     assert suggested.endswith(".png") and Path(suggested).stem == Path(w.session.export_name()).stem
@@ -101,6 +114,7 @@ def test_layer_animation_from_the_window(qtbot, window, image_path, tmp_path):
     w.dialogs = ExportRecorder(answer=(str(out), "native"))
     assert "animation" in " ".join(a.text().lower() for a in w.menuBar().actions()[0].menu().actions())
     w.acts.export_animation.trigger()
+    wait_export(qtbot, w)
     with Image.open(out) as im:
         assert im.n_frames == w.session.result.num_layers
     assert w.dialogs.asked[0][2] == (".gif", ".apng", ".mp4")
@@ -145,3 +159,74 @@ def test_read_only_folder_shows_an_error_and_keeps_the_file(qtbot, window, image
     assert "Export failed" in title and str(old) in msg and "not writable" in msg
     assert old.read_bytes() == b"an earlier figure" and [p.name for p in folder.iterdir()] == ["view.png"]
     assert w.session.result is not None and np.isfinite(w.session.current_map()).all()
+
+
+def test_file_export_draws_off_the_gui_thread_with_a_progress_dialog(qtbot, window, image_path, tmp_path, monkeypatch):
+    w = window
+    open_and_wait(qtbot, w, image_path)
+    out = tmp_path / "print.png"
+    w.dialogs = ExportRecorder(answer=(str(out), "print"))
+    threads, dialogs = [], []
+    real = F.save
+
+    def save(*a, **k):
+        threads.append(threading.current_thread())
+        return real(*a, **k)
+
+    monkeypatch.setattr(F, "save", save)
+    w.acts.export.trigger()
+    task = w.exports.task
+    dialogs.append(task.dialog)  # the progress dialog with its Cancel button exists while the export runs
+    assert dialogs[0] is not None and dialogs[0].labelText().startswith("Writing print.png")
+    wait_export(qtbot, w)
+    assert threads and threads[0] is not threading.main_thread()
+    with Image.open(out) as im:
+        im.load()  # complete: decodes to the end
+        assert max(im.size) >= 2048
+    assert task.dialog is None and task.out == out and "Exported" in w.statusBar().currentMessage()
+
+
+def test_cancelling_an_export_leaves_no_file_nor_a_partial_one(qtbot, window, image_path, tmp_path, monkeypatch):
+    """The cancel arrives while the export is under way (the worker held at its start by the test, not by timing):
+    the writer stops at its next step, nothing is written, no temporary file stays behind, the status says so."""
+    w = window
+    w.dialogs = w.dialogs_recorder
+    open_and_wait(qtbot, w, image_path)
+    started, go = threading.Event(), threading.Event()
+    real = F.save
+
+    def held_save(*a, **k):
+        started.set()
+        go.wait(60)
+        return real(*a, **k)
+
+    monkeypatch.setattr(F, "save", held_save)
+    out = tmp_path / "cancelled" / "view.png"
+    out.parent.mkdir()
+    task = w.exports.export_view(str(out), scale="print", background=True)
+    qtbot.waitUntil(started.is_set, timeout=60000)
+    task.dialog.findChild(QPushButton).click()  # the dialog's Cancel button
+    go.set()
+    qtbot.waitUntil(lambda: task.ended, timeout=120000)
+    assert task.state == "cancelled" and task.out is None
+    assert list(out.parent.iterdir()) == []
+    assert "cancelled" in w.statusBar().currentMessage() and w.dialogs.errors == []
+
+
+def test_the_figure_writer_stops_before_writing_when_cancelled_after_drawing(tmp_path, qtbot, window, image_path):
+    """The steps of :func:`figures.save` driven by hand: a cancel reported after the drawing writes nothing; the same
+    export not cancelled writes a complete file."""
+    open_and_wait(qtbot, window, image_path)
+    spec = P.view_figure(window.session)
+    calls = []
+
+    def cancel_after_drawing(done, total):
+        calls.append(done)
+        return done < 1
+
+    with pytest.raises(InterruptedError):
+        F.save(spec, tmp_path / "a.png", scale="native", progress=cancel_after_drawing)
+    assert calls == [0, 1] and list(tmp_path.glob("a*")) == [] and list(tmp_path.glob(".a*")) == []
+    out = F.save(spec, tmp_path / "a.png", scale="native", progress=lambda d, t: True)
+    with Image.open(out) as im:
+        im.load()

@@ -53,6 +53,11 @@ def _run(qtbot, w, timeout=60000):
     return tab.shown
 
 
+def _in_window_precision(tab):
+    """The tab measures the result on screen (its maps are the window's): the library's numbers on that result."""
+    tab.precision_combo.setCurrentIndex(tab.precision_combo.findData("window"))
+
+
 def _num(text: str) -> float:
     return float(text.replace("★", "").split("±")[0].strip())
 
@@ -99,6 +104,7 @@ def test_run_fills_the_table_with_the_numbers_of_evaluate_views(qtbot, demo_wind
     w = demo_window
     tab = w.plots.faithfulness
     open_and_wait(qtbot, w, samples[0])
+    _in_window_precision(tab)
     t = _run(qtbot, w)
     assert tab.shown_key == tab.current_key and tab.table.isEnabled()
     assert not tab.progress.isVisible() and not tab.cancel_button.isVisible()
@@ -222,6 +228,7 @@ def test_row_click_shows_the_map_of_that_row(qtbot, demo_window, samples):
     open_and_wait(qtbot, w, samples[0])
     # the user's own rollout settings differ from those the table's maps are computed with
     w._set(view="rollout", head_fusion="max", discard_ratio=0.5, start_layer=1, ignore_artefacts=True)
+    _in_window_precision(tab)
     t = _run(qtbot, w)
     L = w.session.result.num_layers
     rows = {v.key: i for i, v in enumerate(t.views)}
@@ -329,6 +336,7 @@ def test_a_feature_model_with_a_similarity_target_is_measured(qtbot, settings, t
     w.plots.setCurrentWidget(tab)
     tab.steps_spin.setValue(STEPS)
     tab.seeds = SEEDS
+    _in_window_precision(tab)
     with qtbot.waitSignal(w.resultShown, timeout=30000):
         w.set_target(TargetChoice("image", path=str(ref)))
     assert w.session.result.target_text() == "similar to image ref.png"
@@ -453,3 +461,40 @@ def test_ground_truth_mask_outline_and_localisation_scores(qtbot, demo_window, t
     assert box.status.text() == (f"{tmp_path / 'masks' / 'star.png'}: the mask is 10x10 pixels but its image "
                                  f"{wd}x{h}")
     assert not w.canvas.truth_outline.isVisible() and not box.table.isVisible()
+
+
+def test_the_tab_measures_in_fp32_by_default_with_the_numbers_of_vitviz_evaluate(qtbot, demo_window, samples):
+    """The window computes in bf16 where the CPU offers it; the tab's default, fp32 (as vitviz evaluate), gives the
+    numbers of the library run as ``vitviz evaluate`` runs it: a model of its own in fp32 on the image file. The
+    window's model is back in its own precision afterwards; "the window's precision" measures the result on screen."""
+    import torch
+
+    from vitviz.demo import load_demo_model
+    from vitviz.devices import available_precisions
+    from vitviz.evaluate import evaluate_views
+    from vitviz.pipeline import Pipeline
+
+    w = demo_window
+    if "bf16" in available_precisions("cpu"):
+        w.set_precision("bf16")
+    open_and_wait(qtbot, w, samples[0])
+    own = w.controller.pipeline.precision
+    tab = w.plots.faithfulness
+    assert tab.precision == "fp32" and "vitviz evaluate" in tab.precision_combo.currentText()
+    t = _run(qtbot, w)
+    assert "computed in fp32" in tab.status.text()
+    ref = evaluate_views(Pipeline(load_demo_model(), precision="fp32"), str(samples[0]),
+                         target=w.session.result.target, steps=STEPS, baseline="mean", seeds=SEEDS)
+    assert t.probability == pytest.approx(ref.probability, abs=1e-5)
+    for row, v in enumerate(ref.views):
+        assert _num(tab.cell_text(row, 1)) == pytest.approx(v.deletion_auc, abs=6e-4)
+        assert _num(tab.cell_text(row, 2)) == pytest.approx(v.insertion_auc, abs=6e-4)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[own]
+    assert next(w.controller.pipeline.model.parameters()).dtype == dtype  # cast back to the window's precision
+    # the window's precision: the result on screen, as the library measures it
+    _in_window_precision(tab)
+    t2 = _run(qtbot, w)
+    assert f"computed in {own}" in tab.status.text()
+    mine = evaluate_views(w.controller.pipeline, w.session.result, steps=STEPS, baseline="mean", seeds=SEEDS)
+    for row, v in enumerate(mine.views):
+        assert t2.views[row].deletion_auc == pytest.approx(v.deletion_auc, abs=6e-4)

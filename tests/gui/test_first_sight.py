@@ -121,6 +121,7 @@ def test_the_figures_and_the_faithfulness_table_say_their_precision(qtbot, windo
     window.plots.setCurrentWidget(tab)
     tab.steps_spin.setValue(4)
     tab.seeds = 2
+    tab.precision_combo.setCurrentIndex(tab.precision_combo.findData("window"))  # (default: fp32, as evaluate)
     with qtbot.waitSignal(window.controller.evaluationReady, timeout=120000):
         qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
     text = tab.status.text()
@@ -247,3 +248,125 @@ def test_a_diffuse_method_on_a_small_model_points_to_the_faithfulness_table(qtbo
     assert "Faithfulness tab" not in heads_figure(s).caption
     window.set_view("rollout")
     assert "Faithfulness tab" not in view_figure(s).caption
+
+
+def test_heads_grid_tiles_draw_excluded_artefact_tokens_grey_as_the_canvas_does(qtbot, window, image_path):
+    from vitviz.document.panel import heads_figure
+
+    r = open_and_wait(qtbot, window, image_path)
+    s = window.session
+    _plant_artefact(s, r, 2, 1)
+    window.set_view("cls")
+    window.refresh_view()
+    gh, gw = r.grid
+    for all_layers in (False, True):
+        window.heads.grid_toggle.setChecked(all_layers)
+        window.heads.refresh(s, force=True)
+        m = window.heads.mosaic
+        th, tw = m.tile
+        f = th // gh
+        img = np.asarray(m.item.image)  # [H, W, 4]: the tiles laid out with their gaps
+        for t in range(m.rows * m.cols if not all_layers else 3):
+            ty, tx = divmod(t, m.cols)
+            y, x = ty * (th + m.gap), tx * (tw + m.gap)
+            assert tuple(img[y + 2 * f, x + 1 * f]) == (*NEUTRAL_RGB, 255)  # the flagged patch: grey on every tile
+            assert tuple(img[y, x][:3]) != NEUTRAL_RGB  # a kept one (0, 0): a colour of the scale
+        assert "grey" in window.heads.scale_bar.toolTip()
+    fig = heads_figure(s)
+    assert all(p.neutral == ((2, 1),) for p in fig.panels) and "(grey)" in fig.caption
+    # the scale including them again: no grey
+    s.set_options(scale_excludes_artefacts=False)
+    window.heads.refresh(s, force=True)
+    img = np.asarray(window.heads.mosaic.item.image)
+    f = window.heads.mosaic.tile[0] // gh
+    assert tuple(img[2 * f, 1 * f][:3]) != NEUTRAL_RGB and heads_figure(s).panels[0].neutral == ()
+
+
+def test_the_distance_and_entropy_plots_say_their_precision(qtbot, window, image_path):
+    import pytest
+
+    from vitviz.devices import available_precisions
+
+    open_and_wait(qtbot, window, image_path)
+    first = window.controller.pipeline.precision
+    plots = window.plots
+    assert plots.dist_title.text().endswith(f"· computed in {first}")
+    assert plots.ent_title.text().endswith(f"· computed in {first}")
+    second = "fp32" if first == "bf16" else "bf16"
+    if second not in available_precisions("cpu"):
+        pytest.skip("the CPU offers no bf16 here")
+    with qtbot.waitSignal(window.resultShown, timeout=60000):
+        window.set_precision(second)
+    assert plots.dist_title.text().endswith(f"· computed in {second}")
+    assert plots.ent_title.text().endswith(f"· computed in {second}")
+
+
+def test_undo_and_redo_step_through_view_layer_option_and_target_changes(qtbot, window, image_path):
+    from PySide6.QtGui import QKeySequence
+
+    r = open_and_wait(qtbot, window, image_path)
+    s = window.session
+    assert window.acts.undo.shortcut() == QKeySequence("Ctrl+Z")
+    assert QKeySequence("Ctrl+Shift+Z") in window.acts.redo.shortcuts()
+    first = s.options
+    window.set_view("cls")
+    start = s.options.layer
+    end = 0 if start != 0 else 1
+    for layer in (*range(r.num_layers), end):  # a slider dragged through the layers: one step
+        window.set_layer(layer)
+    window._set(cmap="viridis")
+    assert (s.options.view, s.options.layer, s.options.cmap) == ("cls", end, "viridis")
+    window.acts.undo.trigger()  # the colour map
+    assert (s.options.view, s.options.layer, s.options.cmap) == ("cls", end, first.cmap)
+    window.acts.undo.trigger()  # the whole drag: back to the layer the view started at
+    assert s.options.view == "cls" and s.options.layer == start
+    window.acts.undo.trigger()  # the view
+    assert s.options == first
+    assert not window.undo() and "Nothing to undo" in window.statusBar().currentMessage()
+    window.acts.redo.trigger()
+    assert s.options.view == "cls"
+    window.redo()
+    window.redo()
+    assert (s.options.view, s.options.layer, s.options.cmap) == ("cls", end, "viridis")
+    # a new change after an undo drops the redo steps
+    window.undo()
+    window.set_query(0)
+    assert not window.redo()
+    # a choice is a step of its own: two views chosen, two steps
+    window.set_view("relevance")
+    window.set_view("rollout")
+    window.undo()
+    assert s.options.view == "relevance"
+    # a target: undone by running the image again with the earlier one
+    before = s.result.target
+    other = (before + 1) % len(s.result.labels)
+    third = (before + 2) % len(s.result.labels)
+    for t in (other, third):
+        with qtbot.waitSignal(window.resultShown, timeout=60000):
+            window.set_target(t)
+    assert s.result.target == third
+    for t in (other, before):  # each target a step
+        with qtbot.waitSignal(window.resultShown, timeout=60000):
+            window.acts.undo.trigger()
+        assert s.result.target == t
+
+
+def test_opening_a_photo_with_the_demo_model_does_not_widen_the_controls_dock(qtbot, settings, image_path):
+    """The first-run offer (a photo on the bundled shapes model) once had one-line buttons 445 px wide: the left docks
+    grew from 314 to 449 px at 1280x800 and the canvas lost that width for good. Its buttons are two short lines now;
+    a file name of 150 characters does not widen anything either."""
+    from gui_helpers import make_image, shown_window
+
+    from vitviz.demo import load_demo_model
+
+    w = shown_window(qtbot, settings, load_demo_model(), model_key="demo", size=(1280, 800))
+    qtbot.wait(50)
+    before = (w.docks["controls"].width(), w.centralWidget().width())
+    photo = image_path.parent / ("a_very_long_photo_file_name_from_a_camera_roll_" * 3 + ".png")
+    make_image(photo)
+    open_and_wait(qtbot, w, photo)
+    assert w.predictions.offer_shown()
+    qtbot.wait(50)
+    assert (w.docks["controls"].width(), w.centralWidget().width()) == before
+    assert w.predictions.offer_box.minimumSizeHint().width() <= w.controls.minimumSizeHint().width()
+    w.close()

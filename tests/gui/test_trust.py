@@ -47,7 +47,7 @@ def test_hover_value_follows_a_click_at_once(qtbot, window, image_path):
     x, y = x0 + 1, y0 + 1
     window._on_hover(x, y)
     before = window.hover_label.text()
-    window._on_canvas_click(x1 - 1, y1 - 1)  # another patch: the query map changes under the still cursor
+    window.edits.canvas_click(x1 - 1, y1 - 1)  # another patch: the query map changes under the still cursor
     assert window.hover_label.text() == s.hover_text(x, y) != before
     assert f"value {float(s.current_map()[0, 0]):.4g}" in window.hover_label.text()
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -278,7 +278,8 @@ def prepare_stats(out: str | Path, *, overwrite: bool = False) -> PreparedMerge 
         check_outputs(out, overwrite=overwrite)
 
     def write() -> list[Path]:
-        return write_outputs(acc.stats(), out, overwrite=overwrite)
+        precision = str(parts[0].settings.get("precision", "")) if parts else ""  # (the same in every part)
+        return write_outputs(replace(acc.stats(), precision=precision), out, overwrite=overwrite)
 
     done = sum(p.accumulator.n for p in parts)
     what = f"stats: {cov.describe(len(parts), done, 'analysed')} -> {out}"

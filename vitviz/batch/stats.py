@@ -40,7 +40,8 @@ STATS_CSV = "attention_stats.csv"
 ARTEFACT_CSV = "artefact_frequency.csv"
 FIGURE = "attention_stats"  # .png and .svg
 STATS_COLUMNS = ("model", "images", "layer", "head", "mean_distance_px", "sd_distance_px", "mean_entropy_nats",
-                 "sd_entropy_nats")
+                 "sd_entropy_nats", "precision")
+STATS_NUMBERS = STATS_COLUMNS[4:8]  # the statistics; "precision" (fp32, bf16, fp16) says what they were computed in
 ARTEFACT_COLUMNS = ("model", "images", "row", "col", "flagged_fraction", "flagged_images")
 
 
@@ -57,6 +58,9 @@ class DatasetStats:
         artefact_frequency: ``[gh, gw]`` share of the images whose patch there is flagged (None when not read).
         artefact_images: the images the frequency counts (those on the first image's patch grid).
         num_tokens: tokens per image (for the entropy of uniform attention, ``ln N``), 0 when unknown.
+        precision: what the model computed in (``"fp32"``, ``"bf16"``, ``"fp16"``; "" when unknown), said in the
+            CSV's ``precision`` column and the figure's title: bf16 statistics differ from fp32 ones in the second or
+            third digit.
     """
 
     model: str
@@ -68,6 +72,7 @@ class DatasetStats:
     artefact_frequency: np.ndarray | None = None
     artefact_images: int = 0
     num_tokens: int = 0
+    precision: str = ""
 
     @property
     def num_layers(self) -> int:

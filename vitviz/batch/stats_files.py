@@ -26,6 +26,7 @@ from vitviz.batch.stats import (
     FIGURE,
     STATS_COLUMNS,
     STATS_CSV,
+    STATS_NUMBERS,
     DatasetStats,
     GridFlags,
     StatsAccumulator,
@@ -50,7 +51,7 @@ def stats_rows(stats: DatasetStats) -> list[list[Any]]:
     L, H = stats.distance_mean.shape
     return [[stats.model, stats.images, layer, head, _num(stats.distance_mean[layer, head]),
              _num(stats.distance_sd[layer, head]), _num(stats.entropy_mean[layer, head]),
-             _num(stats.entropy_sd[layer, head])] for layer in range(L) for head in range(H)]
+             _num(stats.entropy_sd[layer, head]), stats.precision] for layer in range(L) for head in range(H)]
 
 
 def artefact_rows(stats: DatasetStats) -> list[list[Any]]:
@@ -76,7 +77,7 @@ def read_stats_csv(path: str | os.PathLike) -> DatasetStats:
     except OSError as e:
         raise ValueError(f"{p}: cannot read ({e.strerror or e})") from None
     rows = list(csv.DictReader(io.StringIO(text)))
-    missing = [c for c in STATS_COLUMNS if not rows or c not in rows[0]]
+    missing = [c for c in STATS_COLUMNS if c != "precision" and (not rows or c not in rows[0])]  # (older: none)
     if missing:
         raise ValueError(f"{p}: not an attention_stats.csv of 'vitviz stats' (missing columns: "
                          f"{', '.join(missing)})")
@@ -87,13 +88,13 @@ def read_stats_csv(path: str | os.PathLike) -> DatasetStats:
         if len(cells) != L * H or min(min(k) for k in cells) < 0:
             raise ValueError("layers or heads are missing")
         arrays = {c: np.array([[float(cells[(l, h)][c]) for h in range(H)] for l in range(L)])
-                  for c in STATS_COLUMNS[4:]}
+                  for c in STATS_NUMBERS}
         images = int(rows[0]["images"])
     except (KeyError, ValueError) as e:
         raise ValueError(f"{p}: not a complete attention_stats.csv ({e})") from None
     return DatasetStats(model=rows[0]["model"], images=images, distance_mean=arrays["mean_distance_px"],
                         distance_sd=arrays["sd_distance_px"], entropy_mean=arrays["mean_entropy_nats"],
-                        entropy_sd=arrays["sd_entropy_nats"])
+                        entropy_sd=arrays["sd_entropy_nats"], precision=rows[0].get("precision") or "")
 
 
 def write_outputs(stats: DatasetStats, out: str | os.PathLike, *, overwrite: bool = False) -> list[Path]:

@@ -70,8 +70,9 @@ def stats_figure(stats: DatasetStats):
                     color="white", fontsize=9)
         cb = fig.colorbar(im, ax=ax, shrink=0.85)
         cb.set_label("fraction of images flagged")
-    fig.suptitle(f"{stats.model}: attention statistics over {stats.images} image{'s' * (stats.images != 1)}",
-                 fontsize=11)
+    computed = f" · computed in {stats.precision}" if stats.precision else ""
+    fig.suptitle(f"{stats.model}: attention statistics over {stats.images} image{'s' * (stats.images != 1)}"
+                 f"{computed}", fontsize=11)
     return fig
 
 

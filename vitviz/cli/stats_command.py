@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from vitviz.batch.failures import FAILED_BASE, MAX_FAILED_STATUS
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     else:
         if run.stats is None:
             raise ValueError(f"none of the {len(images)} image(s) could be analysed")
-        written = write_outputs(run.stats, out, overwrite=args.overwrite)
+        written = write_outputs(replace(run.stats, precision=pipeline.precision), out, overwrite=args.overwrite)
         log(f"vitviz stats: {run.stats.images} image(s), {n} failed, in {run.seconds:.1f} s; wrote "
             + ", ".join(str(p) for p in written))
     return FAILED_BASE + min(n, MAX_FAILED_STATUS) if n else status

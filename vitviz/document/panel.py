@@ -134,6 +134,8 @@ class HeadsGrid:
             the patch keys: attention rows sum to 1); None where the rows are not softmax rows over all tokens (no
             prefix tokens, or the pooling head's row).
         prefix_name: the prefix tokens in words: ``"[CLS]"`` or ``"prefix tokens"`` ([CLS] and registers).
+        excluded: bool ``[gh, gw]``: the patches left out of the scale, drawn in the neutral grey on every tile as
+            the canvas draws them (:func:`vitviz.document.appearance.excluded_grid`); None: none.
     """
 
     maps: np.ndarray
@@ -145,6 +147,12 @@ class HeadsGrid:
     excludes_artefacts: bool = False
     prefix_share: np.ndarray | None = None
     prefix_name: str = "[CLS]"
+    excluded: np.ndarray | None = None
+
+    @property
+    def neutral(self) -> tuple[tuple[int, int], ...]:
+        """(row, col) of every excluded patch (a :class:`~vitviz.render.figures.Panel`'s ``neutral``)."""
+        return tuple(appearance.artefact_patches(self.excluded))
 
     @property
     def tiles(self) -> np.ndarray:
@@ -172,8 +180,7 @@ def heads_of(session: Session, *, all_layers: bool = False) -> HeadsGrid | None:
         "patch ({}, {})".format(*divmod(q - r.num_prefix_tokens, r.grid[1]))
     layer = max(0, min(session.view.attention_layer(o), r.num_layers - 1))
     maps = session.all_head_maps() if all_layers else session.head_maps(layer)[None]
-    grid = session.artefact_grid() if o.scale_excludes_artefacts else None
-    exclude = grid if grid is not None and grid.any() else None
+    exclude = appearance.excluded_grid(o, session.artefact_grid)  # the canvas's: left out of the scale, drawn grey
     flat = maps.reshape(-1, *r.grid)
     ex = None if exclude is None else np.broadcast_to(exclude, flat.shape)
     scale = scale_for(flat, mode="shared", shared=flat, percentile=o.percentile, exclude=ex, cmap=o.cmap)
@@ -182,7 +189,7 @@ def heads_of(session: Session, *, all_layers: bool = False) -> HeadsGrid | None:
         np.clip(1.0 - maps.astype(np.float64).sum(axis=(-2, -1)), 0.0, 1.0)
     return HeadsGrid(maps=maps, scale=scale, layer=layer, query=query, all_layers=all_layers,
                      pool_row=pooled, excludes_artefacts=exclude is not None, prefix_share=share,
-                     prefix_name="[CLS]" if r.num_prefix_tokens == 1 else "prefix tokens")
+                     prefix_name="[CLS]" if r.num_prefix_tokens == 1 else "prefix tokens", excluded=exclude)
 
 
 # ----------------------------------------------------------------------------------------------- figures
@@ -214,11 +221,13 @@ def heads_figure(session: Session, *, all_layers: bool = False) -> FigureSpec | 
     L, H = g.maps.shape[:2]
     img = [session.image_map(m) for m in g.tiles]
     what = f"Attention from {g.query}"
-    note = ", artefact tokens left out of the scale" if g.excludes_artefacts else ""
+    note = ", artefact tokens (grey) left out of the scale" if g.excludes_artefacts else ""
+    y0, x0, y1, x1 = session.crop_rect_yx()  # the excluded patches drawn grey, as on screen
+    where = dict(neutral=g.neutral, grid=r.grid, crop=(x0, y0, x1 - x0, y1 - y0))
     scale_words = f"colour: shared across {'every layer and head' if all_layers else 'heads'} " \
                   f"({o.percentile:g}th percentile){note}"
     if all_layers:
-        panels = tuple(Panel(photo=r.rgb, values=v, scale=g.scale, opacity=o.opacity) for v in img)
+        panels = tuple(Panel(photo=r.rgb, values=v, scale=g.scale, opacity=o.opacity, **where) for v in img)
         title = f"{what} · every layer × every head"
         return FigureSpec(panels=panels, ncols=H, title=title, caption=_caption(session, scale_words),
                           row_labels=tuple(f"layer {i}" for i in range(L)),
@@ -226,7 +235,7 @@ def heads_figure(session: Session, *, all_layers: bool = False) -> FigureSpec | 
                           colorbar_label=HEADS_QUANTITY, scale=g.scale)
     _, cols = grid_shape(H, r.image_size)
     notes = g.prefix_notes()
-    panels = tuple(Panel(photo=r.rgb, values=v, scale=g.scale, opacity=o.opacity,
+    panels = tuple(Panel(photo=r.rgb, values=v, scale=g.scale, opacity=o.opacity, **where,
                          label=f"head {h}" + (f" · {notes[h]}" if notes[h] else "")) for h, v in enumerate(img))
     title = f"{what} · layer {g.layer} · {H} heads"
     return FigureSpec(panels=panels, ncols=cols, title=title, caption=_caption(session, scale_words), colorbar=True,

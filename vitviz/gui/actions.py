@@ -21,7 +21,7 @@ from vitviz.model.sources import catalog  # plain data: no torch at start-up
 # reference, the steps a signed count, ``export`` keyword flags, ``open_checkpoint`` whether to ask for a folder
 COMMANDS = ("open", "paste", "step_image", "export", "copy", "quit", "open_session", "save_session", "compare",
             "step_layer", "set_layer", "step_head", "fit", "grid", "view", "shortcuts", "about", "open_checkpoint",
-            "open_by_name", "model")
+            "open_by_name", "model", "undo", "redo")
 
 
 def make_action(parent: QWidget, text: str, slot: Callable[[], Any], shortcut: Any = None) -> QAction:
@@ -70,6 +70,8 @@ class WindowActions:
         self.export_animation = act("Export layer &animation (GIF, APNG, MP4)…", lambda: on["export"](animation=True),
                                     "Ctrl+Alt+E")
         self.copy = act("&Copy view to clipboard", on["copy"], S.Copy)
+        self.undo = act("&Undo view or target change", on["undo"], "Ctrl+Z")
+        self.redo = act("&Redo", on["redo"], ["Ctrl+Shift+Z", "Ctrl+Y"])
         self.quit = act("&Quit", on["quit"], S.Quit)
         self.open_session = act("Open &session or exported figure…", on["open_session"], "Ctrl+Shift+O")
         self.save_session = act("&Save session…", on["save_session"], "Ctrl+Shift+S")

@@ -298,6 +298,19 @@ class Canvas(pg.GraphicsLayoutWidget):
         self.rgb_item.setRect(self._crop)
         self.rgb_item.setVisible(True)
 
+    def show_panel(self, p, cmap: str) -> None:
+        """Draw a :class:`vitviz.render.figures.Panel` (:func:`vitviz.document.panel.panel_of`: what the Compare
+        window and the figure files draw too): its map in its scale (``cmap`` without one), its own colours, marker,
+        artefact outlines, excluded patches in grey, mask and title."""
+        self.set_colormap(p.scale.cmap if p.scale is not None else cmap)
+        self.set_overlay(p.grid_values, p.scale, label=p.colorbar_label, tooltip=p.scale_text)
+        self.set_rgb(p.rgb, photo=p.photo_shown, opacity=p.opacity)
+        self.set_marker(p.marker)
+        self.set_artefacts(list(p.outlined), p.grid)
+        self.set_neutral(list(p.neutral), p.grid)
+        self.set_mask(p.mask, p.mask_style)
+        self.set_title(p.title)
+
     def set_title(self, text: str) -> None:
         """The line over the canvas that says what is shown ("" hides it)."""
         self.title.setText(text)

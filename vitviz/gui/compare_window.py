@@ -510,10 +510,11 @@ class CompareWindow(QMainWindow):
         """The comparison as a :class:`vitviz.render.figures.FigureSpec` (None before the first drawing)."""
         return None if self.comparison is None else cmp.comparison_figure(self.comparison)
 
-    def export(self, path: str, scale: Any = None):
+    def export(self, path: str, scale: Any = None, *, background: bool = False):
         """Write the grid as one figure to ``path`` (PNG / SVG / PDF by extension; PNG at ``scale``, default the
         main window's remembered export size) with the session, comparison included, in its metadata. Asks before
-        replacing a file; errors are shown. Returns the file written, or None."""
+        replacing a file; errors are shown. Returns the file written, or None (``background``: off the GUI thread
+        with a progress dialog, as File > Export; the running task)."""
         spec = self.figure()
         if spec is None:
             self.show_error("Nothing to export", "The comparison has not been drawn yet.")
@@ -521,7 +522,7 @@ class CompareWindow(QMainWindow):
         if not Path(path).suffix:
             path = str(path) + ".png"
         return self.exports.save_figure(spec, path, scale=scale, metadata=self.metadata(path, compare=self.spec),
-                                        status=self.statusBar().showMessage)
+                                        status=self.statusBar().showMessage, background=background)
 
     def export_dialog(self):
         if self.comparison is None:
@@ -529,7 +530,7 @@ class CompareWindow(QMainWindow):
             return None
         name = f"{Path(self.session.result.source).stem}_compare_{self.spec.layout}.png"
         answer = self.exports.ask_figure("Export comparison", name)
-        return None if not answer else self.export(*answer)
+        return None if not answer else self.export(*answer, background=True)
 
     # ------------------------------------------------------------------ events
     def showEvent(self, event) -> None:

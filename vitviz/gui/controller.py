@@ -436,9 +436,11 @@ class Controller(QObject):
             del self._made_by[k]
         self._made_by[id(result)] = (weakref.ref(result), generation, digest)
 
-    def evaluation_key(self, result: Any, *, steps: int, baseline: str, seeds: int) -> tuple[tuple | None, str]:
-        """``(key, "")`` naming the table of ``result`` (image pixels, target, model, options), or ``(None, why)``
-        when it cannot be evaluated with the current model (no classifier; a result of another model)."""
+    def evaluation_key(self, result: Any, *, steps: int, baseline: str, seeds: int,
+                       precision: str = "fp32") -> tuple[tuple | None, str]:
+        """``(key, "")`` naming the table of ``result`` (image pixels, target, model, options, the precision it is
+        measured in: ``"fp32"`` or ``"window"``), or ``(None, why)`` when it cannot be evaluated with the current
+        model (no classifier; a result of another model)."""
         if result is None:
             return None, "open an image first"
         if self.pipeline is None:
@@ -455,14 +457,26 @@ class Controller(QObject):
                           "insertion curves to read (choose a similarity target: the curves then read the similarity)")
         # the class, or a similarity or callable target (the curves read its own score) by its key
         target = int(result.target) if result.target is not None else result.target_spec.key
-        return (made[2], result.source, target, self._generation, int(steps), str(baseline), int(seeds)), ""
+        return (made[2], result.source, target, self._generation, int(steps), str(baseline), int(seeds),
+                self.evaluation_precision(precision)), ""
 
-    def evaluate(self, result: Any, *, steps: int, baseline: str, seeds: int) -> tuple | None:
+    def evaluation_precision(self, precision: str) -> str:
+        """The precision a faithfulness table asked for in ``precision`` (``"fp32"``, or ``"window"``: the window's)
+        is measured in: ``"fp32"``, ``"bf16"``, ``"fp16"``."""
+        own = str(self.pipeline.precision) if self.pipeline is not None else "fp32"
+        return "fp32" if precision == "fp32" else own
+
+    def evaluate(self, result: Any, *, steps: int, baseline: str, seeds: int, precision: str = "fp32") -> tuple | None:
         """Measure the faithfulness of the maps of ``result`` (the one on screen) on the worker: deletion and
         insertion curves of :data:`vitviz.evaluate.DEFAULT_VIEWS` and ``seeds`` random rankings. A table already
         made for the same key is emitted at once (no job). Returns the key, or None when it cannot be evaluated
-        (see :meth:`evaluation_key`)."""
-        key, _why = self.evaluation_key(result, steps=steps, baseline=baseline, seeds=seeds)
+        (see :meth:`evaluation_key`).
+
+        ``precision="fp32"`` (the default) measures as ``vitviz evaluate`` does, so the numbers are its numbers: a
+        window computing in bf16 or fp16 runs the image again in fp32 for the table (the model cast to float32 on
+        the worker, its own weights restored bit for bit, then cast back); ``"window"``: in the window's precision,
+        from the result on screen."""
+        key, _why = self.evaluation_key(result, steps=steps, baseline=baseline, seeds=seeds, precision=precision)
         if key is None:
             return None
         if key in self.evaluations:
@@ -477,12 +491,23 @@ class Controller(QObject):
             size = batch
             if size is None:  # progress and cancel every few seconds, without giving up much speed
                 size = min(auto_batch_size(pipeline.model, result.num_patches), EVALUATION_BATCH)
-            table = evaluate_views(pipeline, result, steps=steps, baseline=baseline, seeds=seeds,
-                                   batch_size=size, progress=job.report, cancel=lambda: job.cancelled)
-            return key, table
+            run = dict(steps=steps, baseline=baseline, seeds=seeds, batch_size=size, progress=job.report,
+                       cancel=lambda: job.cancelled)
+            if key[-1] == str(pipeline.precision):
+                return key, evaluate_views(pipeline, result, **run)
+            from PIL import Image
+
+            from vitviz.pipeline import Pipeline
+
+            full = Pipeline(pipeline.model, device=pipeline.device, precision="fp32")  # (the model itself, cast up)
+            try:
+                target = result.target if result.target is not None else result.target_spec
+                return key, evaluate_views(full, Image.fromarray(result.rgb), target=target, **run)
+            finally:
+                Pipeline(pipeline.model, device=pipeline.device, precision=pipeline.precision)  # cast back
 
         self.evaluating = key
-        self.evaluated_in[key] = str(pipeline.precision)
+        self.evaluated_in[key] = key[-1]
         self.runner.submit("evaluate", work, subject=Path(result.source).name,
                            title="Could not measure the faithfulness of the maps")
         return key

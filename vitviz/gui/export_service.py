@@ -4,7 +4,9 @@ the Compare window's grid.
 Figures come from :mod:`vitviz.render.figures` (it imports matplotlib on the first export, not at start-up). Every
 write goes through :func:`vitviz.render.figures.save` / :func:`~vitviz.render.figures.save_animation` (atomic; an
 existing file is replaced only when the user says so); every failure is shown in one error dialog naming the file and
-the cause.
+the cause. With ``background=True`` (File > Export and the Compare window's Export) the drawing and writing run off the
+GUI thread with a progress dialog and Cancel (:mod:`vitviz.gui.export_jobs`); the methods then return the
+:class:`~vitviz.gui.export_jobs.ExportTask` at once. Without it (scripts, tests) they block and return the file.
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from PIL import Image
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QProgressDialog, QWidget
+from PySide6.QtWidgets import QApplication, QWidget
 
 from vitviz import imaging
 from vitviz.document import panel
 from vitviz.document.session import Session
-from vitviz.gui.dialogs import Dialogs, write_asking
+from vitviz.gui.dialogs import Dialogs, qimage_from_rgb, write_asking
+from vitviz.gui.export_jobs import ExportJobs, ExportTask, Progress
 from vitviz.gui.settings import Prefs
 from vitviz.gui.worker import describe_error
 from vitviz.render import figures
@@ -72,6 +74,10 @@ class ExportService:
         self.metadata = metadata
         self.show_error = show_error
         self.status = status
+        self.jobs = ExportJobs(parent)
+        self.jobs.ended.connect(self._ended)
+        self.task: ExportTask | None = None  # the last export started off the GUI thread
+        self.task_status: Status | None = None  # where it says what it wrote
 
     # ------------------------------------------------------------------ parts
     def setting(self, key: str, default: str) -> str:
@@ -102,19 +108,43 @@ class ExportService:
 
     # ------------------------------------------------------------------ figures
     def save_figure(self, spec: Any, path: str, *, scale: Any = None, metadata: dict[str, str] | None = None,
-                    status: Status | None = None) -> Path | None:
+                    status: Status | None = None, background: bool = False) -> Path | ExportTask | None:
         """Write the :class:`vitviz.render.figures.FigureSpec` ``spec`` to ``path`` (PNG / SVG / PDF by extension;
         PNG at ``scale``, default the remembered one, ``"print"``). Asks before replacing a file; shows any error;
-        says what was written on ``status`` (default: the main window's). Returns the file written, or None."""
+        says what was written on ``status`` (default: the main window's). Returns the file written, or None
+        (``background``: the running task, or None)."""
         scale = self.setting("scale", "print") if scale is None else scale
-        out = self.write(path, lambda ow: figures.save(spec, path, scale=scale, metadata=metadata, overwrite=ow))
-        return self._exported(out, status)
+        return self.run(path, "Export figure", background, status, lambda ow, progress: figures.save(
+            spec, path, scale=scale, metadata=metadata, overwrite=ow, progress=progress))
+
+    def run(self, path: str, title: str, background: bool, status: Status | None,
+            write: Callable[[bool, Progress | None], Path], steps: int = 0) -> Path | ExportTask | None:
+        """``write(overwrite, progress)`` here (the file, or None), or with ``background`` on the export thread with
+        a progress dialog (the task, or None when the user would not replace the file)."""
+        if not background:
+            return self._exported(self.write(path, lambda ow: write(ow, None)), status)
+        overwrite = Path(path).exists()
+        if overwrite and not self.dialogs.confirm_overwrite(str(path)):
+            return None
+        self.task = self.jobs.start(Path(path), title, lambda progress: write(overwrite, progress), steps=steps)
+        self.task_status = status
+        return self.task
+
+    def _ended(self, task: ExportTask) -> None:
+        status = self.task_status if task is self.task else None
+        if task.state == "done":
+            self._exported(task.out, status)
+        elif task.state == "cancelled":
+            (status or self.status)("Export cancelled; nothing was written", 8000)
+        else:
+            self.show_error("Export failed", task.message)
 
     def export_view(self, path: str, *, heads: bool = False, all_layers: bool = False, scale: Any = None,
-                    metadata: dict[str, str] | None = None) -> Path | None:
+                    metadata: dict[str, str] | None = None, background: bool = False) -> Path | ExportTask | None:
         """Write the current view (``heads``: every head of the layer, or every layer x head with ``all_layers``)
         to ``path``: PNG, SVG or PDF by its extension, PNG at ``scale`` (default: the remembered one, ``"print"``).
-        Asks before replacing a file; shows any error. Returns the file written, or None."""
+        Asks before replacing a file; shows any error. Returns the file written, or None (``background``: the
+        task)."""
         if not Path(path).suffix:  # a bare name is a PNG, as the file dialog's default type says
             path = str(path) + ".png"
         s = self.session
@@ -125,12 +155,13 @@ class ExportService:
             return None
         scale = self.setting("scale", "print") if scale is None else scale
         meta = metadata if metadata is not None else self.metadata()
-        return self.save_figure(spec, path, scale=scale, metadata=meta)
+        return self.save_figure(spec, path, scale=scale, metadata=meta, background=background)
 
     def export_animation(self, path: str, *, scale: Any = None, fps: float = 2.0,
-                         metadata: dict[str, str] | None = None) -> Path | None:
+                         metadata: dict[str, str] | None = None, background: bool = False) -> Path | ExportTask | None:
         """Write the current view over every layer as GIF / APNG / MP4 (by ``path``'s extension), the layer drawn on
-        each frame, with a progress dialog that can cancel. Asks before replacing a file; shows any error."""
+        each frame (``background``: off the GUI thread, a progress dialog counting frames, Cancel). Asks before
+        replacing a file; shows any error."""
         try:
             specs = panel.layer_figures(self.session)
         except ValueError as e:
@@ -138,28 +169,14 @@ class ExportService:
             return None
         scale = self.setting("animation_scale", "animation") if scale is None else scale
         meta = metadata if metadata is not None else self.metadata()
-        dlg = QProgressDialog(f"Drawing {len(specs)} frames…", "Cancel", 0, len(specs), self.parent)
-        dlg.setWindowTitle("Export animation")
-        dlg.setWindowModality(Qt.WindowModality.WindowModal)
-        dlg.setMinimumDuration(300)
-
-        def progress(done: int, total: int) -> bool:
-            dlg.setValue(done)
-            QApplication.processEvents()
-            return not dlg.wasCanceled()
-
-        try:
-            out = self.write(path, lambda ow: figures.save_animation(specs, path, scale=scale, fps=fps,
-                                                                     metadata=meta, overwrite=ow, progress=progress))
-        finally:
-            dlg.close()
-            dlg.deleteLater()
-        return self._exported(out)
+        return self.run(path, "Export animation", background, None, lambda ow, progress: figures.save_animation(
+            specs, path, scale=scale, fps=fps, metadata=meta, overwrite=ow, progress=progress), steps=len(specs))
 
     # ------------------------------------------------------------------ dialogs
-    def export_dialog(self, *, heads: bool = False, animation: bool = False, all_layers: bool = False) -> Path | None:
-        """Ask for a file (its type chooses the format) and a size, then export (see :meth:`export_view`,
-        :meth:`export_animation`)."""
+    def export_dialog(self, *, heads: bool = False, animation: bool = False,
+                      all_layers: bool = False) -> ExportTask | None:
+        """Ask for a file (its type chooses the format) and a size, then export off the GUI thread (see
+        :meth:`export_view`, :meth:`export_animation`); the running task, or None."""
         s = self.session
         if s.result is None:
             self.show_error("Nothing to export", "Open an image first.")
@@ -184,8 +201,19 @@ class ExportService:
         if suffix in filters:
             self.prefs.set("export_animation_format" if animation else "export_format", suffix)
         if animation:
-            return self.export_animation(path, scale=scale)
-        return self.export_view(path, heads=heads, all_layers=all_layers, scale=scale)
+            return self.export_animation(path, scale=scale, background=True)
+        return self.export_view(path, heads=heads, all_layers=all_layers, scale=scale, background=True)
+
+    def copy_view(self) -> None:
+        """Edit > Copy: the view as the figure files draw it, onto the clipboard."""
+        arr = panel.render_view(self.session)
+        if arr is not None:
+            QApplication.clipboard().setImage(qimage_from_rgb(arr))
+            self.status(f"Copied the view ({arr.shape[1]}×{arr.shape[0]}) to the clipboard", 5000)
+
+    def shutdown(self) -> None:
+        """Cancel a running export and stop its thread (the window closes)."""
+        self.jobs.shutdown()
 
     def ask_figure(self, title: str, name: str) -> tuple[str, str] | None:
         """Ask where to write a figure (suggested: ``name`` in the export folder) and at what size (the remembered

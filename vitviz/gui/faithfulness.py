@@ -161,6 +161,13 @@ class FaithfulnessPanel(QWidget):
             self.baseline_combo.addItem(BASELINE_TEXT[b], b)
         self.baseline_combo.setToolTip("What a removed patch is replaced by: the normalisation mean (a flat grey) or "
                                        "the image blurred with sigma = one patch")
+        self.precision_combo = QComboBox()
+        self.precision_combo.addItem("Precision: fp32 (as vitviz evaluate)", "fp32")
+        self.precision_combo.addItem("Precision: the window's", "window")
+        self.precision_combo.setToolTip("fp32: the numbers of vitviz evaluate for this image (a window in bf16 runs "
+                                        "the image again in fp32 for the table); the window's precision: from the "
+                                        "maps on screen (bf16 numbers differ in the second or third digit)")
+        self.precision_combo.currentIndexChanged.connect(lambda _i: self._sync())
         self.run_button = QPushButton("Run")
         self.run_button.setToolTip("Measure the curves for the image and target on screen")
         self.cancel_button = QPushButton("Cancel")
@@ -169,6 +176,7 @@ class FaithfulnessPanel(QWidget):
             row.addWidget(w)
         row.addStretch(1)
         lay.addLayout(row)
+        lay.addWidget(self.precision_combo, 0, Qt.AlignmentFlag.AlignLeft)
         prow = QHBoxLayout()  # Run, and while running the progress and Cancel (two short rows fit a narrow dock)
         prow.setSpacing(4)
         self.progress = QProgressBar()
@@ -266,6 +274,11 @@ class FaithfulnessPanel(QWidget):
     def baseline(self) -> str:
         return str(self.baseline_combo.currentData())
 
+    @property
+    def precision(self) -> str:
+        """``"fp32"`` (as ``vitviz evaluate``, the default) or ``"window"`` (the window's precision)."""
+        return str(self.precision_combo.currentData())
+
     def refresh(self, session) -> None:
         """The image, target or view on screen changed."""
         self.session = session
@@ -279,7 +292,7 @@ class FaithfulnessPanel(QWidget):
             return
         self._note = ""
         self._progress = (0, self._forwards())
-        c.evaluate(r, steps=self.steps, baseline=self.baseline, seeds=self.seeds)
+        c.evaluate(r, steps=self.steps, baseline=self.baseline, seeds=self.seeds, precision=self.precision)
         self._sync()
 
     def cancel(self) -> None:
@@ -317,7 +330,8 @@ class FaithfulnessPanel(QWidget):
         if c is None:
             key, why = None, "not connected to a model"
         else:
-            key, why = c.evaluation_key(r, steps=self.steps, baseline=self.baseline, seeds=self.seeds)
+            key, why = c.evaluation_key(r, steps=self.steps, baseline=self.baseline, seeds=self.seeds,
+                                        precision=self.precision)
         self.current_key, self.unavailable = key, why
         if key is not None and key != self.shown_key and key in c.evaluations:
             self._show(key, c.evaluations[key])  # measured before: at once, no job
@@ -351,7 +365,7 @@ class FaithfulnessPanel(QWidget):
             parts.append(f"Target {score} · {t.random_deletion.seeds} random rankings")
             prec = c.evaluated_in.get(key, "")
             if prec:
-                parts.append(f"· computed in {prec}." + ("" if prec == "fp32" else
+                parts.append(f"· computed in {prec}." + (" (as vitviz evaluate)" if prec == "fp32" else
                              " (vitviz evaluate runs fp32: its numbers differ in the second or third digit; "
                              "choose the fp32 precision to match them.)"))
         else:
@@ -578,14 +592,11 @@ class FaithfulnessPanel(QWidget):
 
 
 def _what_changed(old: tuple | None, new: tuple) -> str:
-    """Which part of the key differs: "image", "target", "model" or "options" (key: digest, source, target,
-    generation, steps, baseline, seeds)."""
+    """Which part of the key differs: "image", "target", "model", "precision" or "options" (key: digest, source,
+    target, generation, steps, baseline, seeds, precision)."""
     if old is None:
         return "image and target"
-    if old[:2] != new[:2]:
-        return "image"
-    if old[2] != new[2]:
-        return "target"
-    if old[3] != new[3]:
-        return "model"
+    for part, name in ((slice(0, 2), "image"), (2, "target"), (3, "model"), (7, "precision")):
+        if old[part] != new[part]:
+            return name
     return "steps and baseline"

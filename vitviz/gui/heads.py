@@ -95,11 +95,11 @@ class HeadsPanel(QWidget):
             factor = max(1, math.ceil(MIN_TILE / max(gh, gw)))  # whole screen pixels per patch at the least size
             # the heads figure's grid: the robust percentile of the options, artefact patches left out of the levels
             g = heads_of(session, all_layers=self.all_layers)
-            note = " (artefact tokens left out of it)" if g.excludes_artefacts else ""
+            note = " (artefact tokens, grey, left out of it)" if g.excludes_artefacts else ""
             L, H = g.maps.shape[:2]
             self.scale = g.scale
             self.notes = g.prefix_notes(short=True)  # (tiles are small: "97% [CLS]")
-            tiles = upscale(colorize_shared(g.tiles, self.scale), factor)
+            tiles = upscale(colorize_shared(g.tiles, self.scale, g.excluded), factor)
             if self.all_layers:
                 self.mosaic.set_tiles(tiles, L, H, gap=max(2, (gh * factor) // 10),
                                       labels=g.prefix_notes(short=True))

@@ -30,6 +30,7 @@ def shortcut_rows() -> list[tuple[str, str]]:
         ("Ctrl+Shift+E", "export all heads of this layer as one figure"),
         ("Ctrl+Alt+E", "export the view over every layer (GIF, APNG, MP4)"),
         ("Ctrl+C", "copy the view to the clipboard"),
+        ("Ctrl+Z / Ctrl+Shift+Z", "undo / redo a change of view, layer, head, patch, display option or target"),
         ("F1", "this list"),
     ]
 

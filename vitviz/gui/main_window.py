@@ -7,7 +7,10 @@ The window creates its children and hands each helper only what it needs (the se
 the settings, a status callback): the model choices (:mod:`vitviz.gui.model_choice`), the exports of both windows
 (:mod:`vitviz.gui.export_service`), session files (:mod:`vitviz.gui.session_files`), the target
 (:mod:`vitviz.gui.targeting`), the text prompts (:mod:`vitviz.gui.prompting`), the open images' tokens of feature
-PCA's joint fit (:mod:`vitviz.gui.token_reader`) and the Compare window.
+PCA's joint fit (:mod:`vitviz.gui.token_reader`), opening images (:mod:`vitviz.gui.image_opening`), the user's
+changes and their undo (:mod:`vitviz.gui.view_edits`), the drawing of the view (:mod:`vitviz.gui.view_drawing`) and
+the Compare window (:mod:`vitviz.gui.compare_opening`). Menus and actions are :mod:`vitviz.gui.menus` and
+:mod:`vitviz.gui.actions`, the status bar :mod:`vitviz.gui.statusbar`, the docks' sizes :mod:`vitviz.gui.geometry`.
 Widgets write the user's intent here; the window passes it on and redraws from the session.
 """
 
@@ -21,35 +24,36 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSettings, QSignalBlocker, QTimer, Signal
-from PySide6.QtWidgets import QApplication, QMainWindow
+from PySide6.QtWidgets import QMainWindow
 
 import vitviz
-from vitviz.demo import sample_images
-from vitviz.document.panel import panel_of, render_view
 from vitviz.document.session import Session
 from vitviz.gui import help
 from vitviz.gui.actions import WindowActions
 from vitviz.gui.canvas import Canvas
+from vitviz.gui.compare_opening import CompareOpener
 from vitviz.gui.compare_window import CompareWindow
 from vitviz.gui.controller import Controller
-from vitviz.gui.dialogs import Dialogs, qimage_from_rgb
+from vitviz.gui.dialogs import Dialogs
 from vitviz.gui.export_service import ExportService
 from vitviz.gui.geometry import fit_docks, place_window
 from vitviz.gui.heads import HeadsPanel
 from vitviz.gui.image_drops import ImageDrops
-from vitviz.gui.menus import LEFT, RIGHT, add_docks, build_menus, build_toolbar, canvas_area, fill_recent_menu
-from vitviz.gui.model_choice import ModelChoice
+from vitviz.gui.image_opening import ImageOpener
+from vitviz.gui.menus import LEFT, RIGHT, add_docks, build_menus, build_toolbar, canvas_area
+from vitviz.gui.model_choice import ModelChoice, offer_photo_models
 from vitviz.gui.panels import ControlsPanel, PredictionsPanel
 from vitviz.gui.plots import PlotsPanel
 from vitviz.gui.prompting import PromptPicker
-from vitviz.gui.session_files import Sessions, is_session_file
+from vitviz.gui.session_files import Sessions
 from vitviz.gui.settings import FIRST_VIEW, Prefs, default_settings  # noqa: F401 - default_settings re-exported for callers
 from vitviz.gui.statusbar import StatusParts
 from vitviz.gui.targeting import TargetPicker
 from vitviz.gui.token_reader import TokenReader
 from vitviz.gui.toolbar import ModelBar
+from vitviz.gui.view_drawing import draw_view, window_title
+from vitviz.gui.view_edits import ViewEdits, follow_controls
 from vitviz.gui.worker import describe_error
-from vitviz.model.sources import catalog  # plain data: no torch at start-up
 
 
 class MainWindow(ImageDrops, QMainWindow):
@@ -86,7 +90,7 @@ class MainWindow(ImageDrops, QMainWindow):
         self.controller = Controller(self, device=device or self.prefs.device(),
                                      precision=precision or self.prefs.precision())
         self._closing = False
-        self._docks_fitted = self._query_chosen = False  # (the user's query patch is kept across patch grids)
+        self._docks_fitted = False
         self._hover_xy: tuple[float, float] | None = None
         self._logged: set[str] = set()  # start-up log lines printed
 
@@ -120,7 +124,8 @@ class MainWindow(ImageDrops, QMainWindow):
             "step_head": self.step_head, "fit": self.canvas.fit, "grid": self._toggle_grid, "view": self.set_view,
             "shortcuts": self.show_shortcuts, "about": self.show_about,
             "open_checkpoint": lambda folder: self.models.open_checkpoint_dialog(folder),
-            "open_by_name": lambda: self.models.open_by_name(), "model": lambda ref: self.models.choose(ref)})
+            "open_by_name": lambda: self.models.open_by_name(), "model": lambda ref: self.models.choose(ref),
+            "undo": lambda: self.edits.undo(), "redo": lambda: self.edits.redo()})
         self.menus = build_menus(self.menuBar(), self.acts, self.docks)
         self.model_bar = ModelBar(self.menus.device, self.menus.precision)
         build_toolbar(self.addToolBar("Main"), self.acts, self.model_bar)
@@ -130,10 +135,17 @@ class MainWindow(ImageDrops, QMainWindow):
                                     prefs=self.prefs, predictions=self.predictions, show_error=error, status=say)
         self.prompts = PromptPicker(self, session=self.session, controller=self.controller, shown=self.resultShown,
                                     predictions=self.predictions, set_options=self._set, status=say)
+        self.images = ImageOpener(self.session, self.controller, self.prefs, self._dialogs,
+                                  switch_for_photo=self.models.switch_for_photo, open_session=self.open_session,
+                                  recent_menu=self.menus.recent)
+        self.edits = ViewEdits(self.session, redraw=lambda: self.refresh_view(), controller=self.controller,
+                               choose_target=self.targets.choose, status=say)  # every change, and its undo
         self.open_tokens = TokenReader(self, session=self.session, controller=self.controller,
                                        redraw=lambda: self.refresh_view(), status=say)  # feature PCA's joint fit
         self._connect()
-        self.compare_window: CompareWindow | None = None  # File > Compare, made when first asked for
+        self.comparisons = CompareOpener(self, session=self.session, controller=self.controller, exports=self.exports,
+                                         show_error=self.show_error, metadata=self.sessions.metadata,
+                                         followed=self.viewRefreshed, set_query=self.set_query)  # File > Compare
         self._restore_settings(first_view=None if model is not None else FIRST_VIEW)  # (vitviz.show: the table's)
 
         if model is not None:
@@ -141,7 +153,7 @@ class MainWindow(ImageDrops, QMainWindow):
         else:
             self.load_model(model_key or self.prefs.model_ref(), initial=True)
         if load_samples:
-            QTimer.singleShot(0, self._open_samples)
+            QTimer.singleShot(0, self.images.open_samples)
 
     # ================================================================== the controller's state, for callers
     @property
@@ -172,39 +184,26 @@ class MainWindow(ImageDrops, QMainWindow):
     @dialogs.setter
     def dialogs(self, dialogs: Dialogs) -> None:
         self._dialogs = dialogs
-        for helper in (self.sessions, self.exports, self.models, self.targets):
+        for helper in (self.sessions, self.exports, self.models, self.targets, self.images):
             helper.dialogs = dialogs
 
     # ================================================================== construction
     def _connect(self) -> None:
-        c = self.controls
-        c.viewChanged.connect(self.set_view)
-        c.layerChanged.connect(self.set_layer)
-        c.headChanged.connect(self.set_head)
-        c.rolloutChanged.connect(lambda f, d: self._set(head_fusion=f, discard_ratio=d))
-        c.scale_panel.changed.connect(self._set_scale_options)
-        c.colormapChanged.connect(lambda name: self._set(cmap=name))
-        c.opacityChanged.connect(lambda v: self._set(opacity=v))
-        c.interpolationChanged.connect(lambda m: self._set(interpolation=m))
-        c.export_colorbar.toggled.connect(lambda b: self._set(colorbar=b))
-        c.export_caption.toggled.connect(lambda b: self._set(caption=b))
-        for name in ("mask_background", "pca_joint", "pca_colours_only"):  # feature PCA's check boxes
-            getattr(c, name).toggled.connect(lambda b, n=name: self._set(**{n: b}))
-        c.legrad_pooling.currentIndexChanged.connect(lambda i: self._set(legrad_pooling=c.legrad_pooling.itemData(i)))
+        follow_controls(self.controls, self.edits)  # each control's change goes to the options, remembered
         self.viewRefreshed.connect(self.open_tokens.follow)
-        self.heads.headSelected.connect(self._on_head_tile)
+        self.heads.headSelected.connect(self.edits.head_tile)
         self.heads.grid_toggle.toggled.connect(self.acts.grid.setChecked)
-        self.plots.layerHeadSelected.connect(self._on_head_tile)
+        self.plots.layerHeadSelected.connect(self.edits.head_tile)
         self.plots.patchSelected.connect(self.set_query)
         self.plots.faithfulness.attach(self.controller)
         self.plots.mechanistic.attach(self.controller)
         self.plots.faithfulness.viewRequested.connect(lambda view, changes: self._set(view=view, **changes))
         self.plots.faithfulness.localisation.outlineChanged.connect(self.canvas.set_ground_truth)
         self.predictions.targetChosen.connect(self.set_target)
-        self.predictions.modelOffered.connect(self.choose_photo_model)
+        self.predictions.modelOffered.connect(self.models.choose_photo_model)  # once loaded: the model for photos
         self.canvas.hovered.connect(self._on_hover)
-        self.canvas.clicked.connect(self._on_canvas_click)
-        self.cancel_button.clicked.connect(self.cancel_model_load)
+        self.canvas.clicked.connect(self.edits.canvas_click)
+        self.cancel_button.clicked.connect(self.models.cancel)
         self.menus.model.aboutToShow.connect(self.models.refresh_menu)
         self.sessions.gridRestored.connect(self._restore_grid)
         self.sessions.comparisonOpened.connect(self.show_compare)
@@ -221,7 +220,7 @@ class MainWindow(ImageDrops, QMainWindow):
         self.session.set_options(**self.prefs.view_options(first_view=first_view))
         self.model_bar.fill_devices(self.device, self.precision)
         self.models.fill_bar()
-        self._rebuild_recent_menu()
+        self.images.fill_recent()
         self._refresh_all()
 
     def save_settings(self) -> None:
@@ -231,21 +230,10 @@ class MainWindow(ImageDrops, QMainWindow):
         self.prefs.save_model(self.model_key, self.device, self.precision)
         self.prefs.sync()
 
-    def _rebuild_recent_menu(self) -> None:
-        fill_recent_menu(self.menus.recent, self.prefs.recent_files(), lambda p: self.open_images([p]),
-                         lambda: (self.prefs.clear_recent_files(), self._rebuild_recent_menu()))
-
     # ================================================================== models (vitviz.gui.model_choice)
     def load_model(self, ref: str, *, initial: bool = False) -> None:
         """Load a model reference in the background (asks before a download unless named at start)."""
         self.models.load(ref, initial=initial)
-
-    def cancel_model_load(self) -> None:
-        self.models.cancel()
-
-    def choose_photo_model(self, ref: str) -> None:
-        """A button of the first-run offer: load ``ref``; once loaded it is the model for photos."""
-        self.models.choose_photo_model(ref)
 
     def open_checkpoint(self, path: str) -> None:
         self.models.open_checkpoint(path)
@@ -257,11 +245,7 @@ class MainWindow(ImageDrops, QMainWindow):
         self.controller.set_precision(precision)
 
     def _update_offer(self) -> None:
-        """The first-run offer in the predictions panel: shown for a photo analysed by the bundled shapes model."""
-        r = self.session.result
-        show = r is not None and self.model_key == "demo" and catalog.is_photo(r.source)
-        offers = catalog.photo_offers() if show else []
-        self.predictions.set_offer(offers, {m.ref for m in offers if catalog.ref_is_cached(m.ref)})
+        offer_photo_models(self.predictions, self.session.result, self.model_key)
 
     def _on_model_changed(self, note: str) -> None:
         self._update_offer()
@@ -277,45 +261,19 @@ class MainWindow(ImageDrops, QMainWindow):
         self.status.set_model(self.model, self.controller.title(), self.device, self.precision)
 
     # ================================================================== images
-    def _open_samples(self) -> None:
-        if self.session.images:
-            return
-        try:
-            samples = [str(p) for p in sample_images()]
-        except Exception:  # noqa: BLE001 - no samples: an empty window is fine
-            samples = []
-        if samples:
-            self.open_images(samples, remember=False)
-
     def open_images_dialog(self) -> None:
-        files = self.dialogs.open_images(self.prefs.last_folder())
-        if files:
-            self.open_images(files)
+        self.images.open_dialog()
 
     def open_images(self, paths: list[str], *, remember: bool = True) -> None:
         """Add images to the set and show the first of them (a ``.vitviz.json`` among them opens as a session)."""
-        paths = [str(p) for p in paths if str(p)]
-        sessions = [p for p in paths if is_session_file(p)]
-        if sessions:
-            self.open_session(sessions[0])
-            paths = [p for p in paths if not is_session_file(p)]
-        if not paths:
-            return
-        self.session.add_images(paths)
-        if remember:
-            self.prefs.remember_folder(paths[0])
-        self.run_image(paths[0], remember=remember)
+        self.images.open(paths, remember=remember)
 
     def step_image(self, delta: int) -> None:
-        """PageDown / PageUp: counts from the image last asked for, so quick presses each move on."""
-        p = self.session.step(delta, start=self.controller.requested)
-        if p is not None:
-            self.run_image(p)
+        self.images.step(delta)
 
     def run_image(self, source: str, pil: Any = None, *, remember: bool = True) -> None:
         """Analyse ``source`` (a path, or the name of pixels ``pil``) with the model it asks for."""
-        self.models.switch_for_photo(source)
-        self.controller.run(source, pil, remember=remember)
+        self.images.run(source, pil, remember=remember)
 
     def set_target(self, target: Any) -> None:
         """Make ``target`` the gradient target: a class index, or any target (:mod:`vitviz.gui.targeting`); re-runs
@@ -323,18 +281,17 @@ class MainWindow(ImageDrops, QMainWindow):
         r = self.session.result
         if r is None or (isinstance(target, int) and target == r.target):
             return
-        self.targets.choose(target)
+        self.edits.set_target(target)  # (remembered for Ctrl+Z)
 
     def _on_result(self, result: Any, remember: bool) -> None:
         if self._closing:
             return
         try:
-            centre = not self._query_chosen and self.sessions.pending is None  # (a session's own patch is kept)
+            centre = not self.edits.query_chosen and self.sessions.pending is None  # (a session's own patch is kept)
             self.sessions.before_result(result)  # an opened session's options, as its image arrives
             self.session.set_result(result, centre_query=centre)
-            if remember and result.source in self.session.images:
-                self.prefs.add_recent_file(result.source)
-                self._rebuild_recent_menu()
+            if remember:
+                self.images.remember_shown(result.source)  # File > Open recent
             self._refresh_all(new_result=True)
             self._update_offer()
         except Exception as e:  # noqa: BLE001 - shown, never only printed
@@ -363,49 +320,35 @@ class MainWindow(ImageDrops, QMainWindow):
         self.statusBar().showMessage(f"{title}: {message.splitlines()[0] if message else ''}", 10000)
         self.dialogs.error(title, message, detail)
 
-    # ================================================================== view options
+    # ================================================================== view options (vitviz.gui.view_edits)
     def _set(self, **changes: Any) -> None:
-        self.session.set_options(**changes)
-        self.refresh_view()
-        r, pooling = self.session.result, self.session.options.legrad_pooling
-        self.controller.legrad_poolings = (pooling,)  # LeGrad is taken in the pass for the pooling shown
-        if "legrad_pooling" in changes and r is not None and r.legrad and pooling not in r.legrad:
-            self.controller.rerun(r, r.target)
+        self.edits.set(**changes)
 
     def set_view(self, key: str) -> None:
-        self._set(view=key)
+        self.edits.set(view=key)
 
     def set_layer(self, layer: int) -> None:
         """The layer slider: the layer, or the start layer of a cumulative view (clamped)."""
-        self.session.set_slider(layer)
-        self.refresh_view()
+        self.edits.set_layer(layer)
 
     def step_layer(self, delta: int) -> None:
-        self.set_layer(self.session.slider_value() + delta)
-
-    def _set_scale_options(self, changes: dict) -> None:
-        """Colour scale, artefact and mask options; a fixed range that cannot be used is said, not applied."""
-        try:
-            self.session.set_options(**changes)
-        except ValueError as e:
-            self.statusBar().showMessage(f"Colour scale not changed: {e}", 8000)
-        self.refresh_view()
+        self.edits.step_layer(delta)
 
     def set_head(self, head: Any) -> None:
-        self._set(head=head)
+        self.edits.set(head=head)
 
     def step_head(self, delta: int) -> None:
-        self.set_head(self.session.next_head(delta))
+        self.edits.step_head(delta)
 
     def set_query(self, index: int) -> None:
-        self._query_chosen = True  # the user's patch is kept across models
-        self._set(query=int(index))
+        self.edits.set_query(index)
 
-    def _on_head_tile(self, layer: int, head: int) -> None:
-        changes: dict[str, Any] = {"layer": layer, "head": head}
-        if "head" not in self.session.view.reads:  # a head was picked: show it
-            changes["view"] = "cls"
-        self._set(**changes)
+    def undo(self) -> bool:
+        """Ctrl+Z: back to the view, options and target shown before the last change."""
+        return self.edits.undo()
+
+    def redo(self) -> bool:
+        return self.edits.redo()
 
     def _toggle_grid(self) -> None:
         self.heads.grid_toggle.setChecked(not self.heads.grid_toggle.isChecked())
@@ -416,11 +359,6 @@ class MainWindow(ImageDrops, QMainWindow):
         with QSignalBlocker(self.heads.grid_toggle):
             self.heads.grid_toggle.setChecked(all_layers)
         self.acts.grid.setChecked(all_layers)
-
-    def _on_canvas_click(self, x: float, y: float) -> None:
-        rc = self.session.image_to_patch(x, y)
-        if rc is not None and self.session.result is not None:
-            self.set_query(rc[0] * self.session.result.grid[1] + rc[1])
 
     def _on_hover(self, x: float, y: float) -> None:
         self._hover_xy = None if x != x else (x, y)  # NaN: the cursor left the image
@@ -436,35 +374,17 @@ class MainWindow(ImageDrops, QMainWindow):
                             traceback.format_exc())
 
     def _refresh_view(self) -> None:
-        s, o = self.session, self.session.options
-        self.canvas.set_colormap(o.cmap)
-        self.canvas.set_opacity(o.opacity)
-        r = s.result
-        v = s.view
-        if r is not None:
-            p = panel_of(s)  # what the panel shows: the Compare window and the figure files draw the same
-            self.canvas.set_colormap(p.scale.cmap if p.scale is not None else o.cmap)
-            self.canvas.set_overlay(p.grid_values, p.scale, label=p.colorbar_label, tooltip=p.scale_text)
-            self.canvas.set_rgb(p.rgb, photo=p.photo_shown, opacity=p.opacity)
-            self.canvas.set_marker(p.marker)
-            self.canvas.set_artefacts(list(p.outlined), p.grid)
-            self.canvas.set_neutral(list(p.neutral), p.grid)
-            self.canvas.set_mask(p.mask, p.mask_style)
-            self.canvas.set_title(p.title)
-            self.status.show_artefacts(s)
-            if p.unavailable is not None:
-                self.statusBar().showMessage(f"{v.title} is not available: {p.unavailable}", 8000)
-            elif " is not available: " in self.statusBar().currentMessage():
-                self.statusBar().clearMessage()  # the view is available now (e.g. a target was chosen)
-            if self._hover_xy is not None:  # the read-out follows the new map at once (not at the next move)
-                self._on_hover(*self._hover_xy)
+        s = self.session
+        draw_view(s, self.canvas, self.status)  # (what the Compare window and the figure files draw too)
+        if s.result is not None and self._hover_xy is not None:  # the read-out follows the new map at once
+            self._on_hover(*self._hover_xy)
         self.controls.refresh(s)
         for key, a in self.acts.views.items():
-            a.setChecked(key == o.view)
-        if r is not None:
+            a.setChecked(key == s.options.view)
+        if s.result is not None:
             self.heads.refresh(s)
             self.plots.refresh(s)
-        self._update_title()
+        self.setWindowTitle(window_title(s))
         self.viewRefreshed.emit()
 
     def _refresh_all(self, new_result: bool = False) -> None:
@@ -476,15 +396,6 @@ class MainWindow(ImageDrops, QMainWindow):
             self.predictions.refresh(self.session)
         self.refresh_view()
         self._update_model_label()
-
-    def _update_title(self) -> None:
-        r = self.session.result
-        if r is None:
-            self.setWindowTitle("vitviz")
-            return
-        n = len(self.session.images)
-        pos = f" ({self.session.index + 1}/{n})" if n > 1 and self.session.index >= 0 else ""
-        self.setWindowTitle(f"{Path(r.source).name}{pos} — {self.session.describe_view()} — vitviz")
 
     # ================================================================== export (vitviz.gui.export_service)
     def export_view(self, path: str, scale: Any = None) -> Path | None:
@@ -520,28 +431,18 @@ class MainWindow(ImageDrops, QMainWindow):
     def show_compare(self, spec: Any = None) -> Any:
         """Show the Compare window (:mod:`vitviz.gui.compare_window`), with ``spec`` (a
         :class:`vitviz.document.comparison.CompareSpec`) when given."""
-        if self.compare_window is None:
-            cw = CompareWindow(self, session=self.session, controller=self.controller, exports=self.exports,
-                               show_error=self.show_error, metadata=self.sessions.metadata, spec=spec)
-            self.viewRefreshed.connect(cw.refresh)
-            cw.querySelected.connect(self.set_query)  # a patch clicked there: the query patch here (and there)
-            self.compare_window = cw
-        elif spec is not None:
-            self.compare_window.set_spec(spec)
-        self.compare_window.show()
-        self.compare_window.raise_()
-        return self.compare_window
+        return self.comparisons.show(spec)
+
+    @property
+    def compare_window(self) -> CompareWindow | None:
+        return self.comparisons.window
 
     def shown_comparison(self) -> Any:
         """The Compare window's spec while it is shown (a session saved now keeps it), else None."""
-        cw = self.compare_window
-        return cw.spec if cw is not None and cw.isVisible() else None
+        return self.comparisons.shown_spec()
 
     def copy_view(self) -> None:
-        arr = render_view(self.session)
-        if arr is not None:
-            QApplication.clipboard().setImage(qimage_from_rgb(arr))
-            self.statusBar().showMessage(f"Copied the view ({arr.shape[1]}×{arr.shape[0]}) to the clipboard", 5000)
+        self.exports.copy_view()
 
     # ================================================================== help
     def show_shortcuts(self) -> None:
@@ -570,7 +471,7 @@ class MainWindow(ImageDrops, QMainWindow):
         try:
             self.save_settings()
         finally:
-            if self.compare_window is not None:
-                self.compare_window.close()  # it frees its results
+            self.comparisons.close()  # it frees its results
+            self.exports.shutdown()  # an export still running is cancelled (its file: complete or absent)
             self.controller.shutdown()  # the worker stops; the model and the kept tables are let go
         super().closeEvent(event)

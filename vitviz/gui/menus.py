@@ -82,6 +82,9 @@ def build_menus(mb: QMenuBar, acts: WindowActions, docks: Mapping[str, QDockWidg
         for a in group:
             f.addAction(a)
         f.addSeparator()
+    e = mb.addMenu("&Edit")
+    for a in (acts.undo, acts.redo):
+        e.addAction(a)
     m = mb.addMenu("&Model")
     m.addAction(acts.open_checkpoint)
     m.addAction(acts.open_checkpoint_folder)

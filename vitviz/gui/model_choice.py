@@ -8,6 +8,7 @@ the Model menu's list and the download dialog in step with the controller's sign
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
@@ -159,3 +160,10 @@ class ModelChoice(QObject):
         loading = self.controller.loading
         if loading:
             self.download_dialog.update(describe_ref(loading), done, total)
+
+
+def offer_photo_models(predictions: Any, result: Any, model_ref: str) -> None:
+    """The first-run offer in the predictions panel: shown for a photo analysed by the bundled shapes model."""
+    show = result is not None and model_ref == "demo" and catalog.is_photo(result.source)
+    offers = catalog.photo_offers() if show else []
+    predictions.set_offer(offers, {m.ref for m in offers if catalog.ref_is_cached(m.ref)})

@@ -246,9 +246,15 @@ def shared_scale(maps: np.ndarray, cmap: str, *, signed: bool | None = None,
     return scale_for(m, mode="shared", shared=m, percentile=percentile, signed=signed, exclude=ex, cmap=cmap)
 
 
-def colorize_shared(maps: np.ndarray, scale) -> np.ndarray:
-    """``[T, h, w]`` floats -> ``uint8 [T, h, w, 4]`` through one colour scale (equal values, equal colours)."""
-    return colorize_tiles(maps, scale.cmap, per_tile=False, vmin=scale.lo, vmax=scale.hi)
+def colorize_shared(maps: np.ndarray, scale, neutral: np.ndarray | None = None) -> np.ndarray:
+    """``[T, h, w]`` floats -> ``uint8 [T, h, w, 4]`` through one colour scale (equal values, equal colours);
+    ``neutral`` (bool ``[h, w]``: the patches left out of the scale) in the neutral grey on every tile, as the canvas
+    and the figures draw them, never a scale colour."""
+    rgba = colorize_tiles(maps, scale.cmap, per_tile=False, vmin=scale.lo, vmax=scale.hi)
+    if neutral is not None and neutral.shape == rgba.shape[1:3]:
+        rgba[:, neutral, :3] = colormaps.NEUTRAL_RGB
+        rgba[:, neutral, 3] = 255
+    return rgba
 
 
 class MosaicScroll(QScrollArea):

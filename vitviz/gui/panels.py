@@ -324,7 +324,8 @@ class PredictionsPanel(QWidget):
         kinds = {"imagenet": "ImageNet", "dino": "DINO", "language": "image-text"}
         for i, m in enumerate(offers):
             state = "cached" if m.ref in cached else f"{m.size_mb:.0f} MB"
-            b = QPushButton(f"{m.title} · {kinds.get(m.group, m.group)} · {state}")
+            # two short lines, not one long one: the offer never widens the dock (the canvas keeps its width)
+            b = QPushButton(f"{m.title}\n{kinds.get(m.group, m.group)} · {state}")
             b.setToolTip(f"{m.title}: {m.what}\nhttps://huggingface.co/{m.repo}\n"
                          + ("Cached: opens without a download" if m.ref in cached else
                             f"One click downloads {m.size_mb:.0f} MB (once) and opens it"))

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.batch.stats_files import read_stats_csv
+from vitviz.document.appearance import precision_text
 from vitviz.gui.canvas import highlight_rect
 from vitviz.gui.faithfulness import FaithfulnessPanel
 from vitviz.gui.mechanistic_panel import MechanisticPanel
@@ -224,6 +225,7 @@ class PlotsPanel(QTabWidget):
         self._result_id = None
         self._session = None
         self._shape = (0, 0)
+        self._computed = ""  # " · computed in bf16": the precision of the result drawn
         self._pos_grid = (0, 0)
         self._pos_marked = None
         self.currentChanged.connect(lambda _i: self._fill_filter_variance())
@@ -257,6 +259,8 @@ class PlotsPanel(QTabWidget):
     def _fill(self, session) -> None:
         r = session.result
         self._session = session
+        self._computed = f" · computed in {precision_text(r)}"  # bf16 numbers differ in the second or third digit
+        self.ent_title.setText(f"Mean attention entropy per layer and head · this image{self._computed}")
         L, H = r.num_layers, r.num_heads
         self._shape = (L, H)
         d = session.mean_distances()
@@ -399,13 +403,14 @@ class PlotsPanel(QTabWidget):
         self.dist_dataset_line.setData([], [])
         if getattr(self, "_image_top", None) is not None:
             self._dist_top = self._image_top
-        base = "Mean attention distance per layer and head · this image"
+        base = f"Mean attention distance per layer and head · this image{self._computed}"
         ds, shape = self.dataset, self._shape
         self.dist_title.setToolTip("")
         if ds is None:
             self.dist_title.setText(base)
             return
-        name = f"{ds.images} image{'s' * (ds.images != 1)} of {ds.model}"
+        name = f"{ds.images} image{'s' * (ds.images != 1)} of {ds.model}" + \
+            (f" in {ds.precision}" if ds.precision else "")
         if (ds.num_layers, ds.num_heads) != tuple(shape):
             self.dist_title.setText(f"{base} · the data set ({name}) has {ds.num_layers} layers x {ds.num_heads} "
                                     f"heads, this model {shape[0]} x {shape[1]}: not drawn")
@@ -424,8 +429,9 @@ class PlotsPanel(QTabWidget):
         hollow = pg.ScatterPlotItem(size=8, pen=pg.mkPen((200, 200, 200), width=1.5), brush=pg.mkBrush(None))
         self.dist_legend.addItem(hollow, "data set: each head")
         self._dataset_legend = ["data set: mean of heads", "data set: each head"]
-        self.dist_title.setText(f"{base} (filled) · data set of {ds.images} image{'s' * (ds.images != 1)} "
-                                "(hollow: each head's mean; dashed: mean of heads)")
+        self.dist_title.setText(f"{base.replace(self._computed, '')} (filled){self._computed} · data set of "
+                                f"{ds.images} image{'s' * (ds.images != 1)} (hollow: each head's mean; dashed: mean "
+                                "of heads)")
         self.dist_title.setToolTip(f"{self.dataset_path}: mean attention distance per layer and head over {name} "
                                    "(the standard deviations over the images are in the CSV)")
         if self._dist_top is not None:

@@ -20,6 +20,7 @@ class StatusParts:
     """Adds the hover label, the busy label/bar, the Cancel button and the model label to ``bar``."""
 
     def __init__(self, bar: QStatusBar):
+        self.bar = bar
         self.hover_label = QLabel("")
         self.hover_label.setMinimumWidth(200)
         bar.addWidget(self.hover_label, 1)
@@ -76,6 +77,14 @@ class StatusParts:
         layer = session.view.attention_layer(session.options)
         share = register_share(session.result, session.cache, layer)
         self.set_artefacts(artefact_text(session.artefacts(), session.artefact_grid(), layer, share))
+
+    def say_unavailable(self, title: str, why: str | None) -> None:
+        """A passing line when the view ``title`` has no map (``why``), cleared once it has one again (e.g. a target
+        was chosen)."""
+        if why is not None:
+            self.bar.showMessage(f"{title} is not available: {why}", 8000)
+        elif " is not available: " in self.bar.currentMessage():
+            self.bar.clearMessage()
 
     @property
     def artefact_text(self) -> str:

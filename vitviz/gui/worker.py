@@ -126,12 +126,15 @@ class TaskRunner(QObject):
         done(kind, result, job): the newest job of ``kind`` finished.
         failed(kind, title, message, job): the newest job of ``kind`` raised (message names file and cause).
         progress(kind, done, total): progress of the newest job of ``kind``.
+        cancelled(kind, job): a job of ``kind`` stopped because it was cancelled or superseded (its result, if any,
+            dropped).
         busyChanged(bool): whether any job is queued or running.
     """
 
     done = Signal(str, object, object)
     failed = Signal(str, str, str, object)
     progress = Signal(str, int, int)
+    cancelled = Signal(str, object)
     busyChanged = Signal(bool)
 
     def __init__(self, parent: QObject | None = None):
@@ -238,6 +241,8 @@ class TaskRunner(QObject):
     @Slot(object)
     def _on_cancelled(self, job: Job) -> None:
         self._finish(job)
+        if not self._closed:
+            self.cancelled.emit(job.kind, job)
 
     @Slot(object, int, int)
     def _on_progress(self, job: Job, done: int, total: int) -> None:

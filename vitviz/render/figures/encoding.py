@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PIL import Image
@@ -81,7 +81,8 @@ def check_target(path: str | os.PathLike, formats: Sequence[str], what: str) -> 
 
 
 def save(spec: FigureSpec, path: str | os.PathLike, *, scale: ScaleOption = "print",
-         metadata: dict[str, str] | None = None, overwrite: bool = False) -> Path:
+         metadata: dict[str, str] | None = None, overwrite: bool = False,
+         progress: Callable[[int, int], bool] | None = None) -> Path:
     """Write ``spec`` as PNG, SVG or PDF (by ``path``'s extension), atomically.
 
     PNG: drawn at ``scale`` with its DPI. SVG / PDF: the ``"print"`` layout, text as text, vector colour bar, each
@@ -96,6 +97,8 @@ def save(spec: FigureSpec, path: str | os.PathLike, *, scale: ScaleOption = "pri
             from all three. For example the session's state:
             ``save(spec, "fig.pdf", metadata={"vitviz.session": json.dumps(state)})``.
         overwrite: replace an existing file (else :class:`FileExistsError`; nothing is written).
+        progress: ``progress(done, 1)`` before drawing (0) and after it (1), before the file is written; returning
+            False cancels (:class:`InterruptedError`, nothing written), as :func:`save_animation`'s does.
 
     Raises:
         ExportError: unknown extension, missing or read-only folder, disk full ... (names the file and the cause);
@@ -107,7 +110,11 @@ def save(spec: FigureSpec, path: str | os.PathLike, *, scale: ScaleOption = "pri
     meta = check_metadata(metadata)
     if not overwrite and target.exists():
         raise FileExistsError(f"{target} already exists")
+    if progress is not None and progress(0, 1) is False:
+        raise InterruptedError("cancelled")
     data, _ = _encode(spec, fmt, scale, meta)
+    if progress is not None and progress(1, 1) is False:  # the last moment to stop: the write below is atomic
+        raise InterruptedError("cancelled")
     return write_atomic(target, lambda fh: fh.write(data), overwrite=overwrite, suffix=fmt + ".tmp")
 
 
