@@ -108,6 +108,10 @@ FAMILIES: dict[str, Callable[[Path], Path]] = {
                                  num_classes=0),
     "timm-dinov3": _timm_folder("vit_small_plus_patch16_dinov3", img_size=32, embed_dim=32, depth=2, num_heads=2,
                                 num_classes=0),
+    "timm-pe-spatial": _timm_folder("vit_pe_spatial_base_patch16_512", img_size=32, embed_dim=32, depth=2,
+                                    num_heads=2, num_classes=0),
+    "timm-rope-ape": _timm_folder("vit_small_patch16_rope_ape_224", img_size=32, embed_dim=32, depth=2, num_heads=2,
+                                  num_classes=0),
     "timm-rope-mixed": _timm_folder("vit_small_patch16_rope_mixed_224", img_size=32, embed_dim=32, depth=2,
                                     num_heads=2, num_classes=0),
     "timm-aimv2": _timm_folder("aimv2_large_patch14_224", img_size=56, embed_dim=32, depth=2, num_heads=2,
@@ -129,10 +133,18 @@ FAMILIES: dict[str, Callable[[Path], Path]] = {
     "hf-siglip": _hf("SiglipVisionModel", "SiglipVisionConfig", **SMALL_HF),
     "hf-siglip2-naflex": _hf("Siglip2VisionModel", "Siglip2VisionConfig", hidden_size=32, intermediate_size=64,
                              num_hidden_layers=2, num_attention_heads=2, patch_size=8, num_patches=16),
+    "hf-aimv2": _hf("Aimv2VisionModel", "Aimv2VisionConfig", hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                    num_attention_heads=2, image_size=32, patch_size=8),
+    "hf-aimv2-native": _hf("Aimv2VisionModel", "Aimv2VisionConfig", hidden_size=32, intermediate_size=48,
+                           num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8, is_native=True,
+                           use_head=False),
     "hf-beit": _hf("BeitForImageClassification", "BeitConfig", num_labels=5, use_relative_position_bias=True,
                    use_mean_pooling=True, layer_scale_init_value=0.1, **SMALL_HF),
 }
 """family -> a builder writing that family's checkpoint under a folder and returning the path to load."""
+
+ROPE_FAMILIES = ("timm-eva02", "timm-pe-core", "timm-pe-spatial", "timm-dinov3", "timm-rope-ape", "timm-rope-mixed")
+"""The timm hub folders of :data:`FAMILIES` whose model rotates queries and keys (RoPE; settings in config.json)."""
 
 
 def add_key(path: Path, name: str, value: torch.Tensor) -> None:

@@ -365,7 +365,8 @@ def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) 
                               f"{tuple(s[key].shape)}: not (2g-1)^2 + 3 rows of a square patch grid")
         grid = ((r + 1) // 2, (r + 1) // 2)
         options.setdefault("pos_embed", "none")
-    elif options.get("rope", "none") != "none" and "image_size" in conv.config:  # RoPE alone (DINOv3): the
+    elif (options.get("rope", "none") != "none" or options.get("pos_embed") == "sincos") and \
+            "image_size" in conv.config:  # RoPE alone (DINOv3) or a fixed sin-cos grid (AIMv2 native): the
         grid = (0, 0)  # config's input size, below
         options.setdefault("pos_embed", "none")
     else:

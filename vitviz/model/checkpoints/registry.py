@@ -13,9 +13,11 @@ from types import ModuleType
 from typing import Literal
 
 from vitviz.model.checkpoints import (
+    bare_rope,
     beit,
     dinov2,
     hf,
+    hf_aimv2,
     hf_beit,
     hf_clip,
     hf_dinov2,
@@ -32,7 +34,7 @@ from vitviz.model.checkpoints import (
 from vitviz.model.checkpoints.common import RawCheckpoint, err, names
 
 Format = Literal["native", "timm-eva", "timm-beit", "dinov2", "timm", "torchvision", "hf-dinov2", "hf-dinov3",
-                 "hf-beit", "hf-clip",
+                 "hf-aimv2", "hf-beit", "hf-clip",
                  "hf-siglip", "open_clip", "hf", "npz", "textbook"]
 
 FORMATS: tuple[ModuleType, ...] = (
@@ -44,6 +46,7 @@ FORMATS: tuple[ModuleType, ...] = (
     torchvision,
     hf_dinov2,    # the Hugging Face families before the plain HF ViT (same patch embedding name)
     hf_dinov3,
+    hf_aimv2,
     hf_beit,
     hf_clip,
     hf_siglip,
@@ -84,6 +87,9 @@ def windowed_attention(raw: RawCheckpoint) -> str | None:
     return f"key {hit!r}" if hit is not None else None
 
 
+_TIMM_LAYOUT_READERS = ("timm-beit", "dinov2", "timm")
+
+
 def detect_format(raw: RawCheckpoint) -> Format:
     """The checkpoint format, from metadata and keys; raises :class:`CheckpointError` listing the formats tried
     (and naming a Swin / windowed-attention model as such)."""
@@ -94,6 +100,8 @@ def detect_format(raw: RawCheckpoint) -> Format:
                               f"{SUPPORTED}")
     for f in FORMATS:
         if f.detect(raw):
+            if f.NAME in _TIMM_LAYOUT_READERS:  # a RoPE model's weights without its config.json: refused
+                bare_rope.refuse_bare_rope(raw)
             return f.NAME
     keys = raw.tensors.keys()
     sample = names(sorted(keys)[:8])
