@@ -85,6 +85,29 @@ class AttnRecorder:
             h.remove()
 
 
+class SoftmaxRecorder:
+    """Record what ``torch.Tensor.softmax`` returns while ``module`` runs (timm's attention-pool head has no
+    dropout to hook: its own softmax output is taken)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.maps: list[torch.Tensor] = []
+        self.orig = torch.Tensor.softmax
+        rec = self
+
+        def wrapped(t, *a, **k):
+            out = rec.orig(t, *a, **k)
+            rec.maps.append(out.detach())
+            return out
+
+        self.handles = [module.register_forward_pre_hook(lambda m, a: setattr(torch.Tensor, "softmax", wrapped)),
+                        module.register_forward_hook(lambda m, a, o: setattr(torch.Tensor, "softmax", rec.orig))]
+
+    def close(self) -> None:
+        torch.Tensor.softmax = self.orig
+        for h in self.handles:
+            h.remove()
+
+
 def timm_attentions(model, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """timm model output and each block's attention ``[B, H, N, N]`` from its explicit (unfused) path."""
     for b in model.blocks:

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from family_helpers import AttnRecorder, check_against_reference, randomise_, rel_err, write_timm_folder
+from family_helpers import (
+    AttnRecorder,
+    SoftmaxRecorder,
+    check_against_reference,
+    randomise_,
+    rel_err,
+    write_timm_folder,
+)
 
 from vitviz.capture import capture
 from vitviz.model import load_checkpoint
@@ -34,29 +41,6 @@ def _folder(tmp_path, arch: str, model, model_args: dict, **extra):
     return folder
 
 
-class _Softmax:
-    """Record what ``torch.Tensor.softmax`` returns while ``module`` runs (timm's attention-pool head has no
-    dropout to hook: its own softmax output is taken)."""
-
-    def __init__(self, module: torch.nn.Module):
-        self.maps: list[torch.Tensor] = []
-        self.orig = torch.Tensor.softmax
-        rec = self
-
-        def wrapped(t, *a, **k):
-            out = rec.orig(t, *a, **k)
-            rec.maps.append(out.detach())
-            return out
-
-        self.handles = [module.register_forward_pre_hook(lambda m, a: setattr(torch.Tensor, "softmax", wrapped)),
-                        module.register_forward_hook(lambda m, a, o: setattr(torch.Tensor, "softmax", rec.orig))]
-
-    def close(self) -> None:
-        torch.Tensor.softmax = self.orig
-        for h in self.handles:
-            h.remove()
-
-
 def _reference(model):
     def ref(x):
         for b in model.blocks:
@@ -65,7 +49,7 @@ def _reference(model):
         pool = None
         if model.attn_pool is not None:
             model.attn_pool.fused_attn = False
-            pool = _Softmax(model.attn_pool)
+            pool = SoftmaxRecorder(model.attn_pool)
         try:
             with torch.no_grad():
                 out = model(x)

@@ -29,17 +29,19 @@ from vitviz.model.checkpoints import (
     textbook,
     timm,
     timm_eva,
+    timm_naflex,
     torchvision,
 )
 from vitviz.model.checkpoints.common import RawCheckpoint, err, names
 
-Format = Literal["native", "timm-eva", "timm-beit", "dinov2", "timm", "torchvision", "hf-dinov2", "hf-dinov3",
-                 "hf-aimv2", "hf-beit", "hf-clip",
+Format = Literal["native", "timm-eva", "timm-naflex", "timm-beit", "dinov2", "timm", "torchvision", "hf-dinov2",
+                 "hf-dinov3", "hf-aimv2", "hf-beit", "hf-clip",
                  "hf-siglip", "open_clip", "hf", "npz", "textbook"]
 
 FORMATS: tuple[ModuleType, ...] = (
     native,       # safetensors metadata "vitviz_spec": must come first (its keys are timm's)
     timm_eva,     # timm folders of RoPE models (EVA-02, PE, DINOv3, rope ViTs): by config.json's architecture
+    timm_naflex,  # timm folders of NaFlexVit (naflexvit_*): by config.json's architecture
     beit,         # timm's BEiT (before timm: the same patch_embed / blocks names)
     dinov2,       # DINOv2's own files (before timm: timm's names plus mask_token)
     timm,
