@@ -19,6 +19,9 @@ def ref_from_name(arch: str, patch: int) -> tuple[int, int]:
 FAMILIES: tuple[tuple[re.Pattern[str], dict[str, Any]], ...] = (
     (re.compile(r"eva02_(tiny|small|base|large)_patch14_(224|336|448)"),
      dict(rope_type="cat", ref_feat_shape=(16, 16), eps=1e-6, global_pool="avg")),
+    # EVA-02 CLIP image towers: a norm inside the attention (scale_attn_inner: attn.norm), the [CLS] pooled
+    (re.compile(r"eva02_(base|large)_patch(14|16)_clip_(224|336)"),
+     dict(rope_type="cat", ref_feat_shape=(16, 16), eps=1e-6, global_pool="token")),
     # the gigantic PE towers have no [CLS] token and no grid offset
     (re.compile(r"vit_pe_core_gigantic_patch14_448"),
      dict(rope_type="cat", ref="name", rope_grid_indexing="xy", eps=1e-5, global_pool="map", attn_pool_num_heads=8)),
