@@ -37,23 +37,18 @@ from vitviz.model.checkpoints.common import (
 from vitviz.model.checkpoints.timm import default_preprocess as timm_default_preprocess
 from vitviz.model.checkpoints.timm import pretrained_preprocess, timm_config
 from vitviz.model.preprocess import Preprocess
+from vitviz.model.timm_rope_archs import NAFLEX_ARCHS as ARCHS
 from vitviz.model.vit import ViTConfig
 
 NAME = "timm-naflex"
 DESCRIPTION = "timm NaFlexVit (config.json architecture naflexvit_*)"
 PREFIX = "naflexvit_"
 
-# architecture -> what its function sets that the tensors cannot show (timm 1.0 models/naflexvit.py)
-ARCHS: dict[str, dict[str, Any]] = {
-    "naflexvit_base_patch16_gap": dict(global_pool="avg", fc_norm=True),
-    "naflexvit_base_patch16_map": dict(global_pool="map"),
-    "naflexvit_so150m2_patch16_reg1_gap": dict(global_pool="avg", fc_norm=True),
-    "naflexvit_so150m2_patch16_reg1_map": dict(global_pool="map"),
-    "naflexvit_base_patch16_siglip": dict(global_pool="map", act_layer="gelu_tanh", pos_embed_interp_mode="bilinear"),
-    "naflexvit_so400m_patch16_siglip": dict(global_pool="map", act_layer="gelu_tanh",
-                                            pos_embed_interp_mode="bilinear"),
-}
+_MAP_PREFIX = "its attention pool reads the patch tokens only, skipping its register token (pool_include_prefix " \
+    "false); vitviz's pool reads every token"
 _REFUSED = {
+    "naflexvit_base_patch16_map": _MAP_PREFIX,
+    "naflexvit_so150m2_patch16_reg1_map": _MAP_PREFIX,
     "naflexvit_base_patch16_par_gap": "its aspect-preserving position table (pos_embed_ar_preserving)",
     "naflexvit_base_patch16_parfac_gap": "its aspect-preserving, factorized position tables (pos_embed_y / "
                                          "pos_embed_x)",
