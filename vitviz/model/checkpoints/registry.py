@@ -68,8 +68,9 @@ def format_module(name: str) -> ModuleType:
     raise KeyError(f"unknown checkpoint format {name!r}; registered: {', '.join(FORMAT_NAMES)}")
 
 
-SUPPORTED = ("ViT / DeiT / DeiT III, DINO, DINOv2 (with or without registers), DINOv3, EVA-02, Perception Encoder, "
-             "timm's RoPE ViTs, BEiT / BEiT v2 / data2vec-vision, "
+SUPPORTED = ("ViT / DeiT / DeiT III, DINO, DINOv2 (with or without registers), DINOv3, EVA-02 (and its CLIP towers), "
+             "Perception Encoder, timm's RoPE ViTs, AIMv2 (timm and Hugging Face), timm's NaFlex ViTs (fixed grid), "
+             "BEiT / BEiT v2 / data2vec-vision, "
              "CLIP / OpenCLIP and SigLIP image towers (timm, Hugging Face, open_clip and original layouts), "
              "torchvision ViT, Google .npz, the textbook ViTs people write themselves (styles B, C, D)")
 
