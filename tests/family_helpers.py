@@ -121,6 +121,29 @@ def timm_attentions(model, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Te
     return out, rec.maps
 
 
+def timm_reference(model):
+    """A reference for :func:`check_against_reference` from a timm model: its output, each block's attention from its
+    explicit path (the input of its attention dropout) and, with an attention-pool head, the pool's own softmax."""
+    def ref(x):
+        for b in model.blocks:
+            b.attn.fused_attn = False
+        rec = AttnRecorder([b.attn.attn_drop for b in model.blocks])
+        pool = None
+        if model.attn_pool is not None:
+            model.attn_pool.fused_attn = False
+            pool = SoftmaxRecorder(model.attn_pool)
+        try:
+            with torch.no_grad():
+                out = model(x)
+        finally:
+            rec.close()
+            if pool is not None:
+                pool.close()
+        pool_attn = pool.maps[-1][:, :, 0] if pool is not None else None
+        return out, rec.maps, pool_attn
+    return ref
+
+
 def check_against_reference(
     ours,
     reference: Callable[[torch.Tensor], tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None]],

@@ -7,11 +7,9 @@ refused naming it."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-from family_helpers import AttnRecorder, SoftmaxRecorder, check_against_reference, randomise_, write_timm_folder
+from family_helpers import check_against_reference, randomise_, timm_reference, write_timm_folder
 
 from vitviz.model import load_checkpoint
 from vitviz.model.checkpoints import CheckpointError
@@ -26,31 +24,8 @@ def _naflex(arch: str, **kw):
 
 
 def _folder(tmp_path, arch, model, model_args, size=96):
-    folder = write_timm_folder(tmp_path / arch, model, arch, {"input_size": [3, size, size], "crop_pct": 1.0})
-    cfg = json.loads((folder / "config.json").read_text())
-    cfg["model_args"] = model_args
-    (folder / "config.json").write_text(json.dumps(cfg))
-    return folder
-
-
-def _reference(model):
-    def ref(x):
-        for b in model.blocks:
-            b.attn.fused_attn = False
-        pool = None
-        if model.attn_pool is not None:
-            model.attn_pool.fused_attn = False
-            pool = SoftmaxRecorder(model.attn_pool)
-        rec = AttnRecorder([b.attn.attn_drop for b in model.blocks])
-        try:
-            with torch.no_grad():
-                out = model(x)
-        finally:
-            rec.close()
-            if pool is not None:
-                pool.close()
-        return out, rec.maps, (pool.maps[-1][:, :, 0] if pool is not None else None)
-    return ref
+    return write_timm_folder(tmp_path / arch, model, arch, {"input_size": [3, size, size], "crop_pct": 1.0},
+                             model_args=model_args)
 
 
 @pytest.mark.parametrize("arch, prefix, registers, expect", [
@@ -68,7 +43,7 @@ def test_naflexvit_equals_timm(tmp_path, arch, prefix, registers, expect):
     assert c.num_heads == 2 and ours.spec.input_size == (96, 96)  # timm's pretrained_cfg: the table resized
     for k, v in expect.items():
         assert getattr(c, k) == v, (k, getattr(c, k), v)
-    worst = check_against_reference(ours, _reference(ref), [(64, 64), (96, 96), (48, 112)], prefix=prefix,
+    worst = check_against_reference(ours, timm_reference(ref), [(64, 64), (96, 96), (48, 112)], prefix=prefix,
                                     registers=registers)
     print(arch, "worst relative errors:", worst)
 

@@ -11,14 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from family_helpers import (
-    AttnRecorder,
-    SoftmaxRecorder,
-    check_against_reference,
-    randomise_,
-    rel_err,
-    write_timm_folder,
-)
+from family_helpers import check_against_reference, randomise_, rel_err, timm_reference, write_timm_folder
 
 from vitviz.capture import capture
 from vitviz.model import load_checkpoint
@@ -39,27 +32,6 @@ def _folder(tmp_path, arch: str, model, model_args: dict, **extra):
     cfg["model_args"] = model_args  # what timm's save_for_hf writes for a model created with these arguments
     (folder / "config.json").write_text(json.dumps(cfg))
     return folder
-
-
-def _reference(model):
-    def ref(x):
-        for b in model.blocks:
-            b.attn.fused_attn = False
-        rec = AttnRecorder([b.attn.attn_drop for b in model.blocks])
-        pool = None
-        if model.attn_pool is not None:
-            model.attn_pool.fused_attn = False
-            pool = SoftmaxRecorder(model.attn_pool)
-        try:
-            with torch.no_grad():
-                out = model(x)
-        finally:
-            rec.close()
-            if pool is not None:
-                pool.close()
-        pool_attn = pool.maps[-1][:, :, 0] if pool is not None else None
-        return out, rec.maps, pool_attn
-    return ref
 
 
 SMALL = dict(embed_dim=64, depth=2, num_heads=2)
@@ -113,7 +85,7 @@ def test_rope_family_equals_timm(tmp_path, arch):
     assert c.num_heads == 2 and c.depth == 2
     for k, v in expect.items():
         assert getattr(c, k) == v, (k, getattr(c, k), v)
-    worst = check_against_reference(ours, _reference(ref), sizes, prefix=prefix, registers=registers)
+    worst = check_against_reference(ours, timm_reference(ref), sizes, prefix=prefix, registers=registers)
     assert worst["attn"] <= 1e-4
 
 
@@ -128,7 +100,7 @@ def test_rope_matters_and_a_wrong_layout_is_caught(tmp_path):
     ref = _timm("vit_small_patch16_dinov3", **kw)
     ours = load_checkpoint(_folder(tmp_path, "vit_small_patch16_dinov3", ref, kw))
     x = torch.randn(1, 3, 64, 64)
-    _, ref_attn, _ = _reference(ref)(x)
+    _, ref_attn, _ = timm_reference(ref)(x)
     assert rel_err(capture(ours, x).attentions[0], ref_attn[0]) <= 1e-4
     for change in (dict(rope="none"), dict(rope_half=False), dict(rope_theta=10000.0)):
         other = ViT.from_config(replace(ours.config, **change)).eval()
@@ -194,5 +166,5 @@ def test_hub_config_without_model_args(tmp_path, arch, kw):
     ours = load_checkpoint(folder)
     assert ours.config.num_heads == ref.blocks[0].attn.num_heads and ours.config.rope != "none"
     s = kw["img_size"]
-    check_against_reference(ours, _reference(ref), [(s, s), (s + 16 if s % 16 == 0 else s + 14, s)],
+    check_against_reference(ours, timm_reference(ref), [(s, s), (s + 16 if s % 16 == 0 else s + 14, s)],
                             prefix=ref.num_prefix_tokens, registers=ours.config.num_reg_tokens)
