@@ -39,6 +39,8 @@ hf-aimv2       HF ``Aimv2VisionModel`` / ``Aimv2Model`` (``rms_norm1``)        `
                                                                                OpenAI CLIP's
 open_clip      ``visual.class_embedding`` (open_clip, OpenAI)                  ``open_clip_config.json``, else
                                                                                OpenAI CLIP mean/std
+open_clip-     ``visual.trunk.*`` + ``open_clip_config.json``                  as open_clip
+timm           ``timm_model_name`` (EVA02-*: read as timm-eva)
 =============  ==============================================================  ===================================
 
 A timm folder's ``config.json`` (``architecture``, ``model_args``, ``pretrained_cfg``) is read by the timm formats;

@@ -26,6 +26,7 @@ from vitviz.model.checkpoints import (
     native,
     npz,
     open_clip,
+    open_clip_timm,
     textbook,
     timm,
     timm_eva,
@@ -36,7 +37,7 @@ from vitviz.model.checkpoints.common import RawCheckpoint, err, names
 
 Format = Literal["native", "timm-eva", "timm-naflex", "timm-beit", "dinov2", "timm", "torchvision", "hf-dinov2",
                  "hf-dinov3", "hf-aimv2", "hf-beit", "hf-clip",
-                 "hf-siglip", "open_clip", "hf", "npz", "textbook"]
+                 "hf-siglip", "open_clip", "open_clip-timm", "hf", "npz", "textbook"]
 
 FORMATS: tuple[ModuleType, ...] = (
     native,       # safetensors metadata "vitviz_spec": must come first (its keys are timm's)
@@ -53,6 +54,7 @@ FORMATS: tuple[ModuleType, ...] = (
     hf_clip,
     hf_siglip,
     open_clip,
+    open_clip_timm,  # open_clip towers with a timm trunk (EVA02-*)
     hf,
     npz,
     textbook,     # the ViTs people write themselves (styles B, C, D of issue 17)
