@@ -173,3 +173,13 @@ def test_hf_aimv2_refuses_what_it_cannot_model(tmp_path):
     json_edit(tmp_path / "c" / "aimv2-hf", "config.json", is_native=True)
     with pytest.raises(CheckpointError, match="is_native=true but the weights hold a position table"):
         load_checkpoint(tmp_path / "c" / "aimv2-hf")
+
+
+def test_hf_aimv2_native_round_trips_through_vitviz_files(tmp_path):
+    """The per-grid sin-cos embedding (``pos_embed_interp="sincos_grid"``) is kept by vitviz's own files."""
+    ref, ours = _hf_aimv2(tmp_path, is_native=True)
+    again = load_checkpoint(save_checkpoint(ours, tmp_path / "again.safetensors"))
+    assert again.config == ours.config and again.config.pos_embed_interp == "sincos_grid"
+    x = torch.randn(1, 3, 42, 70)
+    with torch.no_grad():
+        assert rel_err(again(x), ref(pixel_values=x).pooler_output) <= 1e-4

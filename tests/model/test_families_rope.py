@@ -168,3 +168,20 @@ def test_hub_config_without_model_args(tmp_path, arch, kw):
     s = kw["img_size"]
     check_against_reference(ours, timm_reference(ref), [(s, s), (s + 16 if s % 16 == 0 else s + 14, s)],
                             prefix=ref.num_prefix_tokens, registers=ours.config.num_reg_tokens)
+
+
+@pytest.mark.parametrize("arch, kw", [("eva02_base_patch16_clip_224", dict(img_size=64)),
+                                      ("vit_pe_core_gigantic_patch14_448", dict(img_size=56))])
+def test_new_parts_round_trip_through_vitviz_files(tmp_path, arch, kw):
+    """The attention inner norm (EVA-02 CLIP) and the pool's own MLP width (PE core gigantic) are saved in vitviz's
+    own files and read back: the same config, the same outputs."""
+    from vitviz.model.checkpoints.saving import save_checkpoint
+
+    ref = _timm(arch, **kw, **SMALL)
+    ours = load_checkpoint(_folder(tmp_path, arch, ref, {**kw, **SMALL}))
+    assert ours.config.attn_norm or ours.config.pool_mlp_ratio == 4.0
+    again = load_checkpoint(save_checkpoint(ours, tmp_path / "again.safetensors"))
+    assert again.config == ours.config
+    x = torch.randn(1, 3, kw["img_size"], kw["img_size"])
+    with torch.no_grad():
+        assert rel_err(again(x), ref(x)) <= 1e-4
