@@ -80,6 +80,25 @@ def _textbook_b() -> dict:
                              num_layers=2, d_ff=64, dropout=0.0).state_dict()
 
 
+def _open_clip_eva02(folder: Path) -> Path:
+    """An open_clip folder of an ``EVA02-B-16``-shaped model (a timm trunk), its trunk small (head width 64)."""
+    import open_clip
+    import timm
+
+    torch.manual_seed(0)
+    vision = dict(image_size=32, timm_model_name="eva02_base_patch16_clip_224", timm_model_pretrained=False,
+                  timm_pool="token", timm_proj=None)
+    text = dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1)
+    model = open_clip.CLIP(embed_dim=16, vision_cfg=vision, text_cfg=text)
+    model.visual.trunk = timm.create_model("eva02_base_patch16_clip_224", pretrained=False, num_classes=16,
+                                           img_size=32, embed_dim=128, depth=2, num_heads=2, global_pool="token")
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(randomise_(model).state_dict(), folder / "open_clip_pytorch_model.bin")
+    (folder / "open_clip_config.json").write_text(json.dumps({"model_cfg": {"embed_dim": 16, "vision_cfg": vision,
+                                                                            "text_cfg": text}}))
+    return folder
+
+
 def _native(folder: Path) -> Path:
     from vitviz.model import create_model, save_checkpoint
 
@@ -108,15 +127,24 @@ FAMILIES: dict[str, Callable[[Path], Path]] = {
                                  num_classes=0),
     "timm-dinov3": _timm_folder("vit_small_plus_patch16_dinov3", img_size=32, embed_dim=32, depth=2, num_heads=2,
                                 num_classes=0),
+    "timm-pe-spatial": _timm_folder("vit_pe_spatial_base_patch16_512", img_size=32, embed_dim=32, depth=2,
+                                    num_heads=2, num_classes=0),
+    "timm-rope-ape": _timm_folder("vit_small_patch16_rope_ape_224", img_size=32, embed_dim=32, depth=2, num_heads=2,
+                                  num_classes=0),
     "timm-rope-mixed": _timm_folder("vit_small_patch16_rope_mixed_224", img_size=32, embed_dim=32, depth=2,
                                     num_heads=2, num_classes=0),
     "timm-aimv2": _timm_folder("aimv2_large_patch14_224", img_size=56, embed_dim=32, depth=2, num_heads=2,
                                num_classes=0),
+    "timm-naflexvit": _timm_folder("naflexvit_base_patch16_gap", embed_dim=32, depth=2, num_heads=2, num_classes=0,
+                                   pos_embed_grid_size=(4, 4), img_size=64),
+    "timm-naflexvit-siglip": _timm_folder("naflexvit_base_patch16_siglip", embed_dim=32, depth=2, num_heads=2,
+                                          num_classes=0, pos_embed_grid_size=(4, 4), img_size=64),
     "timm-beit": _pth("beit.pth", lambda: _timm("beit_base_patch16_224", img_size=32, patch_size=8, embed_dim=32,
                                                 depth=2, num_heads=2, num_classes=5).state_dict()),
     "dinov2-original": _pth("dinov2.pth", _dinov2_original),
     "torchvision": _pth("tv.pth", _torchvision),
     "open_clip": _pth("ViT-T-8-laion.pt", _open_clip),
+    "open_clip-eva02": _open_clip_eva02,
     "textbook-b": _pth("textbook.pth", _textbook_b),
     "native": _native,
     "hf-vit": _hf("ViTForImageClassification", "ViTConfig", num_labels=5, **SMALL_HF),
@@ -129,15 +157,25 @@ FAMILIES: dict[str, Callable[[Path], Path]] = {
     "hf-siglip": _hf("SiglipVisionModel", "SiglipVisionConfig", **SMALL_HF),
     "hf-siglip2-naflex": _hf("Siglip2VisionModel", "Siglip2VisionConfig", hidden_size=32, intermediate_size=64,
                              num_hidden_layers=2, num_attention_heads=2, patch_size=8, num_patches=16),
+    "hf-aimv2": _hf("Aimv2VisionModel", "Aimv2VisionConfig", hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                    num_attention_heads=2, image_size=32, patch_size=8),
+    "hf-aimv2-native": _hf("Aimv2VisionModel", "Aimv2VisionConfig", hidden_size=32, intermediate_size=48,
+                           num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8, is_native=True,
+                           use_head=False),
     "hf-beit": _hf("BeitForImageClassification", "BeitConfig", num_labels=5, use_relative_position_bias=True,
                    use_mean_pooling=True, layer_scale_init_value=0.1, **SMALL_HF),
 }
 """family -> a builder writing that family's checkpoint under a folder and returning the path to load."""
 
+ROPE_FAMILIES = ("timm-eva02", "timm-pe-core", "timm-pe-spatial", "timm-dinov3", "timm-rope-ape", "timm-rope-mixed")
+"""The timm hub folders of :data:`FAMILIES` whose model rotates queries and keys (RoPE; settings in config.json)."""
+
 
 def add_key(path: Path, name: str, value: torch.Tensor) -> None:
     """Add one tensor to the weights of a written checkpoint (a folder's safetensors / bin, or a .pth file)."""
-    if path.is_dir():
+    if path.is_dir() and (path / "open_clip_pytorch_model.bin").is_file():
+        add_key(path / "open_clip_pytorch_model.bin", name, value)
+    elif path.is_dir():
         st = next((path / n for n in ("model.safetensors", "native.safetensors") if (path / n).is_file()), None)
         if st is None:
             raise FileNotFoundError(f"no model.safetensors in {path}")
@@ -164,7 +202,8 @@ def block_key(path: Path) -> str:
     """A key of the first block of a written checkpoint's image tower, for a stray key placed where a reader's rules
     look."""
     if path.is_dir():
-        path = next(path / n for n in ("model.safetensors", "native.safetensors") if (path / n).is_file())
+        path = next(path / n for n in ("model.safetensors", "native.safetensors", "open_clip_pytorch_model.bin")
+                    if (path / n).is_file())
     if path.suffix == ".safetensors":
         from safetensors import safe_open
 

@@ -85,6 +85,29 @@ class AttnRecorder:
             h.remove()
 
 
+class SoftmaxRecorder:
+    """Record what ``torch.Tensor.softmax`` returns while ``module`` runs (timm's attention-pool head has no
+    dropout to hook: its own softmax output is taken)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.maps: list[torch.Tensor] = []
+        self.orig = torch.Tensor.softmax
+        rec = self
+
+        def wrapped(t, *a, **k):
+            out = rec.orig(t, *a, **k)
+            rec.maps.append(out.detach())
+            return out
+
+        self.handles = [module.register_forward_pre_hook(lambda m, a: setattr(torch.Tensor, "softmax", wrapped)),
+                        module.register_forward_hook(lambda m, a, o: setattr(torch.Tensor, "softmax", rec.orig))]
+
+    def close(self) -> None:
+        torch.Tensor.softmax = self.orig
+        for h in self.handles:
+            h.remove()
+
+
 def timm_attentions(model, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """timm model output and each block's attention ``[B, H, N, N]`` from its explicit (unfused) path."""
     for b in model.blocks:
@@ -96,6 +119,29 @@ def timm_attentions(model, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Te
     finally:
         rec.close()
     return out, rec.maps
+
+
+def timm_reference(model):
+    """A reference for :func:`check_against_reference` from a timm model: its output, each block's attention from its
+    explicit path (the input of its attention dropout) and, with an attention-pool head, the pool's own softmax."""
+    def ref(x):
+        for b in model.blocks:
+            b.attn.fused_attn = False
+        rec = AttnRecorder([b.attn.attn_drop for b in model.blocks])
+        pool = None
+        if model.attn_pool is not None:
+            model.attn_pool.fused_attn = False
+            pool = SoftmaxRecorder(model.attn_pool)
+        try:
+            with torch.no_grad():
+                out = model(x)
+        finally:
+            rec.close()
+            if pool is not None:
+                pool.close()
+        pool_attn = pool.maps[-1][:, :, 0] if pool is not None else None
+        return out, rec.maps, pool_attn
+    return ref
 
 
 def check_against_reference(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from family_helpers import AttnRecorder, check_against_reference, randomise_, rel_err, write_timm_folder
+from family_helpers import check_against_reference, randomise_, rel_err, timm_reference, write_timm_folder
 
 from vitviz.capture import capture
 from vitviz.model import load_checkpoint
@@ -34,50 +34,6 @@ def _folder(tmp_path, arch: str, model, model_args: dict, **extra):
     return folder
 
 
-class _Softmax:
-    """Record what ``torch.Tensor.softmax`` returns while ``module`` runs (timm's attention-pool head has no
-    dropout to hook: its own softmax output is taken)."""
-
-    def __init__(self, module: torch.nn.Module):
-        self.maps: list[torch.Tensor] = []
-        self.orig = torch.Tensor.softmax
-        rec = self
-
-        def wrapped(t, *a, **k):
-            out = rec.orig(t, *a, **k)
-            rec.maps.append(out.detach())
-            return out
-
-        self.handles = [module.register_forward_pre_hook(lambda m, a: setattr(torch.Tensor, "softmax", wrapped)),
-                        module.register_forward_hook(lambda m, a, o: setattr(torch.Tensor, "softmax", rec.orig))]
-
-    def close(self) -> None:
-        torch.Tensor.softmax = self.orig
-        for h in self.handles:
-            h.remove()
-
-
-def _reference(model):
-    def ref(x):
-        for b in model.blocks:
-            b.attn.fused_attn = False
-        rec = AttnRecorder([b.attn.attn_drop for b in model.blocks])
-        pool = None
-        if model.attn_pool is not None:
-            model.attn_pool.fused_attn = False
-            pool = _Softmax(model.attn_pool)
-        try:
-            with torch.no_grad():
-                out = model(x)
-        finally:
-            rec.close()
-            if pool is not None:
-                pool.close()
-        pool_attn = pool.maps[-1][:, :, 0] if pool is not None else None
-        return out, rec.maps, pool_attn
-    return ref
-
-
 SMALL = dict(embed_dim=64, depth=2, num_heads=2)
 
 CASES = {
@@ -91,6 +47,15 @@ CASES = {
                                      dict(rope="axial", rope_ref_grid=(14, 14), rope_grid_offset=1.0,
                                           rope_grid_indexing="xy", global_pool="map", pool_num_heads=8,
                                           pre_norm=True, pos_embed="learned")),
+    "eva02_base_patch16_clip_224": (dict(img_size=64, **SMALL), [(64, 64), (80, 48)], 1, 0,
+                                    dict(rope="axial", rope_ref_grid=(16, 16), attn_norm=True, mlp_norm=True,
+                                         global_pool="token", fc_norm=False)),
+    "eva02_large_patch14_clip_336": (dict(img_size=56, **SMALL), [(56, 56), (42, 70)], 1, 0,
+                                     dict(rope="axial", attn_norm=True, global_pool="token")),
+    "vit_pe_core_gigantic_patch14_448": (dict(img_size=56, **SMALL), [(56, 56), (70, 42)], 0, 0,
+                                         dict(rope="axial", rope_ref_grid=(32, 32), rope_grid_offset=0.0,
+                                              global_pool="map", pool_num_heads=8, pool_mlp_ratio=4.0,
+                                              class_token=False, pre_norm=True)),
     "vit_pe_spatial_base_patch16_512": (dict(img_size=64, **SMALL), [(64, 64), (48, 80)], 1, 0,
                                         dict(rope="axial", rope_ref_grid=(32, 32), final_norm=False)),
     "vit_small_patch16_dinov3": (dict(img_size=64, **SMALL), [(64, 64), (80, 48)], 5, 4,
@@ -120,7 +85,7 @@ def test_rope_family_equals_timm(tmp_path, arch):
     assert c.num_heads == 2 and c.depth == 2
     for k, v in expect.items():
         assert getattr(c, k) == v, (k, getattr(c, k), v)
-    worst = check_against_reference(ours, _reference(ref), sizes, prefix=prefix, registers=registers)
+    worst = check_against_reference(ours, timm_reference(ref), sizes, prefix=prefix, registers=registers)
     assert worst["attn"] <= 1e-4
 
 
@@ -135,7 +100,7 @@ def test_rope_matters_and_a_wrong_layout_is_caught(tmp_path):
     ref = _timm("vit_small_patch16_dinov3", **kw)
     ours = load_checkpoint(_folder(tmp_path, "vit_small_patch16_dinov3", ref, kw))
     x = torch.randn(1, 3, 64, 64)
-    _, ref_attn, _ = _reference(ref)(x)
+    _, ref_attn, _ = timm_reference(ref)(x)
     assert rel_err(capture(ours, x).attentions[0], ref_attn[0]) <= 1e-4
     for change in (dict(rope="none"), dict(rope_half=False), dict(rope_theta=10000.0)):
         other = ViT.from_config(replace(ours.config, **change)).eval()
@@ -201,5 +166,22 @@ def test_hub_config_without_model_args(tmp_path, arch, kw):
     ours = load_checkpoint(folder)
     assert ours.config.num_heads == ref.blocks[0].attn.num_heads and ours.config.rope != "none"
     s = kw["img_size"]
-    check_against_reference(ours, _reference(ref), [(s, s), (s + 16 if s % 16 == 0 else s + 14, s)],
+    check_against_reference(ours, timm_reference(ref), [(s, s), (s + 16 if s % 16 == 0 else s + 14, s)],
                             prefix=ref.num_prefix_tokens, registers=ours.config.num_reg_tokens)
+
+
+@pytest.mark.parametrize("arch, kw", [("eva02_base_patch16_clip_224", dict(img_size=64)),
+                                      ("vit_pe_core_gigantic_patch14_448", dict(img_size=56))])
+def test_new_parts_round_trip_through_vitviz_files(tmp_path, arch, kw):
+    """The attention inner norm (EVA-02 CLIP) and the pool's own MLP width (PE core gigantic) are saved in vitviz's
+    own files and read back: the same config, the same outputs."""
+    from vitviz.model.checkpoints.saving import save_checkpoint
+
+    ref = _timm(arch, **kw, **SMALL)
+    ours = load_checkpoint(_folder(tmp_path, arch, ref, {**kw, **SMALL}))
+    assert ours.config.attn_norm or ours.config.pool_mlp_ratio == 4.0
+    again = load_checkpoint(save_checkpoint(ours, tmp_path / "again.safetensors"))
+    assert again.config == ours.config
+    x = torch.randn(1, 3, kw["img_size"], kw["img_size"])
+    with torch.no_grad():
+        assert rel_err(again(x), ref(x)) <= 1e-4

@@ -11,7 +11,7 @@ import pytest
 import text_builders as tb
 import torch
 import torch.nn.functional as F
-from family_helpers import MhaRecorder, rel_err
+from family_helpers import MhaRecorder, check_against_reference, randomise_, rel_err, timm_reference
 
 from vitviz.capture import capture
 from vitviz.model import load_checkpoint
@@ -89,3 +89,58 @@ def test_image_tower_settings_not_built_are_refused(tmp_path, change, words):
     with pytest.raises(CheckpointError, match="open_clip_config.json: ") as e:
         load_checkpoint(folder)
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+# --- open_clip towers with a timm trunk (EVA02-*) --------------------------------------------------------------------
+def _eva02_open_clip(proj):
+    """open_clip's ``CLIP`` with the ``EVA02-B-16`` vision config (a timm ``eva02_base_patch16_clip_224`` trunk), its
+    trunk rebuilt small the way ``TimmModel`` builds it (``num_classes`` = embed_dim with ``timm_proj`` null; a
+    head-less trunk and ``head.proj`` with ``linear``)."""
+    import timm
+
+    torch.manual_seed(0)
+    vision = dict(image_size=64, timm_model_name="eva02_base_patch16_clip_224", timm_model_pretrained=False,
+                  timm_pool="token", timm_proj=proj)
+    text = dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1)
+    model = open_clip.CLIP(embed_dim=24, vision_cfg=vision, text_cfg=text)
+    # head width 64 as in every EVA-02 (the config does not carry the heads: width / 64, as timm's eva02 functions)
+    small = dict(img_size=64, embed_dim=128, depth=2, num_heads=2, global_pool="token",
+                 dynamic_img_size=True)  # open_clip runs its own size only: timm's resize is the reference elsewhere
+    model.visual.trunk = timm.create_model("eva02_base_patch16_clip_224", pretrained=False,
+                                           num_classes=24 if proj is None else 0, **small)
+    if proj == "linear":
+        model.visual.head.proj = torch.nn.Linear(128, 24, bias=False)
+    return randomise_(model), {"embed_dim": 24, "vision_cfg": vision, "text_cfg": text}
+
+
+@pytest.mark.parametrize("proj", [None, "linear"])
+def test_open_clip_eva02_tower_equals_open_clip(tmp_path, proj):
+    """The image embedding (``encode_image``) and every layer's attention (timm's explicit path, its own softmax) of
+    an open_clip EVA-02 tower, at the trunk's size and a non-square one."""
+    model, cfg = _eva02_open_clip(proj)
+    folder = tmp_path / "eva02-clip"
+    folder.mkdir()
+    torch.save(model.state_dict(), folder / "open_clip_pytorch_model.bin")
+    (folder / "open_clip_config.json").write_text(json.dumps({"model_cfg": cfg}))
+    ours = load_checkpoint(folder)
+    c = ours.config
+    assert ours.spec.source_format == "open_clip-timm" and ours.spec.head_kind == "projection"
+    assert c.rope == "axial" and c.attn_norm and c.num_classes == 24 and c.head_bias == (proj is None)
+    assert c.num_heads == 2
+
+    trunk_ref = timm_reference(model.visual.trunk)
+
+    def reference(x):
+        _, attn, _ = trunk_ref(x)
+        with torch.no_grad():
+            return model.encode_image(x), attn, None
+
+    check_against_reference(ours, reference, [(64, 64), (48, 80)], prefix=1)
+
+
+def test_open_clip_timm_trunk_without_config_is_refused(tmp_path):
+    model, _ = _eva02_open_clip(None)
+    torch.save(model.state_dict(), tmp_path / "eva.bin")
+    with pytest.raises(CheckpointError, match="RoPE") as e:
+        load_checkpoint(tmp_path / "eva.bin", num_heads=2)
+    assert "open_clip_config.json" in str(e.value) and "\n" not in str(e.value)

@@ -95,7 +95,8 @@ class Attention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0, proj_drop: float = 0.0,
                  rel_pos_window: tuple[int, int] | None = None, rel_pos_interp: RelPosInterp = "timm",
-                 rope_half: bool = False, proj_bias: bool = True):
+                 rope_half: bool = False, proj_bias: bool = True, norm_eps: float | None = None,
+                 norm_layer: NormLayer = "layernorm"):
         super().__init__()
         if dim % num_heads != 0:
             raise ValueError(
@@ -109,6 +110,8 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.attn_map = AttentionMap()
+        # timm Eva's ``scale_attn_inner`` (EVA-02 CLIP): a norm on the heads' concatenated outputs before ``proj``
+        self.norm = make_norm(norm_layer, dim, norm_eps) if norm_eps is not None else nn.Identity()
         self.proj = nn.Linear(dim, dim, bias=proj_bias)
         self.proj_drop = nn.Dropout(proj_drop)
         self.rope_half = rope_half
@@ -147,7 +150,7 @@ class Attention(nn.Module):
             attn = self.attn_map(attn)
             attn = self.attn_drop(attn)
             x = attn @ v
-        x = x.transpose(1, 2).reshape(B, N, C)
+        x = self.norm(x.transpose(1, 2).reshape(B, N, C))
         return self.proj_drop(self.proj(x))
 
 
@@ -255,13 +258,14 @@ class Block(nn.Module):
         mlp_norm: bool = False,
         norm_layer: NormLayer = "layernorm",
         proj_bias: bool = True,
+        attn_norm: bool = False,
     ):
         super().__init__()
         self.post_norm = post_norm
         self.norm1 = make_norm(norm_layer, dim, eps)
         self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop,
                               rel_pos_window=rel_pos_window, rel_pos_interp=rel_pos_interp, rope_half=rope_half,
-                              proj_bias=proj_bias)
+                              proj_bias=proj_bias, norm_eps=eps if attn_norm else None, norm_layer=norm_layer)
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = make_norm(norm_layer, dim, eps)

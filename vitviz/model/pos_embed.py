@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-PosEmbedInterp = Literal["timm", "bicubic", "dino", "bilinear_aa"]
+PosEmbedInterp = Literal["timm", "bicubic", "dino", "bilinear_aa", "sincos_grid"]
 RelPosInterp = Literal["timm", "bilinear"]
 
-POS_EMBED_INTERPS: tuple[str, ...] = ("timm", "bicubic", "dino", "bilinear_aa")
+POS_EMBED_INTERPS: tuple[str, ...] = ("timm", "bicubic", "dino", "bilinear_aa", "sincos_grid")
 REL_POS_INTERPS: tuple[str, ...] = ("timm", "bilinear")
 
 
@@ -53,7 +53,9 @@ def resample_pos_embed(
     * ``"dino"``: DINO's and DINOv2's own code: ``scale_factor=((gh + 0.1) / old_gh, (gw + 0.1) / old_gw)``, no
       antialiasing (the 0.1 offset avoids floating-point error in the output size);
     * ``"bilinear_aa"``: ``F.interpolate(size=new_grid, mode="bilinear", antialias=True)`` (SigLIP 2 NaFlex:
-      Hugging Face ``Siglip2VisionEmbeddings.resize_positional_embeddings``, which writes out the same weights).
+      Hugging Face ``Siglip2VisionEmbeddings.resize_positional_embeddings``, which writes out the same weights);
+    * ``"sincos_grid"``: not resampled but the fixed 2-D sin-cos embedding (:func:`sincos_pos_embed_2d`) of the new
+      grid (AIMv2 native: Hugging Face ``Aimv2VisionEmbeddings`` builds it for each input's own grid).
     """
     if tuple(new_grid) == tuple(old_grid):
         return pos_embed
@@ -61,6 +63,9 @@ def resample_pos_embed(
     D = patches.shape[-1]
     dtype = patches.dtype
     grid = patches.reshape(1, old_grid[0], old_grid[1], D).permute(0, 3, 1, 2).float()
+    if mode == "sincos_grid":
+        patches = sincos_pos_embed_2d(tuple(new_grid), D).to(device=patches.device, dtype=dtype)[None]
+        return torch.cat([prefix, patches], dim=1)
     if mode == "timm":
         grid = F.interpolate(grid, size=tuple(new_grid), mode="bicubic", antialias=True, align_corners=False)
     elif mode == "bicubic":

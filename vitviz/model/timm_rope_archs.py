@@ -1,6 +1,7 @@
 """The timm architectures of the RoPE families vitviz reads (timm's ``Eva`` class: EVA-02, Perception Encoder,
 DINOv3, timm's RoPE ViTs) and what each architecture function of timm 1.0 ``models/eva.py`` sets that the tensors
-cannot show. Torch-free: the Hub's pre-download check reads it too (:mod:`vitviz.model.sources.hub`). No Qt.
+cannot show; and the NaFlex ViTs (``naflexvit_*``, timm ``models/naflexvit.py``) read in fixed-grid use. Torch-free:
+the Hub's pre-download check reads it too (:mod:`vitviz.model.sources.hub`). No Qt.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ def ref_from_name(arch: str, patch: int) -> tuple[int, int]:
 FAMILIES: tuple[tuple[re.Pattern[str], dict[str, Any]], ...] = (
     (re.compile(r"eva02_(tiny|small|base|large)_patch14_(224|336|448)"),
      dict(rope_type="cat", ref_feat_shape=(16, 16), eps=1e-6, global_pool="avg")),
+    # EVA-02 CLIP image towers: a norm inside the attention (scale_attn_inner: attn.norm), the [CLS] pooled
+    (re.compile(r"eva02_(base|large)_patch(14|16)_clip_(224|336)"),
+     dict(rope_type="cat", ref_feat_shape=(16, 16), eps=1e-6, global_pool="token")),
     # the gigantic PE towers have no [CLS] token and no grid offset
     (re.compile(r"vit_pe_core_gigantic_patch14_448"),
      dict(rope_type="cat", ref="name", rope_grid_indexing="xy", eps=1e-5, global_pool="map", attn_pool_num_heads=8)),
@@ -53,6 +57,17 @@ ARCH_HEADS: dict[str, int] = {"vit_huge_plus_patch16_dinov3": 20, "vit_huge_plus
                               "vit_7b_patch16_dinov3": 32, "vit_pe_core_gigantic_patch14_448": 16,
                               "vit_pe_spatial_gigantic_patch14_448": 16, "vit_pe_lang_gigantic_patch14_448": 16}
 
+
+
+# timm's NaFlex ViTs read in fixed-grid use (vitviz.model.checkpoints.timm_naflex): what each architecture function
+# sets that the tensors cannot show (timm 1.0 models/naflexvit.py)
+NAFLEX_ARCHS: dict[str, dict[str, Any]] = {
+    "naflexvit_base_patch16_gap": dict(global_pool="avg", fc_norm=True),
+    "naflexvit_so150m2_patch16_reg1_gap": dict(global_pool="avg", fc_norm=True),
+    "naflexvit_base_patch16_siglip": dict(global_pool="map", act_layer="gelu_tanh", pos_embed_interp_mode="bilinear"),
+    "naflexvit_so400m_patch16_siglip": dict(global_pool="map", act_layer="gelu_tanh",
+                                            pos_embed_interp_mode="bilinear"),
+}
 
 
 ROPE_NAMES = re.compile(r"eva02|vit_pe_|rope|dinov3|lingbot|sapiens")

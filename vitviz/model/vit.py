@@ -107,6 +107,8 @@ class ViTConfig:
     norm_layer: NormLayer = "layernorm"
     embed_norm: bool = False
     proj_bias: bool = True
+    attn_norm: bool = False
+    pool_mlp_ratio: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -198,6 +200,9 @@ class ViT(nn.Module):
         norm_layer: ``"layernorm"`` or ``"rmsnorm"`` (AIMv2: every norm an RMSNorm, ``layer_norm_eps`` its eps).
         embed_norm: a norm on the patch embeddings before the position embedding (``patch_embed.norm``, AIMv2).
         proj_bias: biases of the attention output projection and of the MLP (AIMv2 has none; timm's ``proj_bias``).
+        attn_norm: a norm on the heads' concatenated outputs before the output projection (``attn.norm``; timm's
+            ``scale_attn_inner``: EVA-02 CLIP).
+        pool_mlp_ratio: the MLP width ratio of the attention-pool head (default ``mlp_ratio``; PE core gigantic: 4).
         d_model, num_layers, d_ff, dropout: the textbook ("style B") names, accepted as aliases of ``embed_dim``,
             ``depth``, the MLP width (``mlp_ratio = d_ff / d_model``) and ``drop_rate`` = ``attn_drop_rate``; with
             any of them ``layer_norm_eps`` defaults to torch's 1e-5 (``nn.LayerNorm``'s default) instead of 1e-6.
@@ -250,6 +255,8 @@ class ViT(nn.Module):
         norm_layer: NormLayer = "layernorm",
         embed_norm: bool = False,
         proj_bias: bool = True,
+        attn_norm: bool = False,
+        pool_mlp_ratio: float | None = None,
         d_model: int | None = None,
         num_layers: int | None = None,
         d_ff: int | None = None,
@@ -296,7 +303,8 @@ class ViT(nn.Module):
             rope_grid_offset=float(rope_grid_offset), rope_grid_indexing=rope_grid_indexing,
             rope_ref_grid=to_pair(rope_ref_grid) if rope_ref_grid is not None else None, rope_half=bool(rope_half),
             mlp_norm=bool(mlp_norm), final_norm=bool(final_norm), pool_num_heads=pool_num_heads,
-            norm_layer=norm_layer, embed_norm=embed_norm, proj_bias=proj_bias,
+            norm_layer=norm_layer, embed_norm=embed_norm, proj_bias=proj_bias, attn_norm=bool(attn_norm),
+            pool_mlp_ratio=None if pool_mlp_ratio is None else float(pool_mlp_ratio),
         )
         self.spec = None  # set by loaders / create_model: a vitviz.model.spec.ModelSpec
         self.num_classes = num_classes
@@ -334,12 +342,14 @@ class ViT(nn.Module):
             Block(embed_dim, num_heads, mlp_ratio, qkv_bias, drop_rate, attn_drop_rate, dpr[i], layer_norm_eps,
                   init_values, act_layer=act_layer, mlp_layer=mlp_layer, post_norm=post_norm,
                   rel_pos_window=window if rel_pos_bias == "layer" else None, rel_pos_interp=rel_pos_interp,
-                  rope_half=rope_half, mlp_norm=mlp_norm, norm_layer=norm_layer, proj_bias=proj_bias)
+                  rope_half=rope_half, mlp_norm=mlp_norm, norm_layer=norm_layer, proj_bias=proj_bias,
+                  attn_norm=attn_norm)
             for i in range(depth)
         )
         self.norm = make_norm(norm_layer, embed_dim, layer_norm_eps) if not fc_norm and final_norm else nn.Identity()
-        self.attn_pool = AttentionPool(embed_dim, pool_num_heads or num_heads, mlp_ratio, layer_norm_eps, act_layer,
-                                       norm_layer=norm_layer) if global_pool == "map" else None
+        self.attn_pool = AttentionPool(embed_dim, pool_num_heads or num_heads, pool_mlp_ratio or mlp_ratio,
+                                       layer_norm_eps, act_layer, norm_layer=norm_layer) \
+            if global_pool == "map" else None
         self.fc_norm = make_norm(norm_layer, embed_dim, layer_norm_eps) if fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes, bias=head_bias) if num_classes > 0 else nn.Identity()

@@ -32,13 +32,20 @@ hf-siglip      HF ``SiglipVisionModel`` / ``SiglipModel`` (``head.probe``)     F
 hf-dinov3      HF ``DINOv3ViTModel`` (``layer.*.attention.q_proj``, RoPE)      ``preprocessor_config.json``, else
                                                                                DINOv2's
 timm-eva       timm folders of RoPE models by ``config.json`` architecture    ``pretrained_cfg``
-               (EVA-02, Perception Encoder, DINOv3, ``vit_*_rope_*``)
+               (EVA-02 and its CLIP towers, Perception Encoder, DINOv3,
+               ``vit_*_rope_*``)
+timm-naflex    timm folders of ``naflexvit_*`` (fixed-grid use)               ``pretrained_cfg``
+hf-aimv2       HF ``Aimv2VisionModel`` / ``Aimv2Model`` (``rms_norm1``)        ``preprocessor_config.json``, else
+                                                                               OpenAI CLIP's
 open_clip      ``visual.class_embedding`` (open_clip, OpenAI)                  ``open_clip_config.json``, else
                                                                                OpenAI CLIP mean/std
+open_clip-     ``visual.trunk.*`` + ``open_clip_config.json``                  as open_clip
+timm           ``timm_model_name`` (EVA02-*: read as timm-eva)
 =============  ==============================================================  ===================================
 
 A timm folder's ``config.json`` (``architecture``, ``model_args``, ``pretrained_cfg``) is read by the timm formats;
-without it the family is guessed from the shapes (:func:`vitviz.model.spec.guess_family`). Swin and other
+without it the family is guessed from the shapes (:func:`vitviz.model.spec.guess_family`), except for RoPE models: the
+bare weights of a timm RoPE model are refused naming RoPE (:mod:`.bare_rope`). Swin and other
 windowed-attention models are refused with a message naming what is supported (``registry.windowed_attention``).
 
 The number of heads comes from the config where there is one (native, HF); otherwise from the paper's table of

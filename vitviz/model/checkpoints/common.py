@@ -309,7 +309,8 @@ def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) 
     """Infer a :class:`ViTConfig` from the shapes of a converted (our-names) state dict.
 
     What shapes show is read from them: LayerScale, registers, the [CLS] and distillation tokens, ``norm_pre``,
-    ``fc_norm``, the attention-pool head (``attn_pool.latent``), a packed SwiGLU MLP (``fc2`` half as wide as
+    ``fc_norm``, the attention-pool head (``attn_pool.latent``; its MLP width), a norm inside the attention
+    (``attn.norm``: EVA-02 CLIP), a packed SwiGLU MLP (``fc2`` half as wide as
     ``fc1``), BEiT's relative position tables (per block or shared; their size gives the patch grid when there is no
     absolute position embedding), and the biases of the patch projection and the head. What shapes cannot say (the
     activation, LayerNorm eps, the position-embedding resampling of the reference ...) the format's ``convert`` puts
@@ -365,7 +366,8 @@ def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) 
                               f"{tuple(s[key].shape)}: not (2g-1)^2 + 3 rows of a square patch grid")
         grid = ((r + 1) // 2, (r + 1) // 2)
         options.setdefault("pos_embed", "none")
-    elif options.get("rope", "none") != "none" and "image_size" in conv.config:  # RoPE alone (DINOv3): the
+    elif (options.get("rope", "none") != "none" or options.get("pos_embed") == "sincos") and \
+            "image_size" in conv.config:  # RoPE alone (DINOv3) or a fixed sin-cos grid (AIMv2 native): the
         grid = (0, 0)  # config's input size, below
         options.setdefault("pos_embed", "none")
     else:
@@ -377,6 +379,12 @@ def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) 
     num_classes = int(head.shape[0]) if head is not None and head.ndim == 2 else 0
     fc_norm = "fc_norm.weight" in s
     attn_pool = "attn_pool.latent" in s
+    pool_fc1 = s.get("attn_pool.mlp.fc1.weight")
+    pool_mlp_ratio = None  # the pool's MLP width when it differs from the blocks' (PE core gigantic)
+    if pool_fc1 is not None and pool_fc1.ndim == 2 and int(pool_fc1.shape[0]) != int(embed_dim * mlp_ratio):
+        pool_mlp_ratio = int(pool_fc1.shape[0]) / embed_dim
+        if int(embed_dim * pool_mlp_ratio) != int(pool_fc1.shape[0]):
+            pool_mlp_ratio = (int(pool_fc1.shape[0]) + 0.5) / embed_dim
     global_pool = "map" if attn_pool else "avg" if (fc_norm or not class_token) else "token"
     heads = num_heads or conv.config.get("num_heads") or KNOWN_HEADS.get(embed_dim) or (
         embed_dim // 64 if embed_dim % 64 == 0 else None)
@@ -395,6 +403,7 @@ def infer_config(conv: Converted, origin: str, *, num_heads: int | None = None) 
         mlp_layer=mlp_layer, pre_norm="norm_pre.weight" in s, patch_bias="patch_embed.proj.bias" in s,
         head_bias=head is None or "head.bias" in s, rel_pos_bias=rel_pos,
         embed_norm="patch_embed.norm.weight" in s, proj_bias="blocks.0.attn.proj.bias" in s or depth == 0,
+        attn_norm="blocks.0.attn.norm.weight" in s, pool_mlp_ratio=pool_mlp_ratio,
     )
     fields_.update(options)
     try:

@@ -79,7 +79,8 @@ CONFIG_FIELDS: dict[str, _Check] = {
     "rope_grid_indexing": _choice(*ROPE_INDEXINGS),
     "rope_ref_grid": _optional(lambda w, f, v: want_size(w, f, v, pair_only=True)), "rope_half": want_bool,
     "mlp_norm": want_bool, "final_norm": want_bool, "pool_num_heads": _optional(_int(1)),
-    "norm_layer": _choice(*NORM_LAYERS), "embed_norm": want_bool, "proj_bias": want_bool,
+    "norm_layer": _choice(*NORM_LAYERS), "embed_norm": want_bool, "proj_bias": want_bool, "attn_norm": want_bool,
+    "pool_mlp_ratio": _optional(_positive),
 }
 assert set(CONFIG_FIELDS) == {f.name for f in fields(ViTConfig)}
 

@@ -13,9 +13,11 @@ from types import ModuleType
 from typing import Literal
 
 from vitviz.model.checkpoints import (
+    bare_rope,
     beit,
     dinov2,
     hf,
+    hf_aimv2,
     hf_beit,
     hf_clip,
     hf_dinov2,
@@ -24,30 +26,35 @@ from vitviz.model.checkpoints import (
     native,
     npz,
     open_clip,
+    open_clip_timm,
     textbook,
     timm,
     timm_eva,
+    timm_naflex,
     torchvision,
 )
 from vitviz.model.checkpoints.common import RawCheckpoint, err, names
 
-Format = Literal["native", "timm-eva", "timm-beit", "dinov2", "timm", "torchvision", "hf-dinov2", "hf-dinov3",
-                 "hf-beit", "hf-clip",
-                 "hf-siglip", "open_clip", "hf", "npz", "textbook"]
+Format = Literal["native", "timm-eva", "timm-naflex", "timm-beit", "dinov2", "timm", "torchvision", "hf-dinov2",
+                 "hf-dinov3", "hf-aimv2", "hf-beit", "hf-clip",
+                 "hf-siglip", "open_clip", "open_clip-timm", "hf", "npz", "textbook"]
 
 FORMATS: tuple[ModuleType, ...] = (
     native,       # safetensors metadata "vitviz_spec": must come first (its keys are timm's)
     timm_eva,     # timm folders of RoPE models (EVA-02, PE, DINOv3, rope ViTs): by config.json's architecture
+    timm_naflex,  # timm folders of NaFlexVit (naflexvit_*): by config.json's architecture
     beit,         # timm's BEiT (before timm: the same patch_embed / blocks names)
     dinov2,       # DINOv2's own files (before timm: timm's names plus mask_token)
     timm,
     torchvision,
     hf_dinov2,    # the Hugging Face families before the plain HF ViT (same patch embedding name)
     hf_dinov3,
+    hf_aimv2,
     hf_beit,
     hf_clip,
     hf_siglip,
     open_clip,
+    open_clip_timm,  # open_clip towers with a timm trunk (EVA02-*)
     hf,
     npz,
     textbook,     # the ViTs people write themselves (styles B, C, D of issue 17)
@@ -63,8 +70,9 @@ def format_module(name: str) -> ModuleType:
     raise KeyError(f"unknown checkpoint format {name!r}; registered: {', '.join(FORMAT_NAMES)}")
 
 
-SUPPORTED = ("ViT / DeiT / DeiT III, DINO, DINOv2 (with or without registers), DINOv3, EVA-02, Perception Encoder, "
-             "timm's RoPE ViTs, BEiT / BEiT v2 / data2vec-vision, "
+SUPPORTED = ("ViT / DeiT / DeiT III, DINO, DINOv2 (with or without registers), DINOv3, EVA-02 (and its CLIP towers), "
+             "Perception Encoder, timm's RoPE ViTs, AIMv2 (timm and Hugging Face), timm's NaFlex ViTs (fixed grid), "
+             "BEiT / BEiT v2 / data2vec-vision, "
              "CLIP / OpenCLIP and SigLIP image towers (timm, Hugging Face, open_clip and original layouts), "
              "torchvision ViT, Google .npz, the textbook ViTs people write themselves (styles B, C, D)")
 
@@ -84,6 +92,9 @@ def windowed_attention(raw: RawCheckpoint) -> str | None:
     return f"key {hit!r}" if hit is not None else None
 
 
+_TIMM_LAYOUT_READERS = ("timm-beit", "dinov2", "timm")
+
+
 def detect_format(raw: RawCheckpoint) -> Format:
     """The checkpoint format, from metadata and keys; raises :class:`CheckpointError` listing the formats tried
     (and naming a Swin / windowed-attention model as such)."""
@@ -94,6 +105,8 @@ def detect_format(raw: RawCheckpoint) -> Format:
                               f"{SUPPORTED}")
     for f in FORMATS:
         if f.detect(raw):
+            if f.NAME in _TIMM_LAYOUT_READERS:  # a RoPE model's weights without its config.json: refused
+                bare_rope.refuse_bare_rope(raw)
             return f.NAME
     keys = raw.tensors.keys()
     sample = names(sorted(keys)[:8])

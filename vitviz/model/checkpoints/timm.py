@@ -61,12 +61,14 @@ def timm_config(raw: RawCheckpoint) -> dict[str, Any] | None:
 # timm architectures whose parts live in no tensor of the checkpoint (rotary position embedding: no weights, or
 # weights under names no reader of this layout takes): never opened as a plain ViT, whatever the keys say
 _UNMODELLED: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"eva02_enormous"), "has residual post-norm blocks (timm Eva's use_post_norm)"),
     (ROPE_NAMES, "rotates queries and keys (rotary position embedding, RoPE)"),
 )
 
 
 def refuse_unmodelled(cfg: Mapping[str, Any], where: str) -> None:
-    """Refuse a timm folder whose ``architecture`` or ``model_args`` names a part this reader does not model (RoPE):
+    """Refuse a timm folder whose ``architecture`` or ``model_args`` names a part this reader does not model (RoPE,
+    EVA-02 enormous's post-norm blocks):
     its tensors alone would open as a plain ViT, with every map silently wrong."""
     arch = want_str(where, "architecture", cfg["architecture"])
     for pattern, what in _UNMODELLED:

@@ -10,7 +10,9 @@ Their RoPE lives in no tensor (except the mixed frequencies, ``rope.freqs``): wh
 LayerScale; EVA-02's separate ``q_proj / k_proj / v_proj`` (no key bias) and the fused ``qkv`` with ``q_bias`` /
 ``v_bias`` -> ``qkv`` with a zero key bias; the SwiGLU's ``fc1_g`` / ``fc1_x`` -> the packed ``fc1`` (gate first, as
 ``silu(gate) * x``), its inner ``norm`` kept. A ``model_args`` entry this reader does not model (q/k norm, grouped
-key/value heads, post-norm blocks, an attention inner norm, MRoPE) is refused naming it; so is a key it does not read.
+key/value heads, post-norm blocks, MRoPE) is refused naming it; so is a key it does not read. EVA-02 CLIP's norm
+inside the attention (``scale_attn_inner``: ``attn.norm``) and PE core gigantic's attention-pool MLP width
+(``attn_pool_mlp_ratio``) are read from the tensors.
 """
 
 from __future__ import annotations
@@ -55,9 +57,9 @@ _SHAPES = {"patch_size", "embed_dim", "depth", "mlp_ratio", "qkv_bias", "qkv_fus
            "use_pre_transformer_norm", "dynamic_img_size", "dynamic_img_pad", "attn_type", "num_classes", "in_chans",
            "drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
            "rope_shift_coords", "rope_jitter_coords", "rope_rescale_coords", "head_init_scale",
-           "attn_pool_mlp_ratio"}
+           "attn_pool_mlp_ratio", "scale_attn_inner"}
 # at these values the part is absent; anything else is a part vitviz's ViT does not model
-_ABSENT = {"qk_norm": False, "scale_attn_inner": False, "use_post_norm": False, "attn_only_layer_scale": False,
+_ABSENT = {"qk_norm": False, "use_post_norm": False, "attn_only_layer_scale": False,
            "num_kv_heads": None, "rope_mrope_section": None}
 
 

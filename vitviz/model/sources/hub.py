@@ -45,7 +45,7 @@ from typing import Any, Iterator
 from vitviz.model.sources import catalog
 from vitviz.model.sources.name_errors import CHECKPOINT_SUFFIXES, ModelNameError, close_name, name_error
 from vitviz.model.sources.torch_hub import DownloadCancelled, PretrainedError, ProgressFn
-from vitviz.model.timm_rope_archs import ROPE_NAMES, family
+from vitviz.model.timm_rope_archs import NAFLEX_ARCHS, ROPE_NAMES, family
 
 PREFIXES = ("hf-hub:", "hf_hub:")
 # a Hub repository id: "<owner>/<name>", each side 1-96 letters, digits, '-', '_', '.', starting with a letter or
@@ -56,7 +56,7 @@ _ID_CHARS = re.compile(r"[A-Za-z0-9_.\-/]")
 TIMM_PREFIXES = ("vit_", "deit_", "deit3_", "beit_", "beitv2_")
 _TIMM_HYBRID = re.compile(r"_r(26|50)_|resnet|_rope|_mixer|_relpos|_srelpos|_xp_")  # vit_* with other token mixers
 HF_MODEL_TYPES = ("vit", "dinov2", "dinov2_with_registers", "dinov3_vit", "beit", "data2vec-vision", "clip",
-                  "clip_vision_model", "siglip", "siglip_vision_model")
+                  "clip_vision_model", "siglip", "siglip_vision_model", "aimv2", "aimv2_vision_model")
 # hierarchical / windowed-attention families, named so that the refusal can say why
 _WINDOWED = ("swin", "swinv2", "maxvit", "hiera", "mvit", "mvitv2", "nat", "dinat", "focalnet", "cswin", "twins",
              "efficientformer", "levit", "pvt", "pvt_v2", "segformer", "coat", "crossvit", "davit", "fastvit",
@@ -209,7 +209,7 @@ def _unsupported(config: dict[str, Any], file_name: str) -> str | None:
 
 def _timm_supported(arch: str) -> bool:
     """A plain timm ViT, or a RoPE model of timm's Eva class vitviz reads (EVA-02, PE, DINOv3, RoPE ViTs)."""
-    if family(arch) is not None:
+    if family(arch) is not None or arch in NAFLEX_ARCHS:
         return True
     return arch.startswith(TIMM_PREFIXES) and not _TIMM_HYBRID.search(arch) and not ROPE_NAMES.search(arch)
 
