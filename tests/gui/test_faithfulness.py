@@ -3,6 +3,8 @@ cancel, kept tables, stale marking, row clicks, errors, models without a classif
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from gui_helpers import Recorder, make_image, open_and_wait
@@ -142,10 +144,11 @@ def test_run_fills_the_table_with_the_numbers_of_evaluate_views(qtbot, demo_wind
         assert any(np.allclose(y, rb.scores.mean(0)) for y in ys if len(y) == STEPS + 1)
 
 
-def test_cancel_stops_the_job_and_leaves_a_clean_tab(qtbot, demo_window, samples):
+def test_cancel_stops_the_job_and_leaves_a_clean_tab(qtbot, demo_window, samples, monkeypatch):
     from PySide6.QtCore import Qt
 
     from vitviz.gui.faithfulness import forwards_estimate
+    from vitviz.gui.worker import Job
 
     w = demo_window
     tab = w.plots.faithfulness
@@ -154,16 +157,27 @@ def test_cancel_stops_the_job_and_leaves_a_clean_tab(qtbot, demo_window, samples
     tab.steps_spin.setValue(12)
     images = []
     hook = w.model.register_forward_hook(lambda _m, args, _out: images.append(int(args[0].shape[0])))
+    released = threading.Event()
+    report = Job.report
+
+    def held_report(job, done, total):  # on the worker: after each progress report it waits for the test's Cancel,
+        told = report(job, done, total)  # so what ran before the cancel does not depend on the machine's load
+        released.wait(120)
+        return told and not job.cancelled
+
+    monkeypatch.setattr(Job, "report", held_report)
     try:
         with qtbot.waitSignal(w.controller.evaluationProgress, timeout=30000):
             qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
         assert tab.progress.isVisible() and tab.cancel_button.isVisible() and not tab.run_button.isEnabled()
         qtbot.mouseClick(tab.cancel_button, Qt.MouseButton.LeftButton)
+        released.set()  # the worker goes on only now, however busy the machine: what it ran is fixed by the gate
         # at once: no progress, no Cancel, Run offered again, and said so
         assert not tab.progress.isVisible() and not tab.cancel_button.isVisible()
         assert tab.run_button.isEnabled() and "Cancelled" in tab.status.text()
         qtbot.waitUntil(lambda: not w.controller.runner.is_busy(), timeout=30000)
     finally:
+        released.set()
         hook.remove()
     total = forwards_estimate(12, N, SEEDS)
     assert 0 < sum(images) < total / 2  # stopped early, not run to the end in the background
