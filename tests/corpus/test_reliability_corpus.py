@@ -385,6 +385,17 @@ def _fewer_layers(arrays, meta):
         arrays[k] = arrays[k][:2]
 
 
+def _two_stats_parts(tiny_inputs, tmp_path, capsys):
+    """``vitviz stats --shard k/2`` for k = 1, 2 into one folder (returned)."""
+    model, images = tiny_inputs
+    out = tmp_path / "out"
+    for k in (1, 2):
+        status, err, _ = cli(["stats", "--model", str(model), str(images), "--out", str(out), "--quiet",
+                              "--shard", f"{k}/2"], capsys, timeout=HANG_BOUND_S)
+        assert status == 0, err
+    return out
+
+
 @pytest.mark.parametrize("change,needle", [
     (_fewer_layers, "it holds sums of distance for 2 x 4 layers x heads, but says 3 x 4"),
     (lambda a, m: m.update(n=-5), "counts -5 image(s) analysed"),
@@ -396,12 +407,7 @@ def _fewer_layers(arrays, meta):
 def test_a_damaged_stats_part_is_named_and_nothing_is_merged(tiny_inputs, tmp_path, capsys, change, needle):
     """A part counting -5 images, sums beyond int64's reach (was a mean distance of -7.7e17 px, exit 0), negative
     sums, negative patch counts: one line naming the part, nothing written."""
-    model, images = tiny_inputs
-    out = tmp_path / "out"
-    for k in (1, 2):
-        status, err, _ = cli(["stats", "--model", str(model), str(images), "--out", str(out), "--quiet",
-                              "--shard", f"{k}/2"], capsys, timeout=HANG_BOUND_S)
-        assert status == 0, err
+    out = _two_stats_parts(tiny_inputs, tmp_path, capsys)
     part = out / "attention_stats-2-of-2.npz"
     _spoil(part, change)
     before = sorted(p.name for p in out.iterdir())
@@ -422,12 +428,7 @@ def test_merging_all_nan_parts_says_so_in_one_line_and_prints_no_numpy_warning(t
     import subprocess
     import sys
 
-    model, images = tiny_inputs
-    out = tmp_path / "out"
-    for k in (1, 2):
-        status, err, _ = cli(["stats", "--model", str(model), str(images), "--out", str(out), "--quiet",
-                              "--shard", f"{k}/2"], capsys, timeout=HANG_BOUND_S)
-        assert status == 0, err
+    out = _two_stats_parts(tiny_inputs, tmp_path, capsys)
     for k in (1, 2):
         _spoil(out / f"attention_stats-{k}-of-2.npz", _all_bad)
     env = dict(os.environ, PYTHONWARNINGS="always")
