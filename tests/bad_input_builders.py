@@ -71,24 +71,27 @@ def encode(img: Image.Image, fmt: str, **kw) -> bytes:
     return buf.getvalue()
 
 
-def feed_fifo(path: Path, data: bytes, delay: float = 0.0, timeout: float = 60.0) -> threading.Thread:
+def feed_fifo(path: Path, data: bytes, delay: float = 0.0, timeout: float | None = None) -> threading.Thread:
     """A thread that writes ``data`` into the FIFO ``path`` once a reader has opened it (after ``delay`` seconds).
 
-    The writer never blocks for good: it polls for a reader for at most ``timeout`` seconds (a reader that failed
-    before opening the FIFO leaves no stuck thread) and stops quietly when the reader goes away mid-write.
+    The writer never blocks for good: it looks for a reader (a non-blocking open) until one comes, or for at most
+    ``timeout`` seconds when given (None: for as long as the process lives, in a daemon thread, so that a busy machine
+    that reaches the FIFO late still finds its writer), and stops quietly when the reader goes away mid-write.
     """
     def write():
         if delay:
             threading.Event().wait(delay)
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.005
         while True:
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while nobody reads
                 break
             except OSError as e:
-                if e.errno != errno.ENXIO or time.monotonic() > deadline:
+                if e.errno != errno.ENXIO or (deadline is not None and time.monotonic() > deadline):
                     return
-                time.sleep(0.02)
+                threading.Event().wait(pause)
+                pause = min(pause * 2, 0.1)
         os.set_blocking(fd, True)
         try:
             view = memoryview(data)

@@ -6,6 +6,8 @@ the end and returns how many events a whole run has; :func:`killed_at` runs it a
 itself ``SIGKILL`` or ``SIGINT``: SIGKILL in the middle of a write (half the bytes of an append written, or an atomic
 file's temporary written but not linked), SIGINT just before the write (the run then finishes what it was writing
 and stops, as Ctrl+C does). The same ``n`` kills at the same point on every machine, however busy.
+:func:`stopped_when` stops a run (SIGSTOP) at its first write after a file exists (an export holding its folder's
+lock), for a test to act then.
 """
 
 from __future__ import annotations
@@ -27,9 +29,20 @@ seen, lock = [0], threading.Lock()
 real_write, real_fsync = os.write, os.fsync
 
 
+def reached(path, lines):
+    try:
+        with open(path, "rb") as f:
+            return f.read().count(b"\n") >= lines
+    except OSError:
+        return False
+
+
 def now():
     with lock:
         seen[0] += 1
+        if how == "STOP" and reached(os.environ["STOP_WHEN"], int(os.environ["STOP_LINES"])):
+            os.environ["STOP_WHEN"] = "/nonexistent/stopped"  # stopped once, where the parent said
+            os.kill(os.getpid(), signal.SIGSTOP)
         return seen[0] == at
 
 
@@ -64,6 +77,22 @@ def _run(argv: list[str], at: int, how: str, count_to: Path | None = None) -> su
         env["KILL_COUNT_TO"] = str(count_to)
     return subprocess.run([sys.executable, "-c", _CHILD, *argv], env=env, capture_output=True, text=True,
                           timeout=CHILD_TIMEOUT_S, check=False)
+
+
+def stopped_when(argv: list[str], path: Path, lines: int = 0) -> subprocess.Popen:
+    """``vitviz ARGV`` started in a child that stops itself (SIGSTOP) at its first write or sync after ``path``
+    exists (with at least ``lines`` whole lines); returned once it is stopped (``waitpid`` with ``WUNTRACED``: no
+    polling, no clock). The caller sends SIGCONT or SIGKILL and collects it (``communicate``)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KILL_AT": "0", "KILL_HOW": "STOP", "STOP_WHEN": str(path),
+           "STOP_LINES": str(lines), "QT_QPA_PLATFORM": "offscreen"}
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, *argv], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    _, status = os.waitpid(child.pid, os.WUNTRACED)
+    if not os.WIFSTOPPED(status):  # it ended before it stopped: reaped here, so say how
+        child.returncode = os.waitstatus_to_exitcode(status)
+        raise AssertionError(f"vitviz {' '.join(argv)} ended ({child.returncode}) before it reached {path}: "
+                             f"{child.stderr.read() if child.stderr else ''}")
+    return child
 
 
 def count_events(argv: list[str], scratch: Path) -> int:

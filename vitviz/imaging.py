@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import resource
 import select
 import stat
 import struct
@@ -40,6 +41,9 @@ MAX_PIXELS = MAX_SIDE * MAX_SIDE
 MAX_ASPECT_RATIO = 64
 """The most elongated image vitviz opens (long side / short side): a thinner strip has no room for a model's
 centre crop (a 1x50000 PNG would be stretched to 256 x 12.8 million pixels)."""
+BYTES_PER_PIXEL = 7
+"""What opening an image costs per pixel, for :func:`load_image`'s memory check: PIL decodes an RGB image into 4
+bytes per pixel, and the pipeline keeps a 3-byte copy (a 20000x20000 PNG: 2.6 GiB)."""
 MAX_STREAM_BYTES = 512 * 2**20
 """The most :func:`load_image` reads from a pipe (``/dev/stdin``, ``<(command)``, a FIFO)."""
 STREAM_TIMEOUT = 10.0
@@ -148,6 +152,35 @@ def _too_large(size: str) -> str:
            f"{MAX_PIXELS / 1e6:.0f} megapixels)"
 
 
+def free_memory() -> int | None:
+    """Bytes this process can still allocate: the smaller of the machine's ``MemAvailable`` and what the process's
+    own limits leave (``RLIMIT_AS`` less its address space, ``RLIMIT_DATA`` less its data); None when unknown."""
+    found: list[int] = []
+    status: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+        with open("/proc/self/status", encoding="ascii") as f:
+            status = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f)
+                      if k in ("VmSize", "VmData")}
+    except (OSError, ValueError):
+        pass
+    for limit, used in ((resource.RLIMIT_AS, "VmSize"), (resource.RLIMIT_DATA, "VmData")):
+        soft = resource.getrlimit(limit)[0]
+        if soft != resource.RLIM_INFINITY and used in status:
+            found.append(max(0, soft - status[used]))
+    return min(found) if found else None
+
+
+def _memory_problem(width: int, height: int) -> str | None:
+    """Why a ``width x height`` image cannot be opened in the memory left (:func:`free_memory`), or None."""
+    need, free = width * height * BYTES_PER_PIXEL, free_memory()
+    if free is None or need <= free:
+        return None
+    return (f"opening this {width}x{height} image needs about {need / 2**30:.1f} GiB, but only "
+            f"{free / 2**30:.1f} GiB is free (memory, or this process's limit); reduce the image first")
+
+
 def _open_with_project_limit(src) -> Image.Image:
     """``Image.open`` with PIL's decompression-bomb limit at :data:`MAX_PIXELS` (not PIL's own 89.5 Mpx), so that
     the one documented limit applies; both PIL signals (warning above the limit, error above twice) are errors.
@@ -241,12 +274,14 @@ def load_image(path: str | os.PathLike) -> LoadedImage:
 
     This is the one image reader of vitviz (the window and ``vitviz predict`` both use it). Limits, each refused
     with an :class:`ImageError`: at most :data:`MAX_PIXELS` pixels (20000x20000; the file's header is checked
-    before any decoding), aspect ratio at most :data:`MAX_ASPECT_RATIO`:1. Pipes (``/dev/stdin``, ``<(command)``,
-    FIFOs) are read into memory, at most :data:`MAX_STREAM_BYTES`; devices, sockets and folders are refused.
+    before any decoding), aspect ratio at most :data:`MAX_ASPECT_RATIO`:1, and no more pixels than the free memory
+    holds (:data:`BYTES_PER_PIXEL` each, against :func:`free_memory`, also from the header). Pipes (``/dev/stdin``,
+    ``<(command)``, FIFOs) are read into memory, at most :data:`MAX_STREAM_BYTES`; devices, sockets and folders are
+    refused.
 
     Raises:
         ImageError: naming the file and what is wrong (missing, a folder, a device, empty, not an image, truncated,
-            too large, too elongated).
+            too large, too elongated, more than the free memory holds).
     """
     p = Path(path)
     try:
@@ -276,6 +311,9 @@ def load_image(path: str | os.PathLike) -> LoadedImage:
             if im.width * im.height > MAX_PIXELS:
                 raise ImageError(p, _too_large(f"{im.width}x{im.height} pixels"))
             check_shape(im.width, im.height, p)
+            problem = _memory_problem(im.width, im.height)  # from the header, before any pixel is decoded
+            if problem:
+                raise ImageError(p, problem)
             frames = getattr(im, "n_frames", 1)
             if frames > 1:
                 im.seek(0)

@@ -16,13 +16,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from kill_points import stopped_when
 from PIL import Image
 from repo_paths import TINY_WEIGHTS
 
@@ -297,17 +297,14 @@ def test_kill_9_loses_no_finished_image_and_leaves_no_partial_file(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "vitviz", "export", "--model", "demo", str(folder), "--out", str(out), "--format",
            "both", "--batch-size", "2", "--precision", "fp32", "--quiet"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     manifest = out / "manifest.jsonl"
+    # stopped by itself at its first write once the manifest holds the run line and 3 images (no polling, no clock),
+    # then killed there: in the middle of the run, whatever the machine's load
+    proc = stopped_when(cmd[3:], manifest, lines=4)
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None:
-            if manifest.is_file() and len(manifest.read_text().splitlines()) >= 4:  # the run line, 3 images
-                break
-            time.sleep(0.02)
         proc.send_signal(signal.SIGKILL)
     finally:
-        proc.wait(60)
+        proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL  # killed in the middle, not finished
     lines = manifest.read_text().splitlines()
     finished = [r for x in lines if x.endswith("}") and "source" in (r := json.loads(x))]

@@ -10,14 +10,12 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from kill_points import stopped_when
 from PIL import Image
 
 import vitviz.batch.manifest as manifest
@@ -157,15 +155,10 @@ def test_two_exports_into_one_folder(tiny_model, tmp_path, capsys):
     out = tmp_path / "out"
     args = ["export", "--model", str(model), str(images), "--out", str(out), "--quiet", "--precision", "fp32",
             "--batch-size", "1", "--format", "npy"]
-    first = subprocess.Popen([sys.executable, "-m", "vitviz", *args], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
     lock = out / ".vitviz-export.lock"
+    first = stopped_when(args, lock)  # stopped by itself at its first write holding the lock: no polling, no clock
     try:
-        deadline = time.monotonic() + 120
-        while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.002)
-        first.send_signal(signal.SIGSTOP)
-        assert lock.exists() and first.poll() is None, "the first export ended before it could be held"
+        assert lock.exists() and first.poll() is None
         capsys.readouterr()
         assert main(args) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -272,6 +272,76 @@ def test_a_huge_class_index_is_one_line(index):
     assert len(str(e.value)) < 120
 
 
+@pytest.mark.parametrize("other,needle", [
+    (dict(embed_dim=48), "48-wide tokens, this model's are 32-wide"),
+    (dict(depth=2), "2 layers, this model has 3"),
+    (dict(num_reg_tokens=2), "3 prefix tokens, this model has 1"),
+    (dict(), "other patch-embedding weights"),  # the same shape, other weights: a plausible wrong vector
+])
+@pytest.mark.parametrize("patch", [None, (1, 2)])
+def test_a_reference_result_from_another_model_is_one_line(tiny_model, other, needle, patch):
+    """An open image's result from another model as the reference (was a ``normalized_shape`` RuntimeError, or,
+    with the same shapes, a vector from the wrong weights): one line naming the reference and the difference."""
+    import torch
+
+    from vitviz.capture.targets import TargetError
+    from vitviz.model import create_model
+    from vitviz.pipeline import Pipeline, reference_target
+
+    torch.manual_seed(7)
+    kw = dict(img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=4, num_classes=5) | other
+    theirs = Pipeline(create_model("vit_tiny_patch16_224", **kw).eval())
+    image = Image.fromarray(np.random.default_rng(2).integers(0, 256, (40, 40, 3), dtype=np.uint8))
+    result = theirs.run(image, source="cat.png")
+    ours = Pipeline(tiny_model)
+    with pytest.raises(TargetError) as e:
+        reference_target(ours, result, patch=patch)
+    line = str(e.value)
+    assert line.startswith("reference cat.png: this result is from another model") and needle in line, line
+    assert "\n" not in line and "normalized_shape" not in line
+    own = reference_target(ours, ours.run(image, source="cat.png"), patch=patch)  # its own result: taken
+    assert own.vector.shape == (32,)
+
+
+def test_a_stored_vector_from_another_model_is_one_line(tiny_inputs, tmp_path, capsys):
+    """``--target similar:v.npy`` with a vector of another model's width: one line naming the two widths."""
+    model, images = tiny_inputs
+    vec = tmp_path / "wide.npy"
+    np.save(vec, np.ones(48, np.float32))
+    line = _one_line(*cli(["export", "--model", str(model), str(images), "--out", str(tmp_path / "o"), "--quiet",
+                           "--views", "legrad", "--target", f"similar:{vec}"], capsys, timeout=HANG_BOUND_S)[:2])
+    assert "48 values" in line and "has 32" in line and "another model" in line, line
+
+
+def test_a_target_function_that_changes_the_weights_is_one_line_and_they_stay(tiny_model):
+    """A callable that scales a weight in place (was an autograd error, with the weights changed): one line, the
+    weights as they were; one that runs a capture again: one line (see tests/capture/test_target_guard.py)."""
+    import torch
+
+    from vitviz.capture.targets import TargetError
+    from vitviz.pipeline import Pipeline
+
+    pipe = Pipeline(tiny_model)
+    image = Image.fromarray(np.random.default_rng(2).integers(0, 256, (40, 40, 3), dtype=np.uint8))
+    before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+
+    def grow(out):
+        with torch.no_grad():
+            tiny_model.head.weight.mul_(2.0)
+        return out[0]
+
+    def again(out):
+        pipe.run(image, target=0)
+        return out[0]
+
+    for fn, needle in ((grow, "changes the model's head.weight in place (mul_)"),
+                       (again, "starts a capture inside itself")):
+        with pytest.raises(TargetError) as e:
+            pipe.run(image, target=fn)
+        assert str(e.value).startswith(f"target function {fn.__name__} ") and needle in str(e.value), str(e.value)
+    assert all(torch.equal(before[k], v) for k, v in tiny_model.state_dict().items())
+
+
 # ----------------------------------------------------------------------------------------------------- prompts
 @pytest.mark.parametrize("prompts,needle", [
     (["a cat", None], "prompt 2 of 2 is NoneType, not text"),
@@ -310,7 +380,24 @@ def _negative_sum(arrays, meta):
     arrays["entropy_sq_hi"] = -np.abs(arrays["entropy_sq_hi"]) - 1
 
 
+def _fewer_layers(arrays, meta):
+    for k in [k for k in arrays if k.startswith(("distance_", "entropy_"))]:
+        arrays[k] = arrays[k][:2]
+
+
+def _two_stats_parts(tiny_inputs, tmp_path, capsys):
+    """``vitviz stats --shard k/2`` for k = 1, 2 into one folder (returned)."""
+    model, images = tiny_inputs
+    out = tmp_path / "out"
+    for k in (1, 2):
+        status, err, _ = cli(["stats", "--model", str(model), str(images), "--out", str(out), "--quiet",
+                              "--shard", f"{k}/2"], capsys, timeout=HANG_BOUND_S)
+        assert status == 0, err
+    return out
+
+
 @pytest.mark.parametrize("change,needle", [
+    (_fewer_layers, "it holds sums of distance for 2 x 4 layers x heads, but says 3 x 4"),
     (lambda a, m: m.update(n=-5), "counts -5 image(s) analysed"),
     (lambda a, m: m.update(n=10**6), "counts 1000000 image(s) analysed"),
     (_huge, "the sums of distance are negative or beyond any dataset"),
@@ -320,18 +407,60 @@ def _negative_sum(arrays, meta):
 def test_a_damaged_stats_part_is_named_and_nothing_is_merged(tiny_inputs, tmp_path, capsys, change, needle):
     """A part counting -5 images, sums beyond int64's reach (was a mean distance of -7.7e17 px, exit 0), negative
     sums, negative patch counts: one line naming the part, nothing written."""
-    model, images = tiny_inputs
-    out = tmp_path / "out"
-    for k in (1, 2):
-        status, err, _ = cli(["stats", "--model", str(model), str(images), "--out", str(out), "--quiet",
-                              "--shard", f"{k}/2"], capsys, timeout=HANG_BOUND_S)
-        assert status == 0, err
+    out = _two_stats_parts(tiny_inputs, tmp_path, capsys)
     part = out / "attention_stats-2-of-2.npz"
     _spoil(part, change)
     before = sorted(p.name for p in out.iterdir())
     line = _one_line(*cli(["merge", str(out)], capsys, timeout=HANG_BOUND_S)[:2])
     assert str(part) in line and needle in line, line
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def _all_bad(arrays, meta):
+    for k in [k for k in arrays if k.endswith("_bad")]:
+        arrays[k][:] = True  # every cell's sum had a non-finite value added (a model whose attention is NaN)
+
+
+def test_merging_all_nan_parts_says_so_in_one_line_and_prints_no_numpy_warning(tiny_inputs, tmp_path, capsys):
+    """Parts whose every layer x head cell is NaN (an image's attention was not finite): ``vitviz merge`` (a process
+    of its own, its stderr read whole, every warning shown) says which cells are nan in its one line; no "All-NaN
+    slice encountered" / "Mean of empty slice" RuntimeWarning reaches stderr, and the figure is drawn."""
+    import subprocess
+    import sys
+
+    out = _two_stats_parts(tiny_inputs, tmp_path, capsys)
+    for k in (1, 2):
+        _spoil(out / f"attention_stats-{k}-of-2.npz", _all_bad)
+    env = dict(os.environ, PYTHONWARNINGS="always")
+    done = subprocess.run([sys.executable, "-m", "vitviz", "merge", str(out)], capture_output=True, text=True,
+                          env=env, timeout=HANG_BOUND_S)
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 2 and "12 of 12 layer x head cells are nan" in lines[0], lines
+    assert (out / "attention_stats.png").stat().st_size > 0
+    rows = (out / "attention_stats.csv").read_text().splitlines()[1:]
+    assert len(rows) == 12 and all(r.endswith("nan,nan,nan,nan") for r in rows)
+
+
+def test_parts_of_other_layers_are_not_added():
+    """Two parts each consistent with itself but of other layers x heads (another model's, its meta spoiled too):
+    the second is refused naming both shapes (prepare_stats names the part), the first left as it was."""
+    from vitviz.batch.fixed_point import FixedSum
+    from vitviz.batch.stats import StatsAccumulator
+
+    def part(shape):
+        acc = StatsAccumulator()
+        acc.n = 1
+        for k in ("distance", "entropy"):
+            acc.sums[k], acc.squares[k] = FixedSum(shape), FixedSum(shape)
+        return acc
+
+    mine = part((3, 4))
+    mine.add_shard(part((3, 4)))
+    with pytest.raises(ValueError, match=r"2 layers x 4 heads, but the first part had \(3, 4\)"):
+        mine.add_shard(part((2, 4)))
+    assert mine.n == 2 and mine.sums["distance"].shape == (3, 4)
 
 
 def test_parts_whose_sums_overflow_together_name_the_part():
@@ -343,6 +472,42 @@ def test_parts_whose_sums_overflow_together_name_the_part():
     with pytest.raises(ValueError, match="the sums overflow"):
         a.add_sum(b)
     assert (a.hi == 2**61).all()  # unchanged
+
+
+# ------------------------------------------------------------------------------------------------- memory bound
+_UNDER_A_LIMIT = """
+import resource, sys
+import numpy, torch  # (their address space counted before the limit)
+from vitviz.cli import main
+vm = [int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmSize")][0]
+resource.setrlimit(resource.RLIMIT_AS, (vm + 2**30, resource.RLIM_INFINITY))  # 1 GiB more than it holds now
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_declared_20000_square_png_is_refused_within_a_memory_limit(tiny_inputs, tmp_path):
+    """A tiny PNG whose header declares 20000x20000 (2.6 GiB to open, was a 4.2 GiB peak with 4 views) next to small
+    images, exported in a process whose address space may grow by 1 GiB only (RLIMIT_AS): that image is one line
+    naming it, its size and the memory, found from the header before any pixel is decoded; the others are
+    exported, and the process ends by itself (no MemoryError, no kill)."""
+    import subprocess
+    import sys
+
+    from bad_input_builders import png_header
+
+    model, folder = tiny_inputs
+    bomb = folder / "declared.png"
+    bomb.write_bytes(png_header(20000, 20000))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", _UNDER_A_LIMIT, "export", "--model", str(model), str(folder),
+                           "--out", str(out), "--quiet", "--views", "cls,rollout,grad_rollout,relevance",
+                           "--format", "npy"], capture_output=True, text=True, timeout=HANG_BOUND_S)
+    errors = [x for x in done.stderr.splitlines() if "error" in x]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"{bomb}: opening this 20000x20000 image needs about 2.6 GiB, but only" in errors[0], errors[0]
+    assert "GiB is free (memory, or this process's limit)" in errors[0]
+    assert done.returncode == 64 + 1, done.stderr  # one image failed; the three others written
+    assert sorted(p.name for p in out.glob("i*_cls_*.npy")) == [f"i{k}_cls_L2_mean.npy" for k in range(3)]
 
 
 # ------------------------------------------------------------------------------------------------- text towers

@@ -282,5 +282,6 @@ def prepare_stats(out: str | Path, *, overwrite: bool = False) -> PreparedMerge 
         return write_outputs(replace(acc.stats(), precision=precision), out, overwrite=overwrite)
 
     done = sum(p.accumulator.n for p in parts)
-    what = f"stats: {cov.describe(len(parts), done, 'analysed')} -> {out}"
+    note = acc.stats().nan_note() if acc.n else ""
+    what = f"stats: {cov.describe(len(parts), done, 'analysed')}{note} -> {out}"
     return PreparedMerge("stats", what, cov, write)

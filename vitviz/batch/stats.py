@@ -74,6 +74,15 @@ class DatasetStats:
     num_tokens: int = 0
     precision: str = ""
 
+    def nan_note(self) -> str:
+        """``""`` or what is nan: ``"; 4 of 12 layer x head cells are nan (...)"`` (an image's attention there was
+        not finite: NaN or infinite values in the model's weights or the input)."""
+        nan = np.isnan(self.distance_mean) | np.isnan(self.entropy_mean)
+        if not nan.any():
+            return ""
+        return (f"; {int(nan.sum())} of {nan.size} layer x head cells are nan (an image's attention there was not "
+                "finite: NaN or infinite values in the model's weights?)")
+
     @property
     def num_layers(self) -> int:
         return int(self.distance_mean.shape[0])

@@ -193,6 +193,8 @@ def write_part(path: str | os.PathLike, part: StatsPart, *, overwrite: bool = Fa
         grids.append({"shape": list(shape), "images": g.images, "first": g.first})
     meta = {"kind": _PART_KIND, "plan": part.plan.to_json(), "n": acc.n, "last": list(acc.last), "grids": grids,
             "stats": sorted(acc.sums), "failures": [list(f) for f in part.failures], "settings": part.settings}
+    if acc.n:  # layers x heads: read back against the arrays (a damaged part holding other layers is named)
+        meta["cells"] = list(acc.sums["distance"].shape)
     arrays["meta"] = np.array(json.dumps(meta, ensure_ascii=False))
     buf = io.BytesIO()
     np.savez(buf, **arrays)
@@ -239,6 +241,11 @@ def read_part(path: str | os.PathLike) -> StatsPart:
             acc.squares[str(k)] = FixedSum.from_arrays(arrays, f"{k}_sq")
         if acc.n and sorted(acc.sums) != ["distance", "entropy"]:
             raise ValueError(f"statistics {sorted(acc.sums)}")
+        cells = meta.get("cells")  # (parts written before it was recorded have none)
+        for k, fixed in [*acc.sums.items(), *acc.squares.items()] if cells is not None else ():
+            if list(fixed.shape) != [int(x) for x in cells]:
+                raise ValueError(f"it holds sums of {k} for {' x '.join(map(str, fixed.shape))} layers x heads, "
+                                 f"but says {' x '.join(map(str, cells))}")
         for k, fixed in [*acc.sums.items(), *acc.squares.items()]:  # sums of distances, entropies and their squares
             if (fixed.hi < 0).any() or (fixed.hi >= PLAUSIBLE_SUM).any():  # are >= 0, and far below int64's end
                 raise ValueError(f"the sums of {k} are negative or beyond any dataset (damaged)")

@@ -47,7 +47,9 @@ def stats_figure(stats: DatasetStats):
     if stats.num_tokens > 1:
         top = math.log(stats.num_tokens)
         axes[1].axhline(top, color="0.4", lw=0.8, ls="--", label=f"uniform attention (ln {stats.num_tokens})")
-        high = float(np.nanmax(stats.entropy_mean + stats.entropy_sd)) if stats.entropy_mean.size else top
+        tops = stats.entropy_mean + stats.entropy_sd
+        tops = tops[np.isfinite(tops)]  # (a cell whose attention was not finite is nan: a gap, not a warning)
+        high = float(tops.max()) if tops.size else top
         axes[1].set_ylim(0, max(top, high) * 1.06)  # the line below the frame, not on it
     handles, labels = axes[1].get_legend_handles_labels()
     ncol = 1 if len(labels) <= 13 else 2

@@ -85,7 +85,8 @@ def _size_problem(model: Any, size: int) -> str | None:
         want = int(head_on_tokens(model, tokens, "model")[1].shape[-1])
     if want == size:
         return None
-    return f"the reference vector has {size} values but the model's pooled embedding has {want}"
+    return (f"the reference vector has {size} values but the model's pooled embedding has {want} (a reference made "
+            "with another model?)")
 
 
 def describe_target(result: Any) -> dict[str, Any] | None:

@@ -42,6 +42,7 @@ from vitviz.capture.gradient_maps import gradcam_layers, legrad_layers
 from vitviz.capture.model_head import LEGRAD_POOLINGS, embedding_of, is_feature_model
 from vitviz.capture.preflight import check_capture_memory, explicit_attention, model_device_dtype, resolve_target
 from vitviz.capture.results import Capture, CaptureError
+from vitviz.capture.target_guard import guarding
 from vitviz.capture.targets import Target, Text, as_target, differentiable_scores, target_scores
 
 
@@ -238,7 +239,7 @@ def capture(
             if want_grad and isinstance(getattr(model, "head", None), nn.Module):
                 handles.append(model.head.register_forward_pre_hook(head_hook))
             if want_grad:
-                with torch.enable_grad():
+                with torch.enable_grad(), guarding(model):  # the target function leaves the model alone
                     if not any(p.requires_grad for p in model.parameters()):
                         x = x.detach().requires_grad_(True)  # frozen model: make the graph exist anyway
                     logits = model(x)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from vitviz.capture.results import CaptureError
+from vitviz.capture.target_guard import refuse_inside_target
 from vitviz.capture.targets import ClassTarget, TargetError, as_target
 
 # capture() switches the model's attention path and adds hooks for the duration of a forward pass: two captures of
@@ -25,12 +26,22 @@ CAPTURE_LOCK = threading.RLock()
 
 
 @contextmanager
+def hold_capture() -> Iterator[None]:
+    """:data:`CAPTURE_LOCK` for one capture, refused (:class:`~vitviz.capture.target_guard.TargetMisuse`) when asked
+    from inside a target function: the outer capture's hooks would record the second pass over the first."""
+    refuse_inside_target()
+    with CAPTURE_LOCK:
+        yield
+
+
+@contextmanager
 def explicit_attention(modules: Sequence[nn.Module]) -> Iterator[list[Any]]:
     """One capture's hold on a vitviz ViT's shared state: :data:`CAPTURE_LOCK` held and each attention module of
     ``modules`` on its explicit path (``fused = False``: its probabilities pass through ``attn_map``, where hooks see
     them). Yields the list the caller appends its hook handles to; on exit, also on an error, every handle is
-    removed and every module's ``fused`` flag is restored."""
-    with CAPTURE_LOCK:
+    removed and every module's ``fused`` flag is restored. Refused from inside a target function
+    (:func:`hold_capture`)."""
+    with hold_capture():
         before = [m.fused for m in modules]
         handles: list[Any] = []
         try:

@@ -29,6 +29,8 @@ from typing import Any, Union
 import numpy as np
 import torch
 
+from vitviz.capture.target_guard import TargetMisuse, call_guarded
+
 __all__ = ["CallableTarget", "ClassTarget", "SimilarityTarget", "Target", "TargetError", "Text", "as_target",
            "differentiable_scores", "target_scores"]
 
@@ -249,14 +251,16 @@ def target_scores(target: Target, output: torch.Tensor, embedding: torch.Tensor 
         v = target.vector.to(device=embedding.device, dtype=embedding.dtype)
         if embedding.shape[-1] != v.shape[0]:
             raise TargetError(f"{target.describe()}: the reference vector has {v.shape[0]} values but the model's "
-                              f"pooled embedding has {embedding.shape[-1]}")
+                              f"pooled embedding has {embedding.shape[-1]} (a reference made with another model?)")
         cos = torch.nn.functional.cosine_similarity(embedding, v[None].expand_as(embedding), dim=-1, eps=1e-12)
         return target.scale * cos + target.bias
     if isinstance(target, CallableTarget):
         values = []
         for b in range(output.shape[0]):
             try:
-                y = target.fn(output[b])
+                y = call_guarded(target.name, target.fn, output[b], output)
+            except TargetMisuse as e:  # it changed the model, ran it, or took a gradient: already one line
+                raise TargetError(str(e)) from None
             except Exception as e:  # noqa: BLE001 - the user's code: name it, keep its message
                 text = str(e).splitlines()[0] if str(e) else ""
                 raise TargetError(f"target function {target.name} raised {type(e).__name__}"

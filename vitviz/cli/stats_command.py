@@ -96,6 +96,6 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         if run.stats is None:
             raise ValueError(f"none of the {len(images)} image(s) could be analysed")
         written = write_outputs(replace(run.stats, precision=pipeline.precision), out, overwrite=args.overwrite)
-        log(f"vitviz stats: {run.stats.images} image(s), {n} failed, in {run.seconds:.1f} s; wrote "
-            + ", ".join(str(p) for p in written))
+        log(f"vitviz stats: {run.stats.images} image(s), {n} failed, in {run.seconds:.1f} s{run.stats.nan_note()}; "
+            "wrote " + ", ".join(str(p) for p in written))
     return FAILED_BASE + min(n, MAX_FAILED_STATUS) if n else status

@@ -50,6 +50,34 @@ def _reference_result(pipeline: Any, reference: Any) -> tuple[Any, str]:
                       f"{type(reference).__name__}")
 
 
+def _check_same_model(pipeline: Any, result: Any, label: str) -> None:
+    """Refuse an open image's result made by another model (another width, depth, prefix or patch filters): its
+    tokens would go through this model's head (a ``normalized_shape`` error, or a plausible wrong vector)."""
+    model = pipeline.model
+    if not is_vitviz_model(model):
+        return
+    tokens = result.tokens
+    want = (len(model.blocks) + 1, int(model.embed_dim))
+    got = (int(tokens.shape[0]), int(tokens.shape[-1]))
+    differs = []
+    if got[1] != want[1]:
+        differs.append(f"{got[1]}-wide tokens, this model's are {want[1]}-wide")
+    if got[0] != want[0]:
+        differs.append(f"{got[0] - 1} layers, this model has {want[0] - 1}")
+    if int(result.num_prefix_tokens) != int(model.num_prefix_tokens):
+        differs.append(f"{int(result.num_prefix_tokens)} prefix tokens, this model has {int(model.num_prefix_tokens)}")
+    if not differs:
+        theirs = getattr(getattr(result, "model_data", None), "patch_embed_weight", None)
+        ours = model.patch_embed.proj.weight.detach().float().cpu()
+        if theirs is not None and (theirs.shape != ours.shape
+                                   or not torch.allclose(theirs, ours, rtol=1e-2, atol=1e-3)):  # (any precision)
+            differs.append("other patch-embedding weights")
+    if differs:
+        raise TargetError(f"reference {label}: this result is from another model ({result.model_name!r}: "
+                          f"{'; '.join(differs)}); pass the image itself (a file or a PIL image) to run it through "
+                          "this model")
+
+
 def reference_target(pipeline: Any, reference: Any, *, patch: tuple[int, int] | None = None,
                      name: str | None = None) -> SimilarityTarget:
     """The similarity target of a reference image (its pooled embedding) or of one of its patches (the patch's
@@ -62,9 +90,11 @@ def reference_target(pipeline: Any, reference: Any, *, patch: tuple[int, int] | 
         name: for titles (default: from the file's name).
 
     Raises:
-        TargetError: a file that cannot be read, a patch outside the grid, a patch of a module vitviz adapted.
+        TargetError: a file that cannot be read, a result from another model, a patch outside the grid, a patch of a
+            module vitviz adapted.
     """
     result, label = _reference_result(pipeline, reference)
+    _check_same_model(pipeline, result, label)
     model = pipeline.model
     origin: dict[str, Any] = {"image": str(result.source)}
     if patch is not None:

@@ -22,8 +22,9 @@ from torch.overrides import TorchFunctionMode
 
 from vitviz.capture.foreign.explicit_attention import SDPA_ARGS, mha_forward, sdpa_explicit
 from vitviz.capture.foreign.layout_finder import Layout, Pattern, find_layout, patch_convs, short_paths
-from vitviz.capture.preflight import CAPTURE_LOCK, check_capture_memory, model_device_dtype, resolve_target
+from vitviz.capture.preflight import check_capture_memory, hold_capture, model_device_dtype, resolve_target
 from vitviz.capture.results import Capture, CaptureError
+from vitviz.capture.target_guard import guarding
 from vitviz.capture.targets import TargetError, differentiable_scores
 
 _OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
@@ -454,7 +455,7 @@ def record_module(
     conv_stride = int(convs[layout.patch_embed].stride[0]) if layout.patch_embed in convs else None
     grad_dtype = store_dtype if grad_dtype is None else grad_dtype
     tgt = spec = scores_out = None
-    with CAPTURE_LOCK:
+    with hold_capture(), guarding(model):  # the target function leaves the model alone
         try:
             run.install()
             with torch.enable_grad() if want_grad else torch.inference_mode():

@@ -22,7 +22,7 @@ from torch import nn
 
 from vitviz.capture.foreign import is_vitviz_model
 from vitviz.capture.model_head import head_on_tokens, is_feature_model
-from vitviz.capture.preflight import CAPTURE_LOCK, model_device_dtype
+from vitviz.capture.preflight import hold_capture, model_device_dtype
 from vitviz.capture.targets import ClassTarget, SimilarityTarget, Target, TargetError, as_target, target_scores
 
 __all__ = ["MechanisticError", "ResidualStream", "Scored", "check_model", "chunks", "model_lock", "probabilities_of"]
@@ -44,7 +44,7 @@ def check_model(model: Any) -> None:
 @contextmanager
 def model_lock() -> Iterator[None]:
     """The capture lock: a knock-out's hook on a shared model never meets a capture in another thread."""
-    with CAPTURE_LOCK:
+    with hold_capture():
         yield
 
 

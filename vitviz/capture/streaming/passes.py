@@ -47,6 +47,7 @@ from vitviz.capture.model_head import LEGRAD_POOLINGS, embedding_of, is_feature_
 from vitviz.capture.preflight import explicit_attention, model_device_dtype, resolve_target
 from vitviz.capture.results import CaptureError
 from vitviz.capture.streaming.budget import graph_fits
+from vitviz.capture.target_guard import guarding
 from vitviz.capture.targets import Target, as_target, differentiable_scores, target_scores
 from vitviz.model.vit import ViT
 
@@ -207,7 +208,7 @@ def stream_pass(model: nn.Module, images: torch.Tensor, observers: Sequence[Any]
         return out, a, n1
 
     # flags and hooks are shared model state: one capture at a time
-    with explicit_attention(model.attention_modules()) as handles, torch.inference_mode(False):
+    with explicit_attention(model.attention_modules()) as handles, torch.inference_mode(False), guarding(model):
         try:
             for b in blocks:
                 handles.append(b.attn.attn_map.register_forward_hook(attn_hook))
