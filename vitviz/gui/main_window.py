@@ -13,24 +13,18 @@ Widgets write the user's intent here; the window passes it on and redraws from t
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QSettings, QSignalBlocker, QTimer, Signal
+from PySide6.QtCore import QSettings, QSignalBlocker, Signal
 from PySide6.QtWidgets import QApplication, QMainWindow
 
-import vitviz
-from vitviz.demo import sample_images
 from vitviz.document.panel import panel_of, render_view
 from vitviz.document.session import Session
 from vitviz.gui import help
 from vitviz.gui.actions import WindowActions
 from vitviz.gui.canvas import Canvas
-from vitviz.gui.compare_window import CompareWindow
 from vitviz.gui.controller import Controller
 from vitviz.gui.dialogs import Dialogs, qimage_from_rgb
 from vitviz.gui.export_service import ExportService
@@ -44,12 +38,17 @@ from vitviz.gui.plots import PlotsPanel
 from vitviz.gui.prompting import PromptPicker
 from vitviz.gui.session_files import Sessions, is_session_file
 from vitviz.gui.settings import FIRST_VIEW, Prefs, default_settings  # noqa: F401 - default_settings re-exported for callers
+from vitviz.gui.startup import WorkAfterShow, startup_log
 from vitviz.gui.statusbar import StatusParts
 from vitviz.gui.targeting import TargetPicker
 from vitviz.gui.token_reader import TokenReader
 from vitviz.gui.toolbar import ModelBar
 from vitviz.gui.worker import describe_error
 from vitviz.model.sources import catalog  # plain data: no torch at start-up
+from vitviz.resources import sample_images  # (not vitviz.demo: its dataset needs numpy and PIL)
+
+if TYPE_CHECKING:
+    from vitviz.gui.compare_window import CompareWindow
 
 
 class MainWindow(ImageDrops, QMainWindow):
@@ -88,7 +87,6 @@ class MainWindow(ImageDrops, QMainWindow):
         self._closing = False
         self._docks_fitted = self._query_chosen = False  # (the user's query patch is kept across patch grids)
         self._hover_xy: tuple[float, float] | None = None
-        self._logged: set[str] = set()  # start-up log lines printed
 
         self.setWindowTitle("vitviz")
         self.setAcceptDrops(True)
@@ -136,12 +134,13 @@ class MainWindow(ImageDrops, QMainWindow):
         self.compare_window: CompareWindow | None = None  # File > Compare, made when first asked for
         self._restore_settings(first_view=None if model is not None else FIRST_VIEW)  # (vitviz.show: the table's)
 
+        self._startup = WorkAfterShow(self, self.controller.runner)  # the model opens once the window is on screen
         if model is not None:
             self.controller.adopt(model, model_key or "memory")
         else:
             self.load_model(model_key or self.prefs.model_ref(), initial=True)
         if load_samples:
-            QTimer.singleShot(0, self._open_samples)
+            self._startup.after_show(self._open_samples)
 
     # ================================================================== the controller's state, for callers
     @property
@@ -340,7 +339,7 @@ class MainWindow(ImageDrops, QMainWindow):
         except Exception as e:  # noqa: BLE001 - shown, never only printed
             self.show_error("Could not show the result", describe_error(e, result.source), traceback.format_exc())
             return
-        self._startup_log("first overlay")
+        startup_log("first overlay")
         self.resultShown.emit()
 
     def _on_failed(self, kind: str, title: str, message: str, detail: str, subject: str) -> None:
@@ -521,6 +520,8 @@ class MainWindow(ImageDrops, QMainWindow):
         """Show the Compare window (:mod:`vitviz.gui.compare_window`), with ``spec`` (a
         :class:`vitviz.document.comparison.CompareSpec`) when given."""
         if self.compare_window is None:
+            from vitviz.gui.compare_window import CompareWindow  # (made when first asked for: not at start-up)
+
             cw = CompareWindow(self, session=self.session, controller=self.controller, exports=self.exports,
                                show_error=self.show_error, metadata=self.sessions.metadata, spec=spec)
             self.viewRefreshed.connect(cw.refresh)
@@ -552,18 +553,11 @@ class MainWindow(ImageDrops, QMainWindow):
         self.dialogs.info("About vitviz", help.about_html(title, self.device, self.precision))
 
     # ================================================================== events
-    def _startup_log(self, what: str) -> None:
-        """With ``VITVIZ_STARTUP_LOG=1``: print when the window is first shown / the first overlay is drawn."""
-        if os.environ.get("VITVIZ_STARTUP_LOG") and what not in self._logged:
-            self._logged.add(what)
-            print(f"vitviz: {what} after {time.perf_counter() - vitviz._T0:.2f} s", file=sys.stderr, flush=True)
-
     def showEvent(self, event) -> None:
         super().showEvent(event)
         if not self._docks_fitted and self.prefs.window_state() is None:  # the docks fit the size first shown at
             fit_docks(self, self.docks, reserve=self.canvas.colorbar.width())  # the canvas keeps half the width
         self._docks_fitted = True
-        QTimer.singleShot(0, lambda: self._startup_log("window shown"))
 
     def closeEvent(self, event) -> None:
         self._closing = True
