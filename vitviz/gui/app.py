@@ -99,8 +99,8 @@ def run_gui(images: list[str], model: str | None = None, device: str | None = No
     win.show()
     if note:
         win.statusBar().showMessage(note, 15000)
-    if images:
-        win.open_images([str(Path(p)) for p in images])
+    if images:  # read once the window is on screen (the first paint does not wait for them)
+        QTimer.singleShot(0, lambda: win.open_images([str(Path(p)) for p in images]))
     # Ctrl+C in the terminal closes the window cleanly (Python only sees signals while it runs: wake it up)
     signal.signal(signal.SIGINT, lambda *_: win.close())
     ticker = QTimer()

@@ -4,14 +4,16 @@ shown again with a comparison opened from a session, closed (its results freed) 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import SignalInstance
 from PySide6.QtWidgets import QWidget
 
 from vitviz.document.session import Session
-from vitviz.gui.compare_window import CompareWindow
 from vitviz.gui.export_service import ExportService
+
+if TYPE_CHECKING:
+    from vitviz.gui.compare_window import CompareWindow
 
 
 class CompareOpener:
@@ -36,6 +38,8 @@ class CompareOpener:
     def show(self, spec: Any = None) -> CompareWindow:
         """Show the Compare window, with ``spec`` (a :class:`vitviz.document.comparison.CompareSpec`) when given."""
         if self.window is None:
+            from vitviz.gui.compare_window import CompareWindow  # (made when first asked for: not at start-up)
+
             cw = CompareWindow(self.parent, session=self.session, controller=self.controller, exports=self.exports,
                                show_error=self.show_error, metadata=self.metadata, spec=spec)
             self.followed.connect(cw.refresh)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pyqtgraph
 import PySide6
 from PySide6.QtCore import qVersion
 
@@ -41,6 +40,7 @@ def shortcuts_html() -> str:
 
 
 def about_html(model_title: str, device: str, precision: str) -> str:
+    import pyqtgraph  # (not at start-up: the About box is the only reader of its version here)
     import torch  # loaded with the first model (the window shows before it)
 
     return (f"<h3>vitviz {__version__}</h3><p>See what a Vision Transformer looks at.</p>"

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vitviz.demo import sample_images
 from vitviz.document.session import Session
 from vitviz.gui.dialogs import Dialogs
 from vitviz.gui.menus import fill_recent_menu
 from vitviz.gui.session_files import is_session_file
 from vitviz.gui.settings import Prefs
+from vitviz.resources import sample_images  # (not vitviz.demo: its dataset needs numpy and PIL)
 
 
 class ImageOpener:

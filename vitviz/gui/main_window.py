@@ -16,23 +16,18 @@ Widgets write the user's intent here; the window passes it on and redraws from t
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QSettings, QSignalBlocker, QTimer, Signal
+from PySide6.QtCore import QSettings, QSignalBlocker, Signal
 from PySide6.QtWidgets import QMainWindow
 
-import vitviz
 from vitviz.document.session import Session
 from vitviz.gui import help
 from vitviz.gui.actions import WindowActions
 from vitviz.gui.canvas import Canvas
 from vitviz.gui.compare_opening import CompareOpener
-from vitviz.gui.compare_window import CompareWindow
 from vitviz.gui.controller import Controller
 from vitviz.gui.dialogs import Dialogs
 from vitviz.gui.export_service import ExportService
@@ -47,6 +42,7 @@ from vitviz.gui.plots import PlotsPanel
 from vitviz.gui.prompting import PromptPicker
 from vitviz.gui.session_files import Sessions
 from vitviz.gui.settings import FIRST_VIEW, Prefs, default_settings  # noqa: F401 - default_settings re-exported for callers
+from vitviz.gui.startup import WorkAfterShow, startup_log
 from vitviz.gui.statusbar import StatusParts
 from vitviz.gui.targeting import TargetPicker
 from vitviz.gui.token_reader import TokenReader
@@ -54,6 +50,9 @@ from vitviz.gui.toolbar import ModelBar
 from vitviz.gui.view_drawing import draw_view, window_title
 from vitviz.gui.view_edits import ViewEdits, follow_controls
 from vitviz.gui.worker import describe_error
+
+if TYPE_CHECKING:
+    from vitviz.gui.compare_window import CompareWindow
 
 
 class MainWindow(ImageDrops, QMainWindow):
@@ -92,7 +91,6 @@ class MainWindow(ImageDrops, QMainWindow):
         self._closing = False
         self._docks_fitted = False
         self._hover_xy: tuple[float, float] | None = None
-        self._logged: set[str] = set()  # start-up log lines printed
 
         self.setWindowTitle("vitviz")
         self.setAcceptDrops(True)
@@ -148,12 +146,13 @@ class MainWindow(ImageDrops, QMainWindow):
                                          followed=self.viewRefreshed, set_query=self.set_query)  # File > Compare
         self._restore_settings(first_view=None if model is not None else FIRST_VIEW)  # (vitviz.show: the table's)
 
+        self._startup = WorkAfterShow(self, self.controller.runner)  # the model opens once the window is on screen
         if model is not None:
             self.controller.adopt(model, model_key or "memory")
         else:
             self.load_model(model_key or self.prefs.model_ref(), initial=True)
         if load_samples:
-            QTimer.singleShot(0, self.images.open_samples)
+            self._startup.after_show(self.images.open_samples)
 
     # ================================================================== the controller's state, for callers
     @property
@@ -297,7 +296,7 @@ class MainWindow(ImageDrops, QMainWindow):
         except Exception as e:  # noqa: BLE001 - shown, never only printed
             self.show_error("Could not show the result", describe_error(e, result.source), traceback.format_exc())
             return
-        self._startup_log("first overlay")
+        startup_log("first overlay")
         self.resultShown.emit()
 
     def _on_failed(self, kind: str, title: str, message: str, detail: str, subject: str) -> None:
@@ -453,18 +452,11 @@ class MainWindow(ImageDrops, QMainWindow):
         self.dialogs.info("About vitviz", help.about_html(title, self.device, self.precision))
 
     # ================================================================== events
-    def _startup_log(self, what: str) -> None:
-        """With ``VITVIZ_STARTUP_LOG=1``: print when the window is first shown / the first overlay is drawn."""
-        if os.environ.get("VITVIZ_STARTUP_LOG") and what not in self._logged:
-            self._logged.add(what)
-            print(f"vitviz: {what} after {time.perf_counter() - vitviz._T0:.2f} s", file=sys.stderr, flush=True)
-
     def showEvent(self, event) -> None:
         super().showEvent(event)
         if not self._docks_fitted and self.prefs.window_state() is None:  # the docks fit the size first shown at
             fit_docks(self, self.docks, reserve=self.canvas.colorbar.width())  # the canvas keeps half the width
         self._docks_fitted = True
-        QTimer.singleShot(0, lambda: self._startup_log("window shown"))
 
     def closeEvent(self, event) -> None:
         self._closing = True

@@ -35,12 +35,12 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz import views
-from vitviz.demo import CLASSES
 from vitviz.gui.heads import HeadsPanel  # noqa: F401  (re-exported: it used to live here)
 from vitviz.gui.prompt_box import PromptBox
 from vitviz.gui.scale_panel import ScalePanel
 from vitviz.gui.target_box import TargetBox
 from vitviz.render import colormaps
+from vitviz.resources import DEMO_CLASSES as CLASSES  # (not vitviz.demo: its dataset needs PIL)
 from vitviz.views.options import HEAD_REDUCTIONS, option
 
 PROMPT_ROWS = 20  # prompts listed in the predictions table (classes: the top 5)

@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from vitviz.batch.stats_files import read_stats_csv
 from vitviz.document.appearance import precision_text
 from vitviz.gui.canvas import highlight_rect
 from vitviz.gui.faithfulness import FaithfulnessPanel
@@ -370,6 +369,8 @@ class PlotsPanel(QTabWidget):
         """Draw the statistics of ``path`` (an ``attention_stats.csv`` of ``vitviz stats``) beside this image's
         points: each head's mean over the images as a hollow marker in the head's colour, the mean of the heads as
         a dashed line. A file that cannot be read is named in the plot's title; the plot is left as it was."""
+        from vitviz.batch.stats_files import read_stats_csv  # (csv, tqdm: not at start-up)
+
         try:
             stats = read_stats_csv(path)
         except ValueError as e:

@@ -25,7 +25,7 @@ from vitviz.gui.controller import Controller
 from vitviz.gui.dialogs import Dialogs, confirm_download, write_asking
 from vitviz.gui.settings import Prefs
 from vitviz.gui.worker import Job, describe_error
-from vitviz.render.figures import read_metadata
+from vitviz.render import figures
 
 KIND = "session"  # the worker's job kind
 
@@ -42,7 +42,7 @@ def is_session_file(path: str) -> bool:
     if not p.endswith(FIGURE_SUFFIXES) or not Path(path).is_file():
         return False
     try:
-        return st.METADATA_KEY in read_metadata(path)
+        return st.METADATA_KEY in figures.read_metadata(path)
     except Exception:  # noqa: BLE001 - not a figure of ours: opened as the image it is
         return False
 

@@ -147,6 +147,8 @@ class TaskRunner(QObject):
         # A daemon Python thread (not a QThread): a model call that outlives the window can never abort the
         # process at exit ("QThread destroyed while running"), and signals emitted from it are queued to the GUI.
         self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._open = threading.Event()  # cleared by hold(): jobs queue but none starts
+        self._open.set()
         self._worker = _Worker(self._latest)
         self._worker.finished.connect(self._on_finished, Qt.ConnectionType.QueuedConnection)
         self._worker.failed.connect(self._on_failed, Qt.ConnectionType.QueuedConnection)
@@ -161,6 +163,7 @@ class TaskRunner(QObject):
     def _loop(self) -> None:
         while True:
             job = self._queue.get()
+            self._open.wait()
             if job is None:
                 return
             self._worker.run(job)
@@ -190,6 +193,20 @@ class TaskRunner(QObject):
             job.cancel()
             self._latest[kind] = -job.id  # nothing current for this kind any more
 
+    def hold(self) -> None:
+        """Queued jobs wait: none starts until :meth:`release` (a running one goes on; start-up: the first model load
+        imports torch, which would compete with the window's first paint; see :mod:`vitviz.gui.startup`)."""
+        self._open.clear()
+
+    def release(self) -> None:
+        """Let the worker start the queued jobs (again)."""
+        self._open.set()
+
+    @property
+    def held(self) -> bool:
+        """Whether :meth:`hold` keeps the queued jobs from starting."""
+        return not self._open.is_set()
+
     def is_busy(self, kind: str | None = None) -> bool:
         if kind is None:
             return self._pending > 0
@@ -210,6 +227,7 @@ class TaskRunner(QObject):
         for k in list(self._latest):
             self._latest[k] = -1
         self._queue.put(None)
+        self._open.set()
         self._thread.join(timeout_ms / 1000.0)
         return not self._thread.is_alive()
 

@@ -56,30 +56,27 @@ reopening encodes them again with the model's text tower::
     "prompts": ["a cat", "a dog"], "target": 1, "target_label": "a dog"
 """
 
-from vitviz.document.state.location import SHOWN_PROBLEMS, changed_images, locate
-from vitviz.document.state.reader import from_dict, parse_state, read_state
-from vitviz.document.state.reopen import apply_state, reproduce, state_pipeline, state_target, with_preprocess
-from vitviz.document.state.schema import (
-    FORMAT,
-    IMAGE_ENTRY_BYTES,
-    IN_MEMORY_MODEL,
-    MAX_BYTES,
-    MAX_FIGURE_BYTES,
-    MAX_IMAGES,
-    MAX_NUMBER_CHARS,
-    METADATA_KEY,
-    SUFFIX,
-    TARGET_VERSION,
-    VERSION,
-    ImageRef,
-    SessionState,
-    StateError,
-)
-from vitviz.document.state.snapshot import capture_state, file_sha256
-from vitviz.document.state.writer import figure_metadata, readable_json, save_state, state_json, to_dict
+from vitviz._util.lazy import lazy_names
+
+# imported on first use: the window starts without the readers (xml, email) and writers
+_LAZY = {
+    "SHOWN_PROBLEMS": "location", "changed_images": "location", "locate": "location",
+    "from_dict": "reader", "parse_state": "reader", "read_state": "reader",
+    "apply_state": "reopen", "reproduce": "reopen", "state_pipeline": "reopen", "state_target": "reopen",
+    "with_preprocess": "reopen",
+    "FORMAT": "schema", "IMAGE_ENTRY_BYTES": "schema", "IN_MEMORY_MODEL": "schema", "ImageRef": "schema",
+    "MAX_BYTES": "schema", "MAX_FIGURE_BYTES": "schema", "MAX_IMAGES": "schema", "MAX_NUMBER_CHARS": "schema",
+    "METADATA_KEY": "schema", "SUFFIX": "schema", "SessionState": "schema", "StateError": "schema",
+    "TARGET_VERSION": "schema", "VERSION": "schema",
+    "capture_state": "snapshot", "file_sha256": "snapshot",
+    "figure_metadata": "writer", "readable_json": "writer", "save_state": "writer", "state_json": "writer",
+    "to_dict": "writer",
+}
 
 __all__ = ["FORMAT", "IMAGE_ENTRY_BYTES", "IN_MEMORY_MODEL", "MAX_BYTES", "MAX_FIGURE_BYTES", "MAX_IMAGES",
            "MAX_NUMBER_CHARS", "METADATA_KEY", "SHOWN_PROBLEMS", "SUFFIX", "TARGET_VERSION", "VERSION", "ImageRef",
            "SessionState", "StateError", "apply_state", "capture_state", "changed_images", "figure_metadata",
            "file_sha256", "from_dict", "locate", "parse_state", "read_state", "readable_json", "reproduce",
            "save_state", "state_json", "state_pipeline", "state_target", "to_dict", "with_preprocess"]
+
+__getattr__, __dir__ = lazy_names("vitviz.document.state", _LAZY, globals())

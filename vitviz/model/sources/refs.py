@@ -54,8 +54,7 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
         ModelNameError: none of these; one short line naming the text and why it is no model (no such file; not a
             known name; an id that cannot exist), with a "did you mean" when a known name is close.
     """
-    from vitviz.model.sources.torch_hub import PRETRAINED
-
+    torchvision = catalog.TORCHVISION_VITS  # (torch_hub.PRETRAINED's rows, without importing torch before the window)
     text = os.fspath(text)
     if not text.strip():
         raise name_error(text, "no model name")
@@ -63,7 +62,7 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
         kind, name = text.split(":", 1)
         from vitviz.model.variants import list_models
 
-        known = list(PRETRAINED) if kind == "pretrained" else list_models()
+        known = list(torchvision) if kind == "pretrained" else list_models()
         if name not in known:
             what = "torchvision weights" if kind == "pretrained" else "architecture (random weights)"
             raise name_error(text, f"unknown {what}" if name else f"no name after '{kind}:'", close_name(name, known),
@@ -84,13 +83,13 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
     path = _existing(text)
     if path is not None:
         return f"file:{path.resolve()}"
-    if text in PRETRAINED:
+    if text in torchvision:
         return f"pretrained:{text}"
-    from vitviz.model.sources.hub import hub_repo, repo_id_problem
-    from vitviz.model.variants import list_models
-
     if text in catalog.HUB_BY_KEY:
         return catalog.HUB_BY_KEY[text].ref
+    from vitviz.model.sources.hub import hub_repo, repo_id_problem  # (these import torch)
+    from vitviz.model.variants import list_models
+
     if text in list_models():
         return f"random:{text}"
     user = parse_user_ref(text)
@@ -113,7 +112,7 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
         problem = repo_id_problem(text.strip()) if "/" in text and not file_like(text) else None
         nor = f", nor a Hugging Face Hub id ({problem})" if problem else ""
         raise name_error(text, f"no such file or directory{nor}", close_file(text))
-    names = ["demo", *catalog.HUB_BY_KEY, *PRETRAINED, *list_models()]
+    names = ["demo", *catalog.HUB_BY_KEY, *torchvision, *list_models()]
     raise name_error(text, "no such file, and not a known model name", close_name(text, names))
 
 

@@ -28,37 +28,30 @@ PDF files), :mod:`~vitviz.render.figures.metadata` (written and read back; the b
 :mod:`~vitviz.render.figures.embedded_text`), :mod:`~vitviz.render.figures.animation`.
 """
 
-from vitviz.render.figures.animation import (
-    ANIMATION_FORMATS,
-    encode_animation,
-    mp4_problem,
-    render_frames,
-    save_animation,
-)
-from vitviz.render.figures.drawing import Rendered, build, composite, matplotlib_style, render
-from vitviz.render.figures.encoding import FIGURE_FORMATS, encode, save
-from vitviz.render.figures.layout import (
-    GRID_INCHES,
-    MAX_FIGURE_PIXELS,
-    MIN_DPI,
-    SINGLE_INCHES,
-    Layout,
-    lay_out,
-)
-from vitviz.render.figures.metadata import MetadataError, pdf_pages, read_metadata
-from vitviz.render.figures.sizes import (
-    ANIMATION_LONG_SIDE,
-    MAX_FACTOR,
-    PRINT_LONG_SIDE,
-    ScaleOption,
-    parse_scale,
-    scale_factor,
-)
-from vitviz.render.figures.specification import MASK_STYLES, FigureSpec, Panel, Rect, grid_shape
-from vitviz.render.figures.text import text_width_pt, wrap_text
+from vitviz._util.lazy import lazy_names
+
+# imported on first use: the window and the option table read the specification (numpy only) at start-up; drawing
+# (matplotlib), the encoders (PIL) and the metadata readers (xml, email) load with the first figure
+_LAZY = {
+    "ANIMATION_FORMATS": "animation", "encode_animation": "animation", "mp4_problem": "animation",
+    "render_frames": "animation", "save_animation": "animation",
+    "Rendered": "drawing", "build": "drawing", "composite": "drawing", "matplotlib_style": "drawing",
+    "render": "drawing",
+    "FIGURE_FORMATS": "encoding", "encode": "encoding", "save": "encoding",
+    "GRID_INCHES": "layout", "Layout": "layout", "MAX_FIGURE_PIXELS": "layout", "MIN_DPI": "layout",
+    "SINGLE_INCHES": "layout", "lay_out": "layout",
+    "MetadataError": "metadata", "pdf_pages": "metadata", "read_metadata": "metadata",
+    "ANIMATION_LONG_SIDE": "sizes", "MAX_FACTOR": "sizes", "PRINT_LONG_SIDE": "sizes", "ScaleOption": "sizes",
+    "parse_scale": "sizes", "scale_factor": "sizes",
+    "FigureSpec": "specification", "MASK_STYLES": "specification", "Panel": "specification", "Rect": "specification",
+    "grid_shape": "specification",
+    "text_width_pt": "text", "wrap_text": "text",
+}
 
 __all__ = ["ANIMATION_FORMATS", "ANIMATION_LONG_SIDE", "FIGURE_FORMATS", "GRID_INCHES", "MASK_STYLES", "MAX_FACTOR",
            "MAX_FIGURE_PIXELS", "MIN_DPI", "PRINT_LONG_SIDE", "SINGLE_INCHES", "FigureSpec", "Layout", "MetadataError",
            "Panel", "Rect", "Rendered", "ScaleOption", "build", "composite", "encode", "encode_animation", "grid_shape",
            "lay_out", "matplotlib_style", "mp4_problem", "parse_scale", "pdf_pages", "read_metadata", "render",
            "render_frames", "save", "save_animation", "scale_factor", "text_width_pt", "wrap_text"]
+
+__getattr__, __dir__ = lazy_names("vitviz.render.figures", _LAZY, globals())

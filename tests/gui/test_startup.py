@@ -1,0 +1,112 @@
+"""Start-up (vitviz.gui.startup): the window is on screen before torch, matplotlib and the like are imported, and the
+model opens on the worker only once it is. Checked by what is loaded, never by how long it took."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+from repo_paths import REPO
+
+from vitviz.resources import default_model_path, sample_images
+
+
+def _launch_until(argv: list[str], lines: tuple[str, ...], tmp_path, timeout: float = 240.0) -> dict[str, str]:
+    """Run ``python -m vitviz ARGV`` offscreen with the start-up log; return each wanted start-up line as printed
+    (the process is killed once the last one came, or at ``timeout``)."""
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VITVIZ_STARTUP_LOG="1",
+               VITVIZ_SETTINGS=str(tmp_path / "settings.ini"), TORCH_HOME=str(tmp_path / "torch"))
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    proc = subprocess.Popen([sys.executable, "-m", "vitviz", *argv], env=env, cwd=tmp_path, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    found: dict[str, str] = {}
+    tail: list[str] = []
+    done = threading.Event()
+
+    def read():
+        for line in proc.stderr:
+            tail.append(line.rstrip())
+            for what in lines:
+                if line.startswith(f"vitviz: {what} after ") and what not in found:
+                    found[what] = line.strip()
+            if len(found) == len(lines):
+                break
+        done.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    done.wait(timeout)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    reader.join(30)
+    proc.stderr.close()
+    assert len(found) == len(lines), "start-up lines missing; the app said:\n" + "\n".join(tail[-15:])
+    return found
+
+
+@pytest.mark.parametrize("argv", [[], ["--model", "CHECKPOINT", "SAMPLE"]], ids=["remembered-demo", "model-and-image"])
+def test_the_window_is_shown_before_torch_and_matplotlib_are_imported(argv, tmp_path):
+    """The real command: the window path (Qt, pyqtgraph, numpy, the torch-free modules, and parsing ``--model``)
+    imports none of the heavy libraries; the first overlay then comes with torch, loaded on the worker."""
+    argv = [{"CHECKPOINT": str(default_model_path()), "SAMPLE": str(sample_images()[0])}.get(a, a) for a in argv]
+    found = _launch_until(argv, ("window shown", "first overlay"), tmp_path)
+    assert found["window shown"].endswith("(heavy modules loaded: none)"), found["window shown"]
+    overlay = found["first overlay"]
+    assert "torch" in overlay.split("heavy modules loaded:")[1] and "matplotlib" not in overlay, overlay
+
+
+def test_naming_a_model_at_launch_does_not_import_torch():
+    """``vitviz --model X`` parses X before the window opens: a path, a torchvision name or a curated Hub key must
+    not pull torch onto the GUI thread (it did through the torchvision registry)."""
+    code = ("import sys\n"
+            "from vitviz.model.sources.refs import parse_model_ref\n"
+            f"refs = [parse_model_ref(n) for n in ({str(default_model_path())!r}, 'vit_b_16', 'dino-s8', 'demo')]\n"
+            "print(refs)\n"
+            "assert 'torch' not in sys.modules, 'torch'\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "'file:" in r.stdout and "'pretrained:vit_b_16'" in r.stdout and "'hub:" in r.stdout, r.stdout
+
+
+def test_jobs_wait_for_the_window_then_run_in_order(qtbot):
+    """WorkAfterShow holds the runner until the window's first show has been handled, then runs what was put off
+    and releases the jobs; the job submitted while held runs after that."""
+    from PySide6.QtWidgets import QWidget
+
+    from vitviz.gui.startup import WorkAfterShow
+    from vitviz.gui.worker import TaskRunner
+
+    w = QWidget()
+    qtbot.addWidget(w)
+    runner = TaskRunner()
+    gate = WorkAfterShow(w, runner)
+    order: list[str] = []
+    gate.after_show(lambda: order.append("after show"))
+    runner.submit("model", lambda job: order.append("job") or "ok")
+    assert runner.held and order == []
+    w.show()
+    qtbot.waitUntil(lambda: order == ["after show", "job"], timeout=30000)
+    assert not runner.held
+    gate.after_show(lambda: order.append("now"))  # once up: at once
+    assert order[-1] == "now"
+    runner.shutdown()
+
+
+def test_a_window_never_shown_releases_its_jobs_at_the_first_turn_of_the_event_loop(qtbot):
+    """Tests and scripts build windows without showing them: their model still loads."""
+    from PySide6.QtWidgets import QWidget
+
+    from vitviz.gui.startup import WorkAfterShow
+    from vitviz.gui.worker import TaskRunner
+
+    w = QWidget()
+    qtbot.addWidget(w)
+    runner = TaskRunner()
+    WorkAfterShow(w, runner)
+    with qtbot.waitSignal(runner.done, timeout=30000) as blocker:
+        runner.submit("model", lambda job: 42)
+    assert blocker.args[1] == 42 and not runner.held and not w.isVisible()
+    runner.shutdown()
