@@ -247,6 +247,25 @@ def test_mean_attention_distance_vs_loops_and_uniform_value():
     assert A.mean_attention_distance(torch.eye(N).expand(1, 1, N, N), patch_size=16).abs().max() < 1e-6
 
 
+def test_mean_attention_distance_of_non_finite_attention_is_nan_not_zero():
+    """A head whose attention is not finite (a NaN weight upstream) has no distance: NaN, never a plausible 0 px
+    (a NaN row's mass is not "no patch mass"); the other heads keep their values."""
+    p = 1
+    a = _attn(p=p, seed=23)
+    clean = A.mean_attention_distance(a, grid=(GH, GW), patch_size=16, num_prefix_tokens=p)
+    bad = a.clone()
+    bad[1, 0, p + 2] = float("nan")  # one patch query's row
+    got = A.mean_attention_distance(bad, grid=(GH, GW), patch_size=16, num_prefix_tokens=p)
+    assert torch.isnan(got[1, 0])
+    keep = torch.ones_like(got, dtype=torch.bool)
+    keep[1, 0] = False
+    torch.testing.assert_close(got[keep], clean[keep])
+    # a row of zeros (no patch mass) still counts 0, as documented
+    empty = a.clone()
+    empty[0, 0, p + 1, p:] = 0
+    assert torch.isfinite(A.mean_attention_distance(empty, grid=(GH, GW), patch_size=16, num_prefix_tokens=p)).all()
+
+
 def test_attention_entropy_vs_loops():
     a = _attn(seed=19).float()
     a[0, 0, 0] = 0

@@ -40,9 +40,11 @@ def _distance_sums_(x: torch.Tensor, p: int, dist: torch.Tensor, buf: torch.Tens
 
 def _distance_from_sums(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     """``[..., M]`` sums of :func:`_distance_sums_` -> ``[...]`` mean over the patch queries of ``num / den`` (a query
-    with no patch mass contributes 0)."""
+    with no patch mass contributes 0; a query whose attention is not finite makes the mean NaN, never a plausible
+    0)."""
     tiny = torch.finfo(num.dtype).tiny
-    return torch.where(den > 0, num / den.clamp_min(tiny), torch.zeros_like(num)).mean(-1)
+    kept = (den > 0) | den.isnan() | num.isnan()  # NaN > 0 is False: a NaN row must not pass as "no patch mass"
+    return torch.where(kept, num / den.clamp_min(tiny), torch.zeros_like(num)).mean(-1)
 
 
 def _entropy_sum_(x: torch.Tensor, buf: torch.Tensor, out: torch.Tensor) -> None:
