@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from vitviz.document.session import Session
+from vitviz.views.presets import HEAD_VIEW
 
 HISTORY = 50  # steps kept
 GRADUAL = frozenset({"layer", "opacity", "discard_ratio", "percentile", "fixed_range", "scale", "mask_keep"})
@@ -146,7 +147,7 @@ class ViewEdits:
         """A head tile clicked: that layer and head (the [CLS] attention view when the view reads no head)."""
         changes: dict[str, Any] = {"layer": layer, "head": head}
         if "head" not in self.session.view.reads:
-            changes["view"] = "cls"
+            changes["view"] = HEAD_VIEW
         self.set(**changes)
 
     def canvas_click(self, x: float, y: float) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CLS_LAST", "FAITHFULNESS_VIEWS", "FIRST_VIEW", "PRESETS", "PROMPT_VIEWS", "STANDARD_VIEWS", "Preset"]
+__all__ = ["CLS_LAST", "FAITHFULNESS_VIEWS", "FIRST_VIEW", "HEAD_VIEW", "PRESETS", "PROMPT_VIEWS", "STANDARD_VIEWS", "Preset"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +63,5 @@ FIRST_VIEW = "rollout"
 """The window's view at the app's first start (no view remembered): attention rollout reads every layer and head into
 one map of what reaches [CLS], so it explains itself; layer-0 [CLS] attention (the option table's default) is
 scattered."""
+HEAD_VIEW = "cls"
+"""The view a clicked head tile shows when the current view reads no head: that head's [CLS] attention."""
