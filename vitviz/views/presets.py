@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CLS_LAST", "FAITHFULNESS_VIEWS", "FIRST_VIEW", "HEAD_VIEW", "PRESETS", "PROMPT_VIEWS", "STANDARD_VIEWS", "Preset"]
+__all__ = ["CLS_LAST", "FAITHFULNESS_VIEWS", "FIRST_VIEW", "HEAD_VIEW", "PRESETS", "PROMPT_VIEWS", "STANDARD_VIEWS",
+           "Preset"]
 
 
 @dataclass(frozen=True)
