@@ -266,8 +266,6 @@ VIEW_KEY_LAYERS = ("document", "batch", "evaluate", "gui", "cli", "notebook")
 """The layers above :mod:`vitviz.views`, which reach a view through its attributes, never its key. (``pipeline`` and
 below cannot import the views; their ``"legrad"`` and ``"gradcam"`` are the capture's field names.)"""
 VIEW_KEY_ALLOWED = {
-    ("vitviz/evaluate/randomisation.py", "legrad"): "capture()'s keyword (ImageCapture.legrad), not the view",
-    ("vitviz/evaluate/randomisation.py", "gradcam"): "capture()'s keyword (ImageCapture.gradcam), not the view",
     ("vitviz/notebook/viewer.py", "query"): "the widget's trait named after the query option, not the view",
 }
 

@@ -1,6 +1,10 @@
 """A new view of a known input kind is one module and one registry line: the throw-away view of
 half_token_norm.py, registered here, is listed in the window, written by ``vitviz export --views`` (on the streamed
-route) and made from a streamed pass equal to the stored map, with nothing else written for it."""
+route), made from a streamed pass equal to the stored map, and given a row of ``vitviz evaluate --views`` whose
+deletion and insertion AUCs are those of its map perturbed pixel by pixel here, with nothing else written for it.
+(``vitviz stats`` takes no views: it measures the attention itself, distance, entropy and high-norm tokens.)"""
+
+import csv
 
 import numpy as np
 import pytest
@@ -80,3 +84,47 @@ def test_the_window_lists_it(half_norm, qtbot, tiny_model, tmp_path, monkeypatch
     assert half_norm.key in w.controls.view_buttons and half_norm.key in w.acts.views
     assert w.acts.views[half_norm.key].text() == half_norm.title
     w.close()
+
+
+def _brute_force_auc(model, x, saliency, target, mode, steps):
+    """The AUC of a deletion or insertion curve with the mean baseline (zeros in the normalised input space), every
+    perturbed image built by a loop over the patches and run alone (the formulas of vitviz.evaluate.perturbation)."""
+    _, H, W = x.shape
+    p = 8
+    gh, gw = H // p, W // p
+    P = gh * gw
+    sal = np.asarray(saliency, np.float64).reshape(-1)
+    order = sorted(range(P), key=lambda i: (-sal[i], i))
+    fractions, scores = [], []
+    for k in range(steps + 1):
+        n = int(np.floor(k * P / steps + 0.5))
+        img = x.clone()
+        for i in range(P):
+            if (i not in order[:n]) if mode == "insertion" else (i in order[:n]):
+                r, c = divmod(i, gw)
+                img[:, r * p:(r + 1) * p, c * p:(c + 1) * p] = 0.0
+        with torch.inference_mode():
+            scores.append(float(model(img[None]).float().softmax(-1)[0, target]))
+        fractions.append(n / P)
+    return sum((fractions[k + 1] - fractions[k]) * (scores[k] + scores[k + 1]) / 2 for k in range(steps))
+
+
+def test_vitviz_evaluate_gives_it_a_row_of_its_maps_curves(half_norm, tiny_model, tiny_model_file, tmp_path, capsys):
+    photo = tmp_path / "a.png"
+    _photo(4, (32, 32)).save(photo)
+    table = tmp_path / "faithfulness.csv"
+    status = main(["evaluate", str(tiny_model_file), str(photo), "--views", half_norm.key, "--steps", "4",
+                   "--seeds", "1", "--precision", "fp32", "--csv", str(table)])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert f"  {half_norm.key}  " in out  # the printed table's row
+    (row,) = [r for r in csv.DictReader(table.read_text().splitlines()) if r["view"] == half_norm.key]
+    pil = Image.open(photo).convert("RGB")
+    stored = Pipeline(tiny_model).run(pil)
+    sal = _expected(stored, ViewOptions().layer)  # the map at the default options, from the stored tokens
+    x, _ = tiny_model.spec.preprocess.apply(pil)
+    target = int(stored.target)
+    assert int(row["target"]) == target
+    for mode in ("deletion", "insertion"):
+        ref = _brute_force_auc(tiny_model, x, sal, target, mode, 4)
+        assert float(row[f"{mode}_auc"]) == pytest.approx(ref, abs=2e-6), mode

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from vitviz.capture.targets import CallableTarget, ClassTarget, SimilarityTarget
+from vitviz.pipeline import DTYPES, Pipeline
 
 
 def model_patch_size(model: nn.Module, patch_size: int | tuple[int, int] | None = None) -> tuple[int, int]:
@@ -42,6 +43,14 @@ def device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
         if t.is_floating_point():
             return t.device, t.dtype
     return torch.device("cpu"), torch.float32
+
+
+def own_pipeline(model: nn.Module) -> Pipeline:
+    """A :class:`~vitviz.pipeline.Pipeline` of ``model`` on its own device and in its own dtype
+    (:func:`device_dtype`; a dtype that is no precision of vitviz's is run in fp32)."""
+    device, dtype = device_dtype(model)
+    precision = next((k for k, v in DTYPES.items() if v == dtype), "fp32")
+    return Pipeline(model, device=str(device), precision=precision)
 
 
 def check_choice(name: str, value: Any, valid: Sequence[str]) -> str:

@@ -3,7 +3,8 @@
 :func:`randomisation_check`: the blocks are re-initialised from the top (block L-1, then L-1 and L-2, ...) in a copy
 of the model, the map is recomputed after each stage, and the Spearman rank correlation with the original map is
 returned. A map that does not change when the weights it claims to explain are destroyed explains nothing. It
-computes maps, so it needs a vitviz ViT (:func:`vitviz.capture.capture`).
+computes maps as the window does (a :class:`~vitviz.pipeline.Pipeline` of the copy on its own device and dtype), so
+it needs a vitviz ViT.
 """
 
 from __future__ import annotations
@@ -15,31 +16,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from vitviz.capture import capture
-from vitviz.capture.foreign import is_vitviz_model
 from vitviz.capture.model_head import is_feature_model
-from vitviz.evaluate.checks import check_input, check_target, model_patch_size
+from vitviz.evaluate.checks import check_input, check_target, model_patch_size, own_pipeline
 from vitviz.evaluate.metrics import spearman
 from vitviz.evaluate.outcomes import RandomisationCheck
 from vitviz.evaluate.protocol import Cancel, EvaluationCancelled, Progress
 from vitviz.evaluate.view_rows import resolve_view
 from vitviz.model.preprocess import CropGeometry
-from vitviz.pipeline import InferenceResult
+from vitviz.pipeline import PreparedImage
 from vitviz.views.options import ViewOptions
 
 
-def _result_for(model: nn.Module, x: torch.Tensor, *, target: Any, grads: bool, legrad: tuple[str, ...] = (),
-                gradcam: bool = False) -> InferenceResult:
-    """A minimal :class:`~vitviz.pipeline.InferenceResult` of ``x [1, C, H, W]`` (no pixels): what the
-    views need to compute a map (LeGrad's poolings ``legrad`` and GradCAM's maps taken with the gradients)."""
-    want: Any = target if grads else None
-    extra: dict[str, Any] = {"legrad": legrad, "gradcam": gradcam} if want is not None and is_vitviz_model(model) \
-        else {}
-    with torch.inference_mode(False):
-        cap = capture(model, x, target=want, store_dtype=torch.float32, **extra).image(0)
+def _input_image(x: torch.Tensor) -> PreparedImage:
+    """The preprocessed input ``x [1, C, H, W]`` as the pipeline takes an image (no pixels: the maps need none)."""
     h, w = int(x.shape[-2]), int(x.shape[-1])
-    return InferenceResult(source="input", rgb=np.zeros((1, 1, 3), np.uint8),
-                           geometry=CropGeometry((h, w), (h, w), (0, 0, h, w)), capture=cap)
+    return PreparedImage(x=x[0], geometry=CropGeometry((h, w), (h, w), (0, 0, h, w)),
+                         rgb=np.zeros((1, 1, 3), np.uint8))
 
 
 def _reinitialise(block: nn.Module) -> None:
@@ -73,7 +65,8 @@ def randomisation_check(
 
     Stage i (i = 0 .. L-1) re-initialises block ``L-1-i`` (:func:`_reinitialise`, with the torch RNG seeded by
     ``seed + i`` inside ``torch.random.fork_rng``, so the caller's random state is untouched), on top of the
-    stages before it; the view's map is recomputed (one capture, with gradients when the view needs them) and
+    stages before it; the view's map is recomputed (from one :meth:`~vitviz.pipeline.Pipeline.run_batch` of ``x``,
+    the result the window's maps are made from, with gradients when the view needs them) and
     compared with the original map by :func:`spearman`. The patch embedding, the position embedding and the head
     are kept, so the gradient views still differentiate the same class's logit.
 
@@ -111,9 +104,11 @@ def randomisation_check(
         target = check_target(work, target)
     legrad = (opts.legrad_pooling,) if "legrad_pooling" in v.reads else ()
     gradcam = "gradcam_layer" in v.reads
+    pipe, image = own_pipeline(work), _input_image(xin)
 
     def compute() -> np.ndarray:
-        r = _result_for(work, xin, target=target, grads=grads, legrad=legrad, gradcam=gradcam)
+        (r,) = pipe.run_batch([image], sources=["input"], target=target, gradients=grads, legrad=legrad,
+                              gradcam=gradcam)
         why = v.unavailable(r)
         if why:
             raise ValueError(f"view {view!r} is unavailable for this model: {why}")

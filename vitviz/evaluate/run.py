@@ -20,7 +20,7 @@ from vitviz.capture.model_head import is_feature_model
 from vitviz.capture.streaming import streamable
 from vitviz.capture.targets import ClassTarget, SimilarityTarget, as_target
 from vitviz.document.streamed import NotStreamable, stream_images
-from vitviz.evaluate.checks import check_choice, check_saliency, check_seeds, check_steps, device_dtype
+from vitviz.evaluate.checks import check_choice, check_saliency, check_seeds, check_steps, own_pipeline
 from vitviz.evaluate.ground_truth import GroundTruth, check_size
 from vitviz.evaluate.localisation import localisation_scores, mask_in_crop
 from vitviz.evaluate.outcomes import FaithfulnessTable, ViewScore
@@ -29,7 +29,7 @@ from vitviz.evaluate.protocol import BASELINES, DEFAULT_VIEWS, BaselineKind, Can
 from vitviz.evaluate.view_rows import resolve_view
 from vitviz.imaging import load_image
 from vitviz.model.preprocess import CropGeometry
-from vitviz.pipeline import DTYPES, InferenceResult, Pipeline
+from vitviz.pipeline import InferenceResult, Pipeline
 from vitviz.views.presets import PRESETS
 
 
@@ -115,9 +115,7 @@ def evaluate_views(
     if isinstance(pipeline_or_model, Pipeline):
         pipe = pipeline_or_model
     elif isinstance(pipeline_or_model, nn.Module):
-        device, dtype = device_dtype(pipeline_or_model)
-        precision = next((k for k, v in DTYPES.items() if v == dtype), "fp32")
-        pipe = Pipeline(pipeline_or_model, device=str(device), precision=precision)
+        pipe = own_pipeline(pipeline_or_model)
     else:
         raise ValueError(f"evaluate_views needs a vitviz Pipeline or model, got {type(pipeline_or_model).__name__}")
     model = pipe.model
