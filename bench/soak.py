@@ -74,7 +74,7 @@ def live_results() -> int:
 def cache_sizes(w) -> dict[str, int]:
     """The sizes of the window's bounded caches (what test_bounds checks)."""
     c, cw = w.controller, w.compare_window
-    out = {"session map cache": len(w.session.cache), "faithfulness tables": len(c.evaluations),
+    out = {"session map cache": len(w.session.cache), "faithfulness tables": len(c.faithfulness.tables),
            "result makers": len(c._made_by), "image set": len(w.session.images)}
     if cw is not None:
         out["compare results"] = len(cw.results)
@@ -99,8 +99,8 @@ class Waiter:
         self.messages: list[str] = []
         w.resultShown.connect(self._on_shown)
         w.errorShown.connect(self._on_error)
-        w.controller.evaluationReady.connect(self._on_table)
-        w.controller.evaluationStopped.connect(self._on_table)
+        w.controller.faithfulness.ready.connect(self._on_table)
+        w.controller.faithfulness.stopped.connect(self._on_table)
 
     def _on_shown(self):
         self.shown += 1

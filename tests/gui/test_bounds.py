@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QGraphicsView
 from vitviz.document import comparison as cmp
 from vitviz.document.session import MAP_CACHE_SIZE
 from vitviz.gui.compare_window import KEEP_RESULTS
-from vitviz.gui.controller import EVALUATIONS_KEPT
+from vitviz.gui.faithfulness_jobs import EVALUATIONS_KEPT
 
 TIMEOUT = 30000
 
@@ -63,17 +63,17 @@ def test_the_session_map_cache_stays_at_its_bound_and_empties_for_each_result(qt
 
 
 def test_the_faithfulness_tables_kept_stay_at_their_bound(qtbot, window, images):
-    """Controller.evaluations (the faithfulness tables kept per image, target, model and options): the newest
+    """FaithfulnessJobs.tables (the faithfulness tables kept per image, target, model and options): the newest
     EVALUATIONS_KEPT."""
     c = window.controller
     r = open_and_wait(qtbot, window, images[0])
     keys = []
     for steps in range(1, EVALUATIONS_KEPT + 4):  # another number of steps: another table
-        with qtbot.waitSignal(c.evaluationReady, timeout=TIMEOUT):
-            keys.append(c.evaluate(r, steps=steps, baseline="mean", seeds=1))
+        with qtbot.waitSignal(c.faithfulness.ready, timeout=TIMEOUT):
+            keys.append(c.faithfulness.evaluate(r, steps=steps, baseline="mean", seeds=1))
     assert None not in keys and len(set(keys)) == len(keys)
-    assert len(c.evaluations) == EVALUATIONS_KEPT, "the faithfulness tables grew past their bound"
-    assert list(c.evaluations) == keys[-EVALUATIONS_KEPT:], "not the newest tables were kept"
+    assert len(c.faithfulness.tables) == EVALUATIONS_KEPT, "the faithfulness tables grew past their bound"
+    assert list(c.faithfulness.tables) == keys[-EVALUATIONS_KEPT:], "not the newest tables were kept"
 
 
 def test_the_compare_windows_results_and_map_caches_stay_at_their_bound(qtbot, window, images):
@@ -125,8 +125,8 @@ def test_finished_jobs_let_go_of_what_they_captured(qtbot, window, images):
     """TaskRunner keeps the last job of each kind; once a job ran, it no longer holds its function (which captured a
     model, a result or an image)."""
     r = open_and_wait(qtbot, window, images[0])
-    with qtbot.waitSignal(window.controller.evaluationReady, timeout=TIMEOUT):
-        window.controller.evaluate(r, steps=2, baseline="mean", seeds=1)
+    with qtbot.waitSignal(window.controller.faithfulness.ready, timeout=TIMEOUT):
+        window.controller.faithfulness.evaluate(r, steps=2, baseline="mean", seeds=1)
     _compare(qtbot, window, cmp.CompareSpec(layout="views", views=("cls",), images=tuple(images[:2])))
     jobs = window.runner._jobs
     assert {"infer", "evaluate", "compare"} <= set(jobs)
@@ -140,8 +140,8 @@ def test_results_of_images_no_longer_shown_are_freed(qtbot, window, images):
     seen = []  # weak references to every result made in this test
     window.controller.resultReady.connect(lambda r, _remember: seen.append(weakref.ref(r)))
     first = open_and_wait(qtbot, window, images[0])
-    with qtbot.waitSignal(window.controller.evaluationReady, timeout=TIMEOUT):
-        window.controller.evaluate(first, steps=2, baseline="mean", seeds=1)
+    with qtbot.waitSignal(window.controller.faithfulness.ready, timeout=TIMEOUT):
+        window.controller.faithfulness.evaluate(first, steps=2, baseline="mean", seeds=1)
     cw = _compare(qtbot, window, cmp.CompareSpec(layout="views", views=("cls",), images=tuple(images[:3])))
     seen += [weakref.ref(r) for r in cw.results.values()]
     cw = _compare(qtbot, window, cmp.CompareSpec(layout="layers", views=("cls",)))
@@ -214,8 +214,8 @@ def test_tables_and_comparisons_do_not_grow_the_windows_qt_objects(qtbot, window
     def round_trip(k):
         for p in images[:3]:
             r = open_and_wait(qtbot, window, p)
-            with qtbot.waitSignal(c.evaluationReady, timeout=TIMEOUT):
-                c.evaluate(r, steps=2 + k, baseline="mean", seeds=1)
+            with qtbot.waitSignal(c.faithfulness.ready, timeout=TIMEOUT):
+                c.faithfulness.evaluate(r, steps=2 + k, baseline="mean", seeds=1)
             for spec in (cmp.CompareSpec(layout="views", views=("cls", "rollout"), images=tuple(images[k:k + 3])),
                          cmp.CompareSpec(layout="layers", views=("cls",)),
                          cmp.CompareSpec(layout="classes", views=("grad_rollout",), classes=(0, 1, 2))):
@@ -263,13 +263,13 @@ def test_no_worker_thread_outlives_its_window_closed_with_work_in_flight(qtbot, 
     assert worker.is_alive() and worker.name.startswith("vitviz-")
     r = open_and_wait(qtbot, w, images[0])
     c = w.controller
-    c.evaluation_batch = 1  # many small batches: the table is still being measured when the window closes
-    with qtbot.waitSignal(c.evaluationProgress, timeout=TIMEOUT):
-        assert c.evaluate(r, steps=150, baseline="mean", seeds=5) is not None
+    c.faithfulness.batch_size = 1  # many small batches: the table is still being measured when the window closes
+    with qtbot.waitSignal(c.faithfulness.progress, timeout=TIMEOUT):
+        assert c.faithfulness.evaluate(r, steps=150, baseline="mean", seeds=5) is not None
     cw = w.show_compare(cmp.CompareSpec(layout="views", views=("cls",), images=tuple(images[:4])))
-    assert c.evaluating is not None and cw._asked, "the table and the comparison should both be in flight"
+    assert c.faithfulness.running is not None and cw._asked, "the table and the comparison should both be in flight"
     w.close()
     assert not worker.is_alive(), "the worker thread outlived its window"
     assert leftover_threads(before) == [], "a vitviz thread outlived its window"
     assert not cw.isVisible() and cw.results == {} and cw._pool == {}
-    assert c.pipeline is None and c.evaluations == {} and c._made_by == {}, "the closed window kept its model"
+    assert c.pipeline is None and c.faithfulness.tables == {} and c._made_by == {}, "the closed window kept its model"

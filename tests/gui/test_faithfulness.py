@@ -50,7 +50,7 @@ def _run(qtbot, w, timeout=60000):
 
     tab = w.plots.faithfulness
     assert tab.run_button.isEnabled()
-    with qtbot.waitSignal(w.controller.evaluationReady, timeout=timeout):
+    with qtbot.waitSignal(w.controller.faithfulness.ready, timeout=timeout):
         qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
     return tab.shown
 
@@ -92,12 +92,12 @@ def test_tab_is_registered_and_waits_for_run(qtbot, demo_window, samples):
     assert w.plots.tabText(w.plots.indexOf(tab)) == "Faithfulness"
     open_and_wait(qtbot, w, samples[0])
     # it does not run by itself: nothing kept, nothing running, Run offered
-    assert tab.shown is None and w.controller.evaluating is None and not w.controller.evaluations
+    assert tab.shown is None and w.controller.faithfulness.running is None and not w.controller.faithfulness.tables
     assert tab.run_button.isEnabled() and "press Run" in tab.status.text()
     assert not tab.progress.isVisible() and not tab.cancel_button.isVisible()
-    assert tab.del_plot.getAxis("bottom").labelText == "fraction of patches removed"
-    assert tab.ins_plot.getAxis("bottom").labelText == "fraction of patches revealed"
-    assert "target class" in tab.del_plot.getAxis("left").labelText
+    assert tab.plot_widget.del_plot.getAxis("bottom").labelText == "fraction of patches removed"
+    assert tab.plot_widget.ins_plot.getAxis("bottom").labelText == "fraction of patches revealed"
+    assert "target class" in tab.plot_widget.del_plot.getAxis("left").labelText
 
 
 def test_run_fills_the_table_with_the_numbers_of_evaluate_views(qtbot, demo_window, samples):
@@ -132,10 +132,10 @@ def test_run_fills_the_table_with_the_numbers_of_evaluate_views(qtbot, demo_wind
             assert marked == (row == best_row), (col, row, item.text())
             assert item.font().bold() == (row == best_row)
     # the curves: one line per map in each plot, and the random mean, with a legend entry each
-    names = [label.text for _sample, label in tab.legend.items]
+    names = [label.text for _sample, label in tab.plot_widget.legend.items]
     assert len(names) == N + 1 and any("random" in n for n in names)
     assert {"LeGrad", "GradCAM"} <= set(names)
-    for plot, attr in ((tab.del_plot, "deletion"), (tab.ins_plot, "insertion")):
+    for plot, attr in ((tab.plot_widget.del_plot, "deletion"), (tab.plot_widget.ins_plot, "insertion")):
         ys = [item.getData()[1] for item in plot.listDataItems()]
         for v in t.views:
             curve = getattr(v, attr)
@@ -153,7 +153,7 @@ def test_cancel_stops_the_job_and_leaves_a_clean_tab(qtbot, demo_window, samples
     w = demo_window
     tab = w.plots.faithfulness
     open_and_wait(qtbot, w, samples[0])
-    w.controller.evaluation_batch = 2  # many batches: the job is cancelled between two of them
+    w.controller.faithfulness.batch_size = 2  # many batches: the job is cancelled between two of them
     tab.steps_spin.setValue(12)
     images = []
     hook = w.model.register_forward_hook(lambda _m, args, _out: images.append(int(args[0].shape[0])))
@@ -167,7 +167,7 @@ def test_cancel_stops_the_job_and_leaves_a_clean_tab(qtbot, demo_window, samples
 
     monkeypatch.setattr(Job, "report", held_report)
     try:
-        with qtbot.waitSignal(w.controller.evaluationProgress, timeout=30000):
+        with qtbot.waitSignal(w.controller.faithfulness.progress, timeout=30000):
             qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
         assert tab.progress.isVisible() and tab.cancel_button.isVisible() and not tab.run_button.isEnabled()
         qtbot.mouseClick(tab.cancel_button, Qt.MouseButton.LeftButton)
@@ -181,11 +181,11 @@ def test_cancel_stops_the_job_and_leaves_a_clean_tab(qtbot, demo_window, samples
         hook.remove()
     total = forwards_estimate(12, N, SEEDS)
     assert 0 < sum(images) < total / 2  # stopped early, not run to the end in the background
-    assert tab.shown is None and not w.controller.evaluations and w.controller.evaluating is None
+    assert tab.shown is None and not w.controller.faithfulness.tables and w.controller.faithfulness.running is None
     qtbot.wait(50)  # nothing arrives later
     assert tab.shown is None and tab.table.rowCount() == 0
     # and the next Run works
-    w.controller.evaluation_batch = None
+    w.controller.faithfulness.batch_size = None
     assert _run(qtbot, w) is not None and tab.table.rowCount() == N + 1 and "Cancelled" not in tab.status.text()
 
 
@@ -204,7 +204,7 @@ def test_a_kept_table_is_shown_again_without_a_new_job(qtbot, demo_window, sampl
     # back to the first image: its table at once, no job
     open_and_wait(qtbot, w, samples[0])
     assert tab.shown is first and tab.shown_key == tab.current_key and tab.table.isEnabled()
-    assert len(jobs) == 1 and w.controller.evaluating is None
+    assert len(jobs) == 1 and w.controller.faithfulness.running is None
     # Run on a kept table does not run either
     tab.run()
     assert len(jobs) == 1 and tab.shown is first
@@ -283,7 +283,7 @@ def test_errors_are_shown_not_raised(qtbot, demo_window, samples, monkeypatch):
     assert "faithfulness" in title and "could not be built" in message and samples[0].name in message
     assert "Could not measure" in tab.status.text() and "could not be built" in tab.status.text()
     assert tab.run_button.isEnabled() and not tab.progress.isVisible() and tab.shown is None
-    assert w.controller.evaluating is None and not w.controller.evaluations
+    assert w.controller.faithfulness.running is None and not w.controller.faithfulness.tables
     # the window carries on: the next run (the library back) fills the table
     monkeypatch.undo()
     assert _run(qtbot, w) is not None and "Could not" not in tab.status.text()
@@ -295,16 +295,16 @@ def test_a_new_image_cancels_a_running_evaluation(qtbot, demo_window, samples):
     w = demo_window
     tab = w.plots.faithfulness
     open_and_wait(qtbot, w, samples[0])
-    w.controller.evaluation_batch = 2
+    w.controller.faithfulness.batch_size = 2
     tab.steps_spin.setValue(12)
-    with qtbot.waitSignal(w.controller.evaluationProgress, timeout=30000):
+    with qtbot.waitSignal(w.controller.faithfulness.progress, timeout=30000):
         qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
     r = open_and_wait(qtbot, w, samples[1])  # served without waiting for the whole table
     assert r.source == str(samples[1])
-    assert w.controller.evaluating is None and not tab.progress.isVisible()
+    assert w.controller.faithfulness.running is None and not tab.progress.isVisible()
     assert "another image" in tab.status.text() and tab.run_button.isEnabled()
     qtbot.waitUntil(lambda: not w.controller.runner.is_busy(), timeout=30000)
-    assert not w.controller.evaluations
+    assert not w.controller.faithfulness.tables
 
 
 def test_a_model_without_a_classifier_says_why(qtbot, settings, tmp_path):
@@ -325,7 +325,7 @@ def test_a_model_without_a_classifier_says_why(qtbot, settings, tmp_path):
     assert not tab.run_button.isEnabled()
     assert "no classifier" in tab.status.text()
     tab.run()  # refused quietly, no job
-    assert w.controller.evaluating is None and rec.errors == []
+    assert w.controller.faithfulness.running is None and rec.errors == []
     w.close()
 
 
@@ -357,7 +357,7 @@ def test_a_feature_model_with_a_similarity_target_is_measured(qtbot, settings, t
     t = _run(qtbot, w)
     assert t.target is None and t.measure == "similarity" and [v.key for v in t.views] == VIEW_ROWS
     assert all(v.deletion is not None for v in t.views)  # every gradient view explains the similarity
-    assert tab.del_plot.getAxis("left").labelText == "similarity"
+    assert tab.plot_widget.del_plot.getAxis("left").labelText == "similarity"
     assert "similar to image ref.png (similarity" in tab.status.text()
     ref_table = evaluate_views(w.controller.pipeline, w.session.result, steps=STEPS, baseline="mean", seeds=SEEDS)
     for row, v in enumerate(ref_table.views):
@@ -395,7 +395,7 @@ def test_no_measurement_while_a_model_loads(qtbot, demo_window, samples, monkeyp
     with qtbot.waitSignal(w.resultShown, timeout=60000):  # the new model, then the image again with it
         w.controller.load("demo")
         tab.run()  # refused: the result on screen is about to belong to another model
-        assert jobs == [] and w.controller.evaluating is None
+        assert jobs == [] and w.controller.faithfulness.running is None
         assert "being loaded" in tab.status.text() and not tab.run_button.isEnabled()
     assert tab.run_button.isEnabled()
     assert _run(qtbot, w) is not None and jobs == [samples[0].name]
@@ -415,9 +415,9 @@ def test_the_tab_fits_its_dock(qtbot, demo_window, samples, size):
     qtbot.wait(50)
     w.layout().activate()
     qtbot.wait(50)
-    w.controller.evaluation_batch = 2
+    w.controller.faithfulness.batch_size = 2
     tab.steps_spin.setValue(12)
-    with qtbot.waitSignal(w.controller.evaluationProgress, timeout=30000):
+    with qtbot.waitSignal(w.controller.faithfulness.progress, timeout=30000):
         qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
     qtbot.wait(20)
     body, view = tab.scroll.widget(), tab.scroll.viewport()
@@ -425,7 +425,7 @@ def test_the_tab_fits_its_dock(qtbot, demo_window, samples, size):
     assert tab.progress.width() >= 40
     tab.cancel()
     qtbot.waitUntil(lambda: not w.controller.runner.is_busy(), timeout=30000)
-    w.controller.evaluation_batch = None
+    w.controller.faithfulness.batch_size = None
     tab.steps_spin.setValue(STEPS)
     _run(qtbot, w)
     qtbot.wait(20)

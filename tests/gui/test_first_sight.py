@@ -122,7 +122,7 @@ def test_the_figures_and_the_faithfulness_table_say_their_precision(qtbot, windo
     tab.steps_spin.setValue(4)
     tab.seeds = 2
     tab.precision_combo.setCurrentIndex(tab.precision_combo.findData("window"))  # (default: fp32, as evaluate)
-    with qtbot.waitSignal(window.controller.evaluationReady, timeout=120000):
+    with qtbot.waitSignal(window.controller.faithfulness.ready, timeout=120000):
         qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
     text = tab.status.text()
     assert "computed in bf16" in text and "vitviz evaluate runs fp32" in text

@@ -1,7 +1,8 @@
 """vitviz.batch: many images headless. No Qt.
 
 :mod:`~vitviz.batch.inputs` (which images, shards, a loader thread), ``vitviz export`` (:mod:`~vitviz.batch.export`
-with :mod:`~vitviz.batch.export_options`, :mod:`~vitviz.batch.export_plan`, :mod:`~vitviz.batch.manifest`), ``vitviz
+with :mod:`~vitviz.batch.export_options`, :mod:`~vitviz.batch.export_plan`, :mod:`~vitviz.batch.export_maps`,
+:mod:`~vitviz.batch.export_files`, :mod:`~vitviz.batch.manifest`), ``vitviz
 stats`` (:mod:`~vitviz.batch.stats`, :mod:`~vitviz.batch.stats_files`, :mod:`~vitviz.batch.stats_plot`) and how a
 failed image is reported (:mod:`~vitviz.batch.failures`). The names below are imported on first use.
 """

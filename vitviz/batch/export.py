@@ -35,12 +35,12 @@ record is appended.
 
 What can be asked is :class:`~vitviz.batch.export_options.ExportOptions` (the command's flags map one to one:
 :mod:`vitviz.cli.export_command`); what each image becomes, :mod:`vitviz.batch.export_plan`; the manifest and the
-journal, :mod:`vitviz.batch.manifest`.
+journal, :mod:`vitviz.batch.manifest`; an image's maps and animations rendered, :mod:`vitviz.batch.export_maps`; the
+output folder and its files, :mod:`vitviz.batch.export_files`.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import queue
 import signal
@@ -53,17 +53,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from vitviz import __version__
-from vitviz._util.files import describe_os_error, output_folder_problem
 from vitviz.batch.batch_passes import BatchPasses, result_of
+from vitviz.batch.export_files import OutputFiles
+from vitviz.batch.export_maps import describe_result, write_maps
 from vitviz.batch.export_options import ExportOptions, setting_names
 from vitviz.batch.export_plan import (
     check_against_model,
     grid_of,
     map_demands,
-    map_requests,
     needs_gradients,
 )
 from vitviz.batch.failures import FAILED_BASE, MAX_FAILED_STATUS, error_text
@@ -84,13 +82,10 @@ from vitviz.batch.manifest import (
     source_key,
 )
 from vitviz.batch.parts import plan_shard, write_json
-from vitviz.batch.prompt_passes import PromptPasses, per_prompt, prompt_word
+from vitviz.batch.prompt_passes import PromptPasses, per_prompt
 from vitviz.batch.rerun import check_folder
-from vitviz.batch.target_flags import describe_prompts, describe_target, read_prompts, read_target, text_digest
+from vitviz.batch.target_flags import read_prompts, read_target, text_digest
 from vitviz.devices import running_on
-from vitviz.document import panel
-from vitviz.imaging import ExportError, write_atomic
-from vitviz.render import figures
 
 
 class ExportFatal(RuntimeError):
@@ -178,6 +173,7 @@ class Exporter:
         self._bar: Any = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self.files = OutputFiles(self.out, options.overwrite)
 
     # -------------------------------------------------------------- output
     def _backward_words(self) -> str:
@@ -209,7 +205,7 @@ class Exporter:
         """
         t0 = time.perf_counter()
         self.summary.total = len(take_shard(images, *self.options.shard))
-        self._prepare_folder()
+        self.files.prepare()
         lock = ExportLock(self.out, self.options.shard).acquire(note=lambda m: self.log(f"vitviz export: note: {m}"))
         try:
             if self.options.shard[1] > 1:  # the shard's plan, for vitviz merge (vitviz.batch.parts)
@@ -227,13 +223,13 @@ class Exporter:
         state = read_folder(self.out)
         check_folder(self.out, state, self.request, setting_names(), overwrite=o.overwrite, own=s.manifest,
                      model_ref=self.model_ref, warn=lambda line: self.log(f"vitviz export: warning: {line}"))
-        self._ours = state.ours
+        self.files.ours = state.ours
         cut = set_aside_tail(s.manifest)
         if cut is not None:
             self.log(f"vitviz export: warning: {s.manifest} line {cut[0]} was cut short (a run stopped while writing "
                      f"it): moved to {cut[1].name}, and its image is done again")
         repair_tail(self._journal_path)
-        self._remove_stale_temporaries(journal_files(self._journal_path))
+        self.files.remove_stale_temporaries(journal_files(self._journal_path))
         if not o.overwrite:
             records = state.records
             before = len(todo)
@@ -250,7 +246,7 @@ class Exporter:
             self._manifest.write({"run": {"request": self.request_id, "settings": self.request,
                                           "model": self.model_ref, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                                           "time": time.time(), "vitviz": __version__}})
-        self._journal = Appender(self._journal_path)
+        self._journal = self.files.journal = Appender(self._journal_path)
         self._bar = progress_bar(len(todo), "export", quiet=o.quiet)
         jobs: queue.Queue = queue.Queue(maxsize=1)  # one batch waits while one is written and one is computed
         writer = threading.Thread(target=self._write_loop, args=(jobs,), name="vitviz-writer", daemon=True)
@@ -301,42 +297,6 @@ class Exporter:
                     try:
                         jobs.get_nowait()
                     except queue.Empty:
-                        pass
-
-    def _prepare_folder(self) -> None:
-        """The output folder, checked (:func:`vitviz._util.files.output_folder_problem`: the check ``vitviz stats``
-        and ``vitviz evaluate --csv`` make too) and created before any work."""
-        problem = output_folder_problem(self.out)
-        if problem:
-            raise ExportError(self.out, problem)
-        try:
-            self.out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ExportError(self.out, f"cannot create the output folder ({describe_os_error(e)})") from None
-
-    def _remove_stale_temporaries(self, pending: set[str]) -> None:
-        """A run killed while writing leaves the hidden temporary file of :func:`vitviz.imaging.write_atomic`
-        (``.<stem>.<random>.png.tmp``) beside a file it was writing: remove those of the files its journal names
-        (``pending``; this shard's journal only: another shard may be writing its own right now)."""
-        stems: dict[Path, set[str]] = {}
-        for rel in pending:
-            p = self.out / rel
-            stems.setdefault(p.parent, set()).add(p.stem)
-        for folder, names in stems.items():
-            try:
-                entries = list(folder.iterdir())
-            except OSError:
-                continue
-            for f in entries:
-                n = f.name
-                if not (n.startswith(".") and n.endswith((".png.tmp", ".npy.tmp", ".gif.tmp", ".apng.tmp",
-                                                          ".mp4.tmp"))):
-                    continue
-                dots = [i for i, c in enumerate(n) if c == "." and i > 0]
-                if any(n[1:i] in names for i in dots):
-                    try:
-                        f.unlink()
-                    except OSError:
                         pass
 
     def _compute(self, batch: list[Loaded]) -> list[_Job]:
@@ -408,10 +368,12 @@ class Exporter:
         if job.error is None and job.result is not None:
             try:
                 items = per_prompt(job.result)  # (--text: one per prompt, the gradient views' maps of each)
-                record.update(self._describe(result_of(items[0])))
-                record["maps"] = [m for k, done in enumerate(items) for m in self._write_maps(
-                    done, item, written, self.options if k == 0 else replace(self.options, views=tuple(
-                        v for v in self.options.views if needs_gradients([v]))))]
+                record.update(describe_result(result_of(items[0]), self.num_classes, self.options))
+                gradient_only = replace(self.options, views=tuple(v for v in self.options.views
+                                                                  if needs_gradients([v])))
+                record["maps"] = [m for k, done in enumerate(items) for m in write_maps(
+                    self.passes.session(done), item, written, self.options if k == 0 else gradient_only,
+                    self.files.write)]
                 record["status"] = "ok"
             except Exception as e:  # noqa: BLE001 - this image failed; the run goes on
                 job.error, write_failed = e, isinstance(e, OSError)
@@ -436,115 +398,6 @@ class Exporter:
         if record["status"] == "ok":
             return True
         return False if write_failed else None
-
-    def _describe(self, r: Any) -> dict[str, Any]:
-        top = r.top_k(5) if r.logits.ndim == 1 and self.num_classes > 0 else []
-        target = describe_target(r)
-        if self.options.text:  # every prompt, each the target of its own maps
-            target = {"kind": "prompts", "prompts": describe_prompts(r), "templates": self.options.templates}
-        return {"size": [int(r.image_size[1]), int(r.image_size[0])], "model": r.model_name,
-                "precision": r.precision, "grid": list(r.grid),
-                "predictions": [{"class": c, "label": lab, "p": round(p, 6)} for c, lab, p in top],
-                "target": target}
-
-    def _write_maps(self, done: Any, item: InputImage, written: list[str],
-                    options: ExportOptions | None = None) -> list[dict[str, Any]]:
-        """Every requested map of one image's result (stored or streamed, :meth:`BatchPasses.run`) through a
-        :class:`~vitviz.document.session.Session`, as the window makes it (``options``: default the run's)."""
-        o = options or self.options
-        session = self.passes.session(done)
-        r = session.result
-        session.set_options(**dict(o.display))
-        base = session.options
-        maps = []
-        for key, changes in map_requests(r, o):
-            session.options = base
-            session.set_options(**changes)
-            v = session.view
-            entry: dict[str, Any] = {"view": key}
-            if o.text and needs_gradients([key]):
-                entry["prompt"] = r.target_text()
-            for k in ("layer", "head"):
-                if k in changes:
-                    entry[k] = changes[k]
-            if "query" in v.reads:
-                entry["query"] = list(divmod(session.options.query, r.grid[1]))
-            try:
-                m = session.current_map()
-            except ValueError as e:  # this view cannot be drawn here (non-finite tokens ...): said; the others go on
-                m, entry["unavailable"] = None, str(e).strip().splitlines()[0][:300]
-            if m is None:
-                if "unavailable" not in entry:
-                    entry["unavailable"] = session.unavailable_reason() or "not available for this model"
-                maps.append(entry)
-                continue
-            stem = f"{item.rel}_{v.file_stem(r, session.options)}"
-            files: list[tuple[str, bytes]] = []
-            if o.format in ("npy", "both"):  # an RGB view's (feature PCA's): its R, G, B [gh, gw, 3], as drawn
-                raw = session.rgb_map()[..., :3] if v.rgb else m
-                buf = io.BytesIO()
-                np.save(buf, np.ascontiguousarray(raw, dtype=np.float32))
-                files.append((stem + ".npy", buf.getvalue()))
-            if o.format in ("png", "both"):
-                spec = panel.view_figure(session)
-                data, _ = figures.encode(spec, ".png", scale=figures.parse_scale(o.scale))
-                files.append((stem + ".png", data))
-            for rel, data in files:
-                self._write_file(rel, data, written)
-                entry["npy" if rel.endswith(".npy") else "png"] = rel
-            maps.append(entry)
-        if o.animate:
-            maps += self._write_animations(session, base, r, item, written, o)
-        return maps
-
-    def _write_animations(self, session: Any, base: Any, r: Any, item: InputImage,
-                          written: list[str], o: ExportOptions) -> list[dict[str, Any]]:
-        """``--animate``: each requested view that has a layer slider over every layer, one file per view (and head,
-        query as for its maps): ``<name>_<view>[_<head>][_<prompt>]_layers.<gif|apng|mp4>``."""
-        out = []
-        done = set()
-        for key, changes in map_requests(r, o):
-            changes = {k: v for k, v in changes.items() if k != "layer"}
-            session.options = base
-            session.set_options(**changes)
-            v = session.view
-            ident = (key, changes.get("head"))
-            if v.slider is None or ident in done:
-                continue
-            done.add(ident)
-            entry: dict[str, Any] = {"view": key, "layers": "all"}
-            if "head" in changes:
-                entry["head"] = changes["head"]
-            if session.current_map() is None:
-                entry["unavailable"] = session.unavailable_reason() or "not available for this model"
-                out.append(entry)
-                continue
-            specs = panel.layer_figures(session)
-            fmt = "." + self.options.animate
-            data = figures.encode_animation(specs, fmt, scale=figures.parse_scale(self.options.scale),
-                                            fps=self.options.fps)
-            head = changes.get("head")
-            head_part = "" if "head" not in v.reads else f"_{head}" if isinstance(head, str) else f"_h{head}"
-            prompt = f"_{prompt_word(r)}" if o.text and needs_gradients([key]) else ""
-            rel = f"{item.rel}_{key}{head_part}{prompt}_layers{fmt}"
-            self._write_file(rel, data, written)
-            entry.update(animation=rel, frames=len(specs))
-            out.append(entry)
-        return out
-
-    def _write_file(self, rel: str, data: bytes, written: list[str]) -> None:
-        target = self.out / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        replace_ok = self.options.overwrite or rel in self._ours
-        if target.is_dir():
-            raise ExportError(target, "a folder of that name exists")
-        if not replace_ok and (target.exists() or target.is_symlink()):
-            raise FileExistsError(f"{target} already exists and was not written by this export (pass --overwrite "
-                                  "to replace it)")
-        self._journal.write({"files": [rel]})
-        self._ours.add(rel)
-        write_atomic(target, lambda fh: fh.write(data), overwrite=replace_ok, suffix=Path(rel).suffix + ".tmp")
-        written.append(rel)
 
 
 def _sigterm_as_interrupt() -> Callable[[], None]:

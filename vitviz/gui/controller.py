@@ -2,7 +2,8 @@
 
 :class:`Controller` owns the model (through a :class:`~vitviz.pipeline.Pipeline`), the worker
 (:class:`~vitviz.gui.worker.TaskRunner`: one thread, the newest request of a kind wins) and the requests in flight.
-Widgets never touch these: they call the controller's methods and redraw from its signals.
+Widgets never touch these: they call the controller's methods and redraw from its signals. Its faithfulness tables
+and their jobs are :attr:`Controller.faithfulness` (:class:`~vitviz.gui.faithfulness_jobs.FaithfulnessJobs`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import weakref
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +21,10 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from vitviz import imaging
 from vitviz.devices import available_devices, available_precisions, normalise_device, torch_loaded
 from vitviz.document.target_choice import TargetChoice, as_choice
+from vitviz.gui.faithfulness_jobs import FaithfulnessJobs
 from vitviz.gui.worker import Job, TaskRunner, split_detail
 from vitviz.model.sources.refs import describe_ref
 
-EVALUATIONS_KEPT = 32  # faithfulness tables kept (a few KB each)
-EVALUATION_BATCH = 32  # at most this many perturbed images per forward in the window
 TOWERS_KEPT = 2  # text towers kept for models used before (prompts typed again on them open none)
 
 
@@ -38,10 +37,6 @@ class Controller(QObject):
         failed(kind, title, message, detail, subject): a job failed ("model" or "infer"); the message names the file.
         busy(text, cancellable): what is running ("" when idle); cancellable for downloads.
         progress(done, total): download progress of the model being loaded.
-        evaluationReady(key, table): a faithfulness table (:func:`vitviz.evaluate.evaluate_views`) is ready.
-        evaluationProgress(done, total): perturbed images evaluated so far by the running evaluation.
-        evaluationStopped(key, why): the running evaluation was cancelled ("cancelled", or why it yielded to another
-            request) or failed ("failed"; the message went out through ``failed`` with kind "evaluate").
         targetChanged(note): the standing target (:attr:`target_choice`) changed; ``note`` says why when it was
             dropped (its reference could not be read for another model) and is "" otherwise.
 
@@ -56,9 +51,6 @@ class Controller(QObject):
     failed = Signal(str, str, str, str, str)
     busy = Signal(str, bool)
     progress = Signal(int, int)
-    evaluationReady = Signal(object, object)
-    evaluationProgress = Signal(int, int)
-    evaluationStopped = Signal(object, str)
     targetChanged = Signal(str)
 
     def __init__(self, parent: QObject | None = None, *, device: str = "cpu", precision: str = "auto"):
@@ -82,14 +74,10 @@ class Controller(QObject):
         self.target_choice: TargetChoice | None = None  # the standing target (None: each image's top class)
         self._target: tuple[int, Any] | None = None  # (generation, the standing target made for that model)
         self._closing = False
-        # faithfulness tables: the pipeline that made each result (a result of another model is not evaluated with
-        # this one), the tables per key (LRU), the key being evaluated
+        # the pipeline that made each result (a result of another model is not evaluated with this one)
         self._generation = 0  # +1 whenever another pipeline (model, device or precision) is adopted
         self._made_by: dict[int, tuple[Any, int, str]] = {}  # id(result) -> (weakref, generation, pixel digest)
-        self.evaluations: OrderedDict[tuple, Any] = OrderedDict()
-        self.evaluated_in: dict[tuple, str] = {}  # the precision each table was measured in ("fp32", "bf16")
-        self.evaluating: tuple | None = None
-        self.evaluation_batch: int | None = None  # perturbed images per forward (None: see evaluate)
+        self.faithfulness = FaithfulnessJobs(self)  # the faithfulness tables (its handlers run before ours)
         self.runner.done.connect(self._on_done)
         self.runner.failed.connect(self._on_failed)
         self.runner.progress.connect(self._on_progress)
@@ -150,7 +138,7 @@ class Controller(QObject):
             return ref, pipeline, pipeline.note
 
         self.loading = ref
-        self._yield_evaluation("another model was asked for")
+        self.faithfulness.give_way("another model was asked for")
         self.busy.emit(f"Loading {describe_ref(ref)}…", ref.startswith(("pretrained:", "hub:")))  # downloads cancel
         self.runner.submit("model", work, subject=describe_ref(ref), title="Could not load the model")
 
@@ -201,7 +189,7 @@ class Controller(QObject):
                 moved.attach_text_tower(attached_tower(shown))
             return ref, p, None, moved
 
-        self._yield_evaluation("the model is being moved")
+        self.faithfulness.give_way("the model is being moved")
         self.busy.emit(f"Moving the model to {device} ({precision})…", False)
         self.runner.submit("model", work, subject=f"{self.title()} on {device} ({precision})",
                            title="Could not change device or precision")
@@ -245,7 +233,7 @@ class Controller(QObject):
             return ref, p, None, base
 
         source = str(getattr(image, "source", "") or "")
-        self._yield_evaluation("prompts were typed")
+        self.faithfulness.give_way("prompts were typed")
         self.busy.emit("Encoding the prompts…", source.startswith(("pretrained:", "hub:")))  # a download cancels
         self.runner.submit("model", work, subject="", title="Could not use the prompts")
 
@@ -311,7 +299,7 @@ class Controller(QObject):
             return res, remember, generation, pixel_digest(res.rgb), None if choice is None else (choice, t, note,
                                                                                                     standing)
 
-        self._yield_evaluation("another image or target was asked for")
+        self.faithfulness.give_way("another image or target was asked for")
         self.busy.emit(f"Running {Path(source).name}" + (f" for {choice.describe()}…" if target is not None and
                                                           choice.kind != "top" else "…"), False)
         self.runner.submit("infer", work, subject=source, title="Could not use the target" if target is not None
@@ -378,14 +366,6 @@ class Controller(QObject):
                     self._adopt_target(generation, *made)
                 self.busy.emit("", False)
                 self.resultReady.emit(res, remember)
-        elif kind == "evaluate":
-            key, table = result
-            self.evaluating = None
-            self.evaluations[key] = table
-            self.evaluations.move_to_end(key)
-            while len(self.evaluations) > EVALUATIONS_KEPT:
-                self.evaluated_in.pop(self.evaluations.popitem(last=False)[0], None)
-            self.evaluationReady.emit(key, table)
 
     def _adopt_target(self, generation: int, choice: TargetChoice, target: Any, note: str, standing: bool) -> None:
         """A run with ``choice`` succeeded: it is the standing target now (a class or the top class: none)."""
@@ -417,113 +397,31 @@ class Controller(QObject):
                 self._run_waiting_with_current()
         elif kind == "infer":
             self.requested = None
-        elif kind == "evaluate":
-            key, self.evaluating = self.evaluating, None
-            self.evaluationStopped.emit(key, "failed")
         text, detail = split_detail(message)
         self.failed.emit(kind, title, text, detail, job.subject)
 
     def _on_progress(self, kind: str, done: int, total: int) -> None:
-        if kind == "evaluate":
-            self.evaluationProgress.emit(done, total)
-        else:
+        if kind != "evaluate":  # (the faithfulness jobs report theirs)
             self.progress.emit(done, total)
 
-    # ------------------------------------------------------------------ faithfulness
+    # ------------------------------------------------------------------ who made each result
+    @property
+    def generation(self) -> int:
+        """The pipeline in use: +1 whenever another (model, device or precision) is adopted."""
+        return self._generation
+
     def _remember_maker(self, result: Any, generation: int, digest: str) -> None:
         """Note which pipeline made ``result`` and the digest of its pixels (what an evaluation key is made of)."""
         for k in [k for k, (ref, _g, _d) in self._made_by.items() if ref() is None]:
             del self._made_by[k]
         self._made_by[id(result)] = (weakref.ref(result), generation, digest)
 
-    def evaluation_key(self, result: Any, *, steps: int, baseline: str, seeds: int,
-                       precision: str = "fp32") -> tuple[tuple | None, str]:
-        """``(key, "")`` naming the table of ``result`` (image pixels, target, model, options, the precision it is
-        measured in: ``"fp32"`` or ``"window"``), or ``(None, why)`` when it cannot be evaluated with the current
-        model (no classifier; a result of another model)."""
-        if result is None:
-            return None, "open an image first"
-        if self.pipeline is None:
-            return None, "no model is loaded"
-        if self.runner.is_busy("model"):
-            return None, "a model is being loaded or moved"
+    def maker_of(self, result: Any) -> tuple[int, str] | None:
+        """``(generation, pixel digest)`` of the pipeline that made ``result``, or None (not made in this window)."""
         made = self._made_by.get(id(result))
         if made is None or made[0]() is not result:
-            return None, "this result was not made by the window's model"
-        if made[1] != self._generation:
-            return None, "the model changed: the image is being analysed again"
-        if result.target is None and result.target_spec is None:
-            return None, ("the model has no classifier: there is no class probability for the deletion and "
-                          "insertion curves to read (choose a similarity target: the curves then read the similarity)")
-        # the class, or a similarity or callable target (the curves read its own score) by its key
-        target = int(result.target) if result.target is not None else result.target_spec.key
-        return (made[2], result.source, target, self._generation, int(steps), str(baseline), int(seeds),
-                self.evaluation_precision(precision)), ""
-
-    def evaluation_precision(self, precision: str) -> str:
-        """The precision a faithfulness table asked for in ``precision`` (``"fp32"``, or ``"window"``: the window's)
-        is measured in: ``"fp32"``, ``"bf16"``, ``"fp16"``."""
-        own = str(self.pipeline.precision) if self.pipeline is not None else "fp32"
-        return "fp32" if precision == "fp32" else own
-
-    def evaluate(self, result: Any, *, steps: int, baseline: str, seeds: int, precision: str = "fp32") -> tuple | None:
-        """Measure the faithfulness of the maps of ``result`` (the one on screen) on the worker: deletion and
-        insertion curves of :data:`vitviz.evaluate.DEFAULT_VIEWS` and ``seeds`` random rankings. A table already
-        made for the same key is emitted at once (no job). Returns the key, or None when it cannot be evaluated
-        (see :meth:`evaluation_key`).
-
-        ``precision="fp32"`` (the default) measures as ``vitviz evaluate`` does, so the numbers are its numbers: a
-        window computing in bf16 or fp16 runs the image again in fp32 for the table (the model cast to float32 on
-        the worker, its own weights restored bit for bit, then cast back); ``"window"``: in the window's precision,
-        from the result on screen."""
-        key, _why = self.evaluation_key(result, steps=steps, baseline=baseline, seeds=seeds, precision=precision)
-        if key is None:
             return None
-        if key in self.evaluations:
-            self.evaluations.move_to_end(key)
-            self.evaluationReady.emit(key, self.evaluations[key])
-            return key
-        pipeline, batch = self.pipeline, self.evaluation_batch
-
-        def work(job: Job):
-            from vitviz.evaluate import auto_batch_size, evaluate_views
-
-            size = batch
-            if size is None:  # progress and cancel every few seconds, without giving up much speed
-                size = min(auto_batch_size(pipeline.model, result.num_patches), EVALUATION_BATCH)
-            run = dict(steps=steps, baseline=baseline, seeds=seeds, batch_size=size, progress=job.report,
-                       cancel=lambda: job.cancelled)
-            if key[-1] == str(pipeline.precision):
-                return key, evaluate_views(pipeline, result, **run)
-            from PIL import Image
-
-            from vitviz.pipeline import Pipeline
-
-            full = Pipeline(pipeline.model, device=pipeline.device, precision="fp32")  # (the model itself, cast up)
-            try:
-                target = result.target if result.target is not None else result.target_spec
-                return key, evaluate_views(full, Image.fromarray(result.rgb), target=target, **run)
-            finally:
-                Pipeline(pipeline.model, device=pipeline.device, precision=pipeline.precision)  # cast back
-
-        self.evaluating = key
-        self.evaluated_in[key] = key[-1]
-        self.runner.submit("evaluate", work, subject=Path(result.source).name,
-                           title="Could not measure the faithfulness of the maps")
-        return key
-
-    def cancel_evaluation(self, why: str = "cancelled") -> None:
-        """Stop the running evaluation (it stops before its next batch; its result is dropped)."""
-        key, self.evaluating = self.evaluating, None
-        self.runner.cancel("evaluate")
-        if key is not None:
-            self.evaluationStopped.emit(key, why)
-
-    def _yield_evaluation(self, why: str) -> None:
-        """The one worker thread serves the newest image or model request first: a running evaluation (seconds to
-        tens of seconds) is cancelled rather than making the user wait for it."""
-        if self.evaluating is not None:
-            self.cancel_evaluation(why)
+        return made[1], made[2]
 
     def shutdown(self) -> None:
         """The window closes: the worker stops (a running job is cancelled; see :meth:`TaskRunner.shutdown`) and
@@ -537,8 +435,7 @@ class Controller(QObject):
         self._waiting = None
         self.memory_images.clear()
         self.target_choice, self._target = None, None
-        self.evaluations.clear()
-        self.evaluating = None
+        self.faithfulness.clear()
         self._made_by.clear()
 
 

@@ -109,7 +109,7 @@ class MechanisticPanel(QWidget):
             return "open an image first"
         if r.target is None and r.target_spec is None:
             return "the model has no classifier: choose a similarity target first"
-        key, why = c.evaluation_key(r, steps=1, baseline="mean", seeds=0)  # the result is the window model's
+        key, why = c.faithfulness.key(r, steps=1, baseline="mean", seeds=0)  # the result is the window model's
         return None if key is not None else why
 
     def run(self) -> None:
