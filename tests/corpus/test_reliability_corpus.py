@@ -440,7 +440,7 @@ def test_merging_all_nan_parts_says_so_in_one_line_and_prints_no_numpy_warning(t
     assert len(lines) == 2 and "12 of 12 layer x head cells are nan" in lines[0], lines
     assert (out / "attention_stats.png").stat().st_size > 0
     rows = (out / "attention_stats.csv").read_text().splitlines()[1:]
-    assert len(rows) == 12 and all(r.endswith("nan,nan,nan,nan") for r in rows)
+    assert len(rows) == 12 and all(",nan,nan,nan,nan," in r + "," for r in rows)
 
 
 def test_parts_of_other_layers_are_not_added():

@@ -63,6 +63,10 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
         from vitviz.model.variants import list_models
 
         known = list(torchvision) if kind == "pretrained" else list_models()
+        if kind == "pretrained" and name not in known:  # a row added to the registry at run time (imports torch)
+            from vitviz.model.sources.torch_hub import PRETRAINED
+
+            known = list(PRETRAINED)
         if name not in known:
             what = "torchvision weights" if kind == "pretrained" else "architecture (random weights)"
             raise name_error(text, f"unknown {what}" if name else f"no name after '{kind}:'", close_name(name, known),
@@ -88,8 +92,11 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
     if text in catalog.HUB_BY_KEY:
         return catalog.HUB_BY_KEY[text].ref
     from vitviz.model.sources.hub import hub_repo, repo_id_problem  # (these import torch)
+    from vitviz.model.sources.torch_hub import PRETRAINED
     from vitviz.model.variants import list_models
 
+    if text in PRETRAINED:  # a row added to the registry at run time
+        return f"pretrained:{text}"
     if text in list_models():
         return f"random:{text}"
     user = parse_user_ref(text)
@@ -112,7 +119,7 @@ def parse_model_ref(text: str | os.PathLike[str]) -> str:
         problem = repo_id_problem(text.strip()) if "/" in text and not file_like(text) else None
         nor = f", nor a Hugging Face Hub id ({problem})" if problem else ""
         raise name_error(text, f"no such file or directory{nor}", close_file(text))
-    names = ["demo", *catalog.HUB_BY_KEY, *torchvision, *list_models()]
+    names = ["demo", *catalog.HUB_BY_KEY, *PRETRAINED, *list_models()]
     raise name_error(text, "no such file, and not a known model name", close_name(text, names))
 
 
