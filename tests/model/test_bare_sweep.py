@@ -6,8 +6,10 @@ timm's own output (within 1e-4) at its native size; none may open with a part mi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -148,16 +150,19 @@ def test_eva02_enormous_weights_alone_are_refused(tmp_path):
 def test_open_clip_eva02_e_is_refused(tmp_path):
     """open_clip's ``EVA02-E-14`` / ``-plus`` (a timm ``eva02_enormous`` trunk): refused with its own
     ``open_clip_config.json`` (the trunk is not one vitviz reads) and without it."""
-    open_clip = pytest.importorskip("open_clip")
+    spec = importlib.util.find_spec("open_clip")  # its own model configs, read without importing it (slow)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("open_clip is not installed")
+    configs = Path(spec.submodule_search_locations[0]) / "model_configs"
     trunk = {f"visual.trunk.{k}": v for k, v in _enormous_keys().items()}
     for name in ("EVA02-E-14", "EVA02-E-14-plus"):
-        cfg = open_clip.get_model_config(name)
+        cfg = json.loads((configs / f"{name}.json").read_text())
         assert cfg["vision_cfg"]["timm_model_name"].startswith("eva02_enormous")
         folder = tmp_path / name
         folder.mkdir()
         save_file(trunk, str(folder / "open_clip_model.safetensors"))
         (folder / "open_clip_config.json").write_text(json.dumps({"model_cfg": cfg}))
-        _refused(folder, "eva02_enormous")
+        _refused(folder, "eva02_enormous", "post-norm")
         (folder / "open_clip_config.json").unlink()
         _refused(folder, "open_clip_config.json")
 
@@ -170,3 +175,29 @@ def test_timm_folders_of_post_norm_architectures_are_refused(tmp_path):
         size = 4 * _patch(arch)
         folder = write_timm_folder(tmp_path / arch, m, arch, {"input_size": [3, size, size]})
         _refused(folder, "post-norm", arch)
+
+
+def test_clip_tower_weights_alone_are_refused_naming_the_activation(tmp_path):
+    """A timm CLIP tower's keys are the same with GELU and with OpenAI's QuickGELU (the sweep found the
+    ``*_clip_quickgelu_*`` weights opening with GELU): alone they are refused naming the activation; the folder,
+    whose config.json names the architecture, opens equal to timm's QuickGELU model."""
+    arch = "vit_base_patch16_clip_quickgelu_224"
+    m = randomise_(timm.create_model(arch, pretrained=False, num_classes=0, depth=2, embed_dim=64, num_heads=2,
+                                     img_size=64)).eval()
+    folder = write_timm_folder(tmp_path / arch, m, arch, {"input_size": [3, 64, 64]})
+    _refused(folder / "model.safetensors", "QuickGELU", "config.json")
+    ours = load_checkpoint(folder)
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        assert rel_err(ours(x), m(x)) <= 1e-4
+
+
+def test_attention_pool_beside_registers_is_refused_with_its_folder_too(tmp_path):
+    """``vit_so150m_patch16_reg4_map_256``: timm's pool skips the registers, vitviz's would read them (the sweep
+    found it opening with a relative error of 0.5): refused alone and from its timm folder."""
+    arch = "vit_so150m_patch16_reg4_map_256"
+    m = timm.create_model(arch, pretrained=False, num_classes=0, depth=1, embed_dim=64, num_heads=2, img_size=64)
+    assert m.num_prefix_tokens == 4 and not m.pool_include_prefix
+    folder = write_timm_folder(tmp_path / arch, m, arch, {"input_size": [3, 64, 64]})
+    _refused(folder / "model.safetensors", "attention-pool", "reg_token")
+    _refused(folder, "attention-pool", "reg_token")
