@@ -41,7 +41,7 @@ def _build(arch: str) -> tuple[torch.nn.Module, dict]:
     p = _patch(arch)
     last: Exception | None = None
     for kw in (dict(img_size=4 * p, embed_dim=64, depth=2, num_heads=2), dict(embed_dim=64, depth=2, num_heads=2),
-               dict(img_size=4 * p, depth=2), dict(depth=2)):
+               dict(img_size=4 * p, depth=2), dict(depth=2), {}):  # {}: CrossViT (per-branch depths), native
         try:
             torch.manual_seed(0)
             with warnings.catch_warnings():
@@ -95,12 +95,16 @@ def test_bare_weights_of_every_timm_vit_are_refused_or_equal(tmp_path):
     width: :func:`test_eva02_enormous_weights_alone_are_refused`). Failures are collected, then reported together."""
     archs = [a for a in _archs() if "enormous" not in a and "7b" not in a]
     assert len(archs) >= 300
-    wrong = []
+    wrong, table = [], {}
     for arch in archs:
         try:
-            _sweep_one(arch, tmp_path)
+            table[arch] = _sweep_one(arch, tmp_path)
         except AssertionError as e:
             wrong.append(str(e).splitlines()[0])
+    print(f"\n{len(archs)} architectures: {sum(v == 'equal' for v in table.values())} equal to timm, "
+          f"{sum(v != 'equal' for v in table.values())} refused, {len(wrong)} wrong")
+    for arch, v in table.items():
+        print(f"{arch}\t{v[:160]}")
     assert not wrong, wrong
 
 
