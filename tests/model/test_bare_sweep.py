@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from family_fixtures import FAMILIES
 from family_helpers import randomise_, rel_err, write_timm_folder
 from safetensors.torch import save_file
 
@@ -205,3 +207,34 @@ def test_attention_pool_beside_registers_is_refused_with_its_folder_too(tmp_path
     folder = write_timm_folder(tmp_path / arch, m, arch, {"input_size": [3, 64, 64]})
     _refused(folder / "model.safetensors", "attention-pool", "reg_token")
     _refused(folder, "attention-pool", "reg_token")
+
+
+HF_FAMILIES = [f for f in FAMILIES if f.startswith("hf-")]
+
+
+@pytest.mark.parametrize("family", HF_FAMILIES)
+def test_hf_weights_alone_are_refused_or_open_as_their_folder(tmp_path, family):
+    """Each Hugging Face family's ``model.safetensors`` alone: refused in one line, or the same model as its folder
+    (read with its config.json and tested against transformers in the family tests), at the folder's size."""
+    folder = FAMILIES[family](tmp_path / family)
+    a = load_checkpoint(folder)
+    bare = tmp_path / "model.safetensors"
+    shutil.copy(folder / "model.safetensors", bare)
+    try:
+        b = load_checkpoint(bare, num_heads=a.config.num_heads)
+    except CheckpointError as e:
+        assert "\n" not in str(e) and str(e).startswith(str(bare)), str(e)
+        return
+    x = torch.randn(1, 3, *a.config.img_size)
+    with torch.no_grad():
+        assert rel_err(b(x), a(x)) <= 1e-4, family
+
+
+def test_hf_clip_weights_alone_are_refused_naming_the_activation(tmp_path):
+    """OpenAI's HF CLIP weights use QuickGELU, LAION's GELU, with the same keys: alone, refused (they opened with
+    QuickGELU, whichever they were)."""
+    folder = FAMILIES["hf-clip"](tmp_path / "clip")
+    assert load_checkpoint(folder).config.act_layer == "quick_gelu"  # transformers' default, written in config.json
+    bare = tmp_path / "model.safetensors"
+    shutil.copy(folder / "model.safetensors", bare)
+    _refused(bare, "QuickGELU", "config.json")
