@@ -44,13 +44,14 @@ def unread_part(raw: RawCheckpoint) -> str | None:
     fc1 = raw.tensors.get("blocks.0.mlp.fc1.weight")
     if fc1 is not None and tuple(fc1.shape) == ENORMOUS_FC1:
         return ("residual post-norm blocks (EVA-02 enormous: width 1792 with a 15360-wide MLP, timm's "
-                "eva02_enormous_patch14_* / open_clip's EVA02-E-14), which no key shows")
+                "eva02_enormous_patch14_* / open_clip's EVA02-E-14), which no key shows and vitviz does not model")
     if "fc_norm.weight" in keys and not prefix and "norm.weight" not in keys and \
             "blocks.0.attn.qkv.bias" not in keys and "blocks.0.attn.qkv.weight" in keys:
         return ("residual post-norm blocks (timm's vit_*_rpn_*: fc_norm with no [CLS], register, final norm or qkv "
-                "bias), which no key shows")
+                "bias), which no key shows and vitviz does not model")
     if "norm_pre.weight" in keys:
-        return "a CLIP tower ('norm_pre') whose MLP activation (GELU, or OpenAI's QuickGELU) is in no tensor"
+        return ("a CLIP tower ('norm_pre') whose MLP activation (GELU, or OpenAI's QuickGELU) is in no tensor; open "
+                "its hub folder with its config.json (timm's 'architecture' names it)")
     return None
 
 
@@ -58,5 +59,4 @@ def refuse_unread_parts(raw: RawCheckpoint) -> None:
     """Raise one line naming the part when ``raw`` has one vitviz would read wrong (:func:`unread_part`)."""
     why = unread_part(raw)
     if why is not None:
-        raise err(raw.origin, f"refused rather than opened with a part misread: {why}; open the model's hub folder "
-                              "with its config.json (timm's 'architecture'), or a supported variant")
+        raise err(raw.origin, f"refused rather than opened with a part misread: {why}")
