@@ -10,7 +10,8 @@ Found by sweeping every ViT-like architecture timm registers, built small and sa
   ``vit_base_patch16_rpn_224`` (``ResPostBlock``) by its keys: ``fc_norm`` with no [CLS], no register, no final
   ``norm`` and no qkv bias (the ``*_gap_*`` ViTs keep a final norm or registers).
 - **The MLP activation of a CLIP tower** (``norm_pre``, timm's CLIP layout): GELU or OpenAI's QuickGELU
-  (``*_clip_quickgelu_*``) is in no tensor; a timm folder's ``config.json`` architecture says which.
+  (``*_clip_quickgelu_*``) is in no tensor; a timm folder's ``config.json`` architecture says which. Likewise a
+  SigLIP tower (``attn_pool.latent``): GELU, or the tanh approximation (``vit_*_siglip_256`` and others).
 - **An attention-pool head beside prefix tokens** (``attn_pool.latent`` with ``cls_token`` or ``reg_token``): timm's
   pool reads the patch tokens only unless ``pool_include_prefix`` (``vit_so150m_patch16_reg4_map_256`` reads them
   not, ``test_vit3`` does), which no tensor records; vitviz's pool reads every token. Refused with or without
@@ -52,6 +53,9 @@ def unread_part(raw: RawCheckpoint) -> str | None:
     if "norm_pre.weight" in keys:
         return ("a CLIP tower ('norm_pre') whose MLP activation (GELU, or OpenAI's QuickGELU) is in no tensor; open "
                 "its hub folder with its config.json (timm's 'architecture' names it)")
+    if "attn_pool.latent" in keys:
+        return ("a SigLIP tower (attention-pool head) whose MLP activation (GELU, or the tanh approximation of timm's "
+                "*_siglip_256/384/512 towers) is in no tensor; open its hub folder with its config.json")
     return None
 
 
