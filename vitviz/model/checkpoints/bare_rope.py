@@ -15,7 +15,8 @@ The marks, each seen on the weights timm itself writes for these families and on
 - ``q_bias`` / ``v_bias`` beside a fused ``qkv`` with a packed gated MLP and no relative position table (EVA-02 tiny
   and small; BEiT always has its tables, EVA (v1) a plain MLP);
 - LayerScale named ``gamma_1`` without relative position tables (timm's ``Eva`` class: ``vit_*_rope_ape_*``; BEiT
-  names it so too, but always has its tables; timm's ``VisionTransformer`` names it ``ls1.gamma``);
+  names it so too, but always has its tables; CaiT too, beside its ``blocks_token_only``; timm's
+  ``VisionTransformer`` names it ``ls1.gamma``);
 - ``norm_pre`` with timm's latent attention-pool head (``attn_pool.q``): Perception Encoder core (timm's SigLIP
   towers, its only other ``map`` ViTs, have no ``norm_pre``);
 - ``norm_pre`` without a final norm or ``fc_norm``: Perception Encoder spatial / lang;
@@ -59,7 +60,7 @@ def rope_signature(raw: RawCheckpoint) -> str | None:
     if "blocks.0.attn.q_bias" in keys and not tables and _packed_glu(raw):
         return "q/v biases beside a fused qkv with a gated MLP and no relative position table, as timm's EVA-02 " \
                "tiny / small"
-    if "blocks.0.gamma_1" in keys and not tables:
+    if "blocks.0.gamma_1" in keys and not tables and not any(k.startswith("blocks_token_only.") for k in keys):
         return "LayerScale named 'gamma_1' without BEiT's relative position tables: timm's Eva class, as " \
                "vit_*_rope_ape_*"
     if "norm_pre.weight" in keys and "attn_pool.q.weight" in keys:

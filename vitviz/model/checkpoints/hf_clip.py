@@ -4,7 +4,8 @@ full ``CLIPModel`` (``openai/clip-vit-*``, LAION's HF exports); the text tower's
 ``class_embedding`` -> [CLS], ``pre_layrnorm`` -> ``norm_pre``, the patch projection has no bias, ``post_layernorm``
 -> ``norm``, ``visual_projection`` -> a bias-free head (the model then returns CLIP's image embedding; without it, the
 pooled [CLS] features). ``hidden_act`` (``quick_gelu`` for OpenAI's weights) and ``layer_norm_eps`` come from
-``config.json`` (a ``CLIPConfig``'s ``vision_config`` too); without a config: QuickGELU and eps 1e-5, as OpenAI's.
+``config.json`` (a ``CLIPConfig``'s ``vision_config`` too); without a config the weights are refused (OpenAI's
+use QuickGELU, LAION's GELU, with the same keys).
 Position embeddings at other sizes: bicubic without antialiasing (transformers' ``interpolate_pos_encoding``).
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 
 from vitviz.model.checkpoints import hf
-from vitviz.model.checkpoints.common import INDEX_BUFFER, TEXT_TOWER, Converted, RawCheckpoint
+from vitviz.model.checkpoints.common import INDEX_BUFFER, TEXT_TOWER, Converted, RawCheckpoint, err
 from vitviz.model.preprocess import Preprocess
 from vitviz.model.vit import ViTConfig
 
@@ -50,6 +51,9 @@ def encoder_rules(p: str) -> list[tuple[str, str]]:
 
 
 def convert(raw: RawCheckpoint) -> Converted:
+    if not raw.hf_config:  # OpenAI's weights use QuickGELU, LAION's GELU: the same keys
+        raise err(raw.origin, "a Hugging Face CLIP image tower without its config.json: its MLP activation (GELU, or "
+                              "OpenAI's QuickGELU: 'hidden_act') is in no tensor; open the folder with its config.json")
     p = re.escape(key_prefix(raw.tensors) or "")
     rules = [
         (p + r"embeddings\.class_embedding", "cls_token"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from vitviz.model.checkpoints import open_clip, timm_eva
+from vitviz.model.checkpoints import open_clip, timm, timm_eva
 from vitviz.model.checkpoints.common import Converted, RawCheckpoint, err, rename, want_str
 from vitviz.model.preprocess import Preprocess
 from vitviz.model.timm_rope_archs import family
@@ -42,6 +42,7 @@ def convert(raw: RawCheckpoint) -> Converted:
                               "open_clip_config.json")
     arch = want_str(where, "model_cfg.vision_cfg.timm_model_name", vc["timm_model_name"])
     if family(arch) is None:
+        timm.refuse_unmodelled({"architecture": arch}, where)  # names the part (EVA02-E-*: post-norm blocks)
         raise err(where, f"timm_model_name {arch!r}: an open_clip timm trunk vitviz does not read (read: the timm RoPE "
                          "architectures, e.g. eva02_*_clip_*)")
     pool = want_str(where, "model_cfg.vision_cfg.timm_pool", vc.get("timm_pool") or "avg", ("token", "avg"))

@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Literal
 
 from vitviz.model.checkpoints import (
+    bare_parts,
     bare_rope,
     beit,
     dinov2,
@@ -107,6 +108,7 @@ def detect_format(raw: RawCheckpoint) -> Format:
         if f.detect(raw):
             if f.NAME in _TIMM_LAYOUT_READERS:  # a RoPE model's weights without its config.json: refused
                 bare_rope.refuse_bare_rope(raw)
+                bare_parts.refuse_unread_parts(raw)  # post-norm blocks, CLIP's activation, pooled prefix
             return f.NAME
     keys = raw.tensors.keys()
     sample = names(sorted(keys)[:8])

@@ -62,6 +62,7 @@ def timm_config(raw: RawCheckpoint) -> dict[str, Any] | None:
 # weights under names no reader of this layout takes): never opened as a plain ViT, whatever the keys say
 _UNMODELLED: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"eva02_enormous"), "has residual post-norm blocks (timm Eva's use_post_norm)"),
+    (re.compile(r"_rpn_"), "has residual post-norm blocks (timm's ResPostBlock)"),
     (ROPE_NAMES, "rotates queries and keys (rotary position embedding, RoPE)"),
 )
 
