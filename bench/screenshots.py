@@ -202,6 +202,7 @@ def first_sight_shots(app, settings_for, out: Path, tmp: Path, image: str, size:
 
     def opened(win):
         win.resize(*size)
+        win.move(0, 0)  # at the screen's corner: the whole-screen grab (the export dialog) shows the whole window
         win.show()
         win.errorShown.connect(lambda t, m: errors.append(f"{t}: {m}"))
         win.dialogs.error = lambda t, m, d="": None
