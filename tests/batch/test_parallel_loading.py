@@ -19,7 +19,8 @@ from vitviz.imaging import ImageError
 class SlowPipe:
     """``prepare`` in a random time (workers finish out of order); counts what was started, and how many at once.
     ``overlap``: the first call waits (up to a minute) until a second one runs beside it, so that "read in parallel"
-    is a fact of the code, not of how busy the machine is. ``hold``: calls after the first ``free`` wait for it.
+    is a fact of the code, not of how busy the machine is. ``hold``: the images after the first ``free`` (in the
+    input order) wait for it.
     The minute-long waits only bound a hang; no assertion depends on how fast anything runs."""
 
     def __init__(self, delay: float = 0.02, seed: int = 0, overlap: bool = False, free: int | None = None):
@@ -45,8 +46,8 @@ class SlowPipe:
                 self.second.wait(60)
             else:
                 self.second.set()
-        if self.free is not None and n > self.free:
-            self.hold.wait(60)
+        if self.free is not None and int(Path(image.path).stem[2:]) >= self.free:  # by input order, not start order:
+            self.hold.wait(60)  # (a worker may start image 3 before another has started image 2 on a busy machine)
         time.sleep(pause)
         with self.lock:
             self.running -= 1
