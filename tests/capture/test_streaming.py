@@ -269,13 +269,18 @@ def test_every_view_of_a_streamed_pass_equals_the_stored_path(family):
         assert si.result.top_k(3) == sr.top_k(3) and si.result.target == sr.target
 
 
-def test_one_image_at_a_time_the_maps_are_the_stored_maps_bit_for_bit():
+def _one_photo_stored_and_streamed() -> tuple[Session, StreamedSession]:
+    """One photo through the stored route and the streamed one (every view's demands), as two sessions."""
     pipe = Pipeline(_model("cls"))
     photo = _photos(1)[0]
     si = stream_images(pipe, [photo], demands=_all_demands)[0]
     s = Session()
     s.set_result(pipe.run_batch([photo], legrad=("mean", "model"))[0])
-    ss = StreamedSession(si)
+    return s, StreamedSession(si)
+
+
+def test_one_image_at_a_time_the_maps_are_the_stored_maps_bit_for_bit():
+    s, ss = _one_photo_stored_and_streamed()
     for v, o in _all_demands(s.result):
         a, b = ss.map_for(v, o), s.map_for(v, o)
         assert (a is None and b is None) or np.array_equal(a, b), (v.key, o)
@@ -287,12 +292,7 @@ def test_a_streamed_sessions_smooth_map_reads_the_artefact_tokens_of_its_stream(
     """The patches left out of the colour scale (and drawn grey) come from the session's one artefact source
     (:meth:`Session.artefacts`, which a streamed session takes from its stream), also when the smooth map is the first
     thing asked for: the stored tokens of a streamed result are shapes without data."""
-    pipe = Pipeline(_model("cls"))
-    photo = _photos(1)[0]
-    si = stream_images(pipe, [photo], demands=_all_demands)[0]
-    s = Session()
-    s.set_result(pipe.run_batch([photo], legrad=("mean", "model"))[0])
-    ss = StreamedSession(si)
+    s, ss = _one_photo_stored_and_streamed()
     v, o = next((v, o) for v, o in _all_demands(s.result) if v.key == "token_norm" and o.head == "mean")
     ss.options = s.options = replace(o, interpolation="bilinear", scale_excludes_artefacts=True)
     np.testing.assert_allclose(ss.display_map(), s.display_map(), rtol=1e-5, atol=1e-6)  # asked first
