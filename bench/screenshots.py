@@ -157,8 +157,7 @@ def mechanistic_shots(app, win, out: Path, wait) -> None:
         print(path)
 
     tab = win.plots.mechanistic
-    win.plots.setCurrentWidget(win.plots.heads_pages)
-    win.plots.heads_pages.setCurrentWidget(tab)
+    win.plots.show_page(tab)
     tab.run()
     wait(lambda: tab.shown is not None, timeout=300)
     shot("27_plots_lens_and_knockout")
@@ -253,7 +252,7 @@ def first_sight_shots(app, settings_for, out: Path, tmp: Path, image: str, size:
     wait(lambda: task.ended, timeout=120)
     # the faithfulness tab, measured in fp32 as vitviz evaluate (a few steps: a picture, not a benchmark)
     tab = win.plots.faithfulness
-    win.plots.setCurrentWidget(tab)
+    win.plots.show_page(tab)
     tab.steps_spin.setValue(5)
     tab.seeds = 2
     tab.run()

@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         w.resize(1400, 900)
         w.show()
         tab = w.plots.faithfulness
-        w.plots.setCurrentWidget(tab)
+        w.plots.show_page(tab)
         tab.steps_spin.setValue(args.steps)
         tab.seeds = 1
         waiter = Waiter(w)

@@ -342,6 +342,21 @@ def test_embedding_filters_vs_loop_covariance():
         A.embedding_filters(w, k=13)
 
 
+def test_embedding_filter_variance_is_pca_explained_variance():
+    """The share of variance of each filter component equals scikit-learn's PCA ``explained_variance_ratio_`` on the
+    flattened filters (an independent implementation), for an RGB and a one-channel stem; identical filters give 0."""
+    from sklearn.decomposition import PCA
+
+    for D, C, P in ((20, 3, 4), (9, 1, 3)):
+        w = torch.randn(D, C, P, P)
+        got = A.embedding_filter_variance(w)
+        ref = PCA().fit(w.reshape(D, -1).double().numpy()).explained_variance_ratio_
+        n = min(len(ref), got.shape[0])
+        np.testing.assert_allclose(got[:n].numpy(), ref[:n], rtol=1e-9, atol=1e-12)
+        assert abs(float(got.sum()) - 1) < 1e-12
+    assert not A.embedding_filter_variance(torch.ones(5, 3, 2, 2)).any()
+
+
 # ------------------------------------------------------------------ batch == per image, input types
 def test_batch_results_equal_per_image_results():
     p, B = 2, 3

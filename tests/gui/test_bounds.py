@@ -209,7 +209,7 @@ def test_tables_and_comparisons_do_not_grow_the_windows_qt_objects(qtbot, window
     """Faithfulness tables shown and Compare windows (images, layers, classes) opened and closed: the same Qt objects
     after a second round as after the first."""
     c = window.controller
-    window.plots.setCurrentWidget(window.plots.faithfulness)
+    window.plots.show_page(window.plots.faithfulness)
 
     def round_trip(k):
         for p in images[:3]:

@@ -29,7 +29,7 @@ def demo_window(qtbot, settings):
     w.show()
     qtbot.waitExposed(w)
     tab = w.plots.faithfulness
-    w.plots.setCurrentWidget(tab)
+    w.plots.show_page(tab)
     tab.steps_spin.setValue(STEPS)
     tab.seeds = SEEDS
     yield w
@@ -89,7 +89,8 @@ def _submissions(monkeypatch, w):
 def test_tab_is_registered_and_waits_for_run(qtbot, demo_window, samples):
     w = demo_window
     tab = w.plots.faithfulness
-    assert w.plots.tabText(w.plots.indexOf(tab)) == "Faithfulness"
+    w.plots.show_page(tab)
+    assert w.plots.tabText(w.plots.currentIndex()) == "Faithfulness"
     open_and_wait(qtbot, w, samples[0])
     # it does not run by itself: nothing kept, nothing running, Run offered
     assert tab.shown is None and w.controller.faithfulness.running is None and not w.controller.faithfulness.tables
@@ -321,7 +322,7 @@ def test_a_model_without_a_classifier_says_why(qtbot, settings, tmp_path):
     make_image(path)
     open_and_wait(qtbot, w, path)
     tab = w.plots.faithfulness
-    w.plots.setCurrentWidget(tab)
+    w.plots.show_page(tab)
     assert not tab.run_button.isEnabled()
     assert "no classifier" in tab.status.text()
     tab.run()  # refused quietly, no job
@@ -347,7 +348,7 @@ def test_a_feature_model_with_a_similarity_target_is_measured(qtbot, settings, t
     make_image(ref, seed=5)
     open_and_wait(qtbot, w, path)
     tab = w.plots.faithfulness
-    w.plots.setCurrentWidget(tab)
+    w.plots.show_page(tab)
     tab.steps_spin.setValue(STEPS)
     tab.seeds = SEEDS
     _in_window_precision(tab)

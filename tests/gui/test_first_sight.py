@@ -118,7 +118,7 @@ def test_the_figures_and_the_faithfulness_table_say_their_precision(qtbot, windo
         with qtbot.waitSignal(window.resultShown, timeout=60000):
             window.set_precision("bf16")
     tab = window.plots.faithfulness
-    window.plots.setCurrentWidget(tab)
+    window.plots.show_page(tab)
     tab.steps_spin.setValue(4)
     tab.seeds = 2
     tab.precision_combo.setCurrentIndex(tab.precision_combo.findData("window"))  # (default: fp32, as evaluate)

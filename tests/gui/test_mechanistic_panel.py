@@ -29,8 +29,7 @@ def demo_window(qtbot, settings):
     from vitviz.demo import load_demo_model
 
     w = shown_window(qtbot, settings, load_demo_model(), model_key="demo", dialogs=Recorder())
-    w.plots.setCurrentWidget(w.plots.heads_pages)
-    w.plots.heads_pages.setCurrentWidget(w.plots.mechanistic)
+    w.plots.show_page(w.plots.mechanistic)
     return w
 
 

@@ -110,3 +110,27 @@ def test_a_window_never_shown_releases_its_jobs_at_the_first_turn_of_the_event_l
         runner.submit("model", lambda job: 42)
     assert blocker.args[1] == 42 and not runner.held and not w.isVisible()
     runner.shutdown()
+
+
+def test_the_run_on_request_pages_are_built_when_first_opened(qtbot, window, image_path):
+    """The Faithfulness and "Lens · knock-out" pages are not built with the window; opened after an image was, each
+    is attached to the window's controller and shows the window's session, as if built from the start."""
+    from gui_helpers import open_and_wait
+
+    from vitviz.gui.faithfulness import FaithfulnessPanel
+    from vitviz.gui.mechanistic_panel import MechanisticPanel
+
+    assert window.findChildren(FaithfulnessPanel) == [] and window.findChildren(MechanisticPanel) == []
+    open_and_wait(qtbot, window, image_path)
+    tabs = window.plots
+    tabs.setCurrentIndex([tabs.tabText(i) for i in range(tabs.count())].index("Faithfulness"))  # as a click does
+    panels = window.findChildren(FaithfulnessPanel)
+    assert len(panels) == 1 and panels[0].isVisible()
+    assert panels[0].controller is window.controller and panels[0].session is window.session
+    assert window.findChildren(MechanisticPanel) == []
+    lens = window.plots.mechanistic  # asked for by code: built then
+    assert window.findChildren(MechanisticPanel) == [lens] and lens.session is window.session
+    assert lens.controller is window.controller
+    with qtbot.waitSignal(window.plots.layerHeadSelected, timeout=5000) as sig:  # its clicks reach the window
+        lens.layerHeadSelected.emit(1, 2)
+    assert sig.args == [1, 2]

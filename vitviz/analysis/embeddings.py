@@ -125,6 +125,15 @@ def token_similarity(
     return out if batched else out[0]
 
 
+def _centred_filters(patch_embed_weight: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``W [D, C, P, P]`` (checked) and ``X [D, C*P*P]``: one row per filter, float64, centred over the D filters."""
+    w = as_float(patch_embed_weight, "patch_embed_weight")
+    if w.ndim != 4 or w.shape[-1] != w.shape[-2]:
+        raise ValueError(f"patch_embed_weight must be [D, C, P, P], got shape {tuple(w.shape)}")
+    X = w.reshape(w.shape[0], -1).double()
+    return w, X - X.mean(0, keepdim=True)
+
+
 def embedding_filters(patch_embed_weight: Any, k: int = 28) -> torch.Tensor:
     """The first ``k`` principal components of the patch-embedding filters (ViT paper, Fig. 7 left).
 
@@ -141,16 +150,12 @@ def embedding_filters(patch_embed_weight: Any, k: int = 28) -> torch.Tensor:
     Returns:
         ``[k, P, P, C]`` float32 in [0, 1].
     """
-    w = as_float(patch_embed_weight, "patch_embed_weight")
-    if w.ndim != 4 or w.shape[-1] != w.shape[-2]:
-        raise ValueError(f"patch_embed_weight must be [D, C, P, P], got shape {tuple(w.shape)}")
+    w, X = _centred_filters(patch_embed_weight)
     D, C, P, _ = w.shape
     kmax = min(D, C * P * P)
     if not 1 <= int(k) <= kmax:
         raise ValueError(f"k={k} principal components requested; valid: 1..{kmax} for weights {tuple(w.shape)}")
     k = int(k)
-    X = w.reshape(D, C * P * P).double()
-    X = X - X.mean(0, keepdim=True)
     # right singular vectors = eigenvectors of the (C*P*P)^2 scatter matrix, largest first
     evals, evecs = torch.linalg.eigh(X.T @ X)
     comps = evecs[:, -k:].flip(-1).T  # [k, C*P*P]
@@ -162,3 +167,18 @@ def embedding_filters(patch_embed_weight: Any, k: int = 28) -> torch.Tensor:
     span = hi - lo
     out = torch.where(span > 0, (comps - lo) / span.clamp_min(1e-300), torch.zeros_like(comps))
     return out.float()
+
+
+def embedding_filter_variance(patch_embed_weight: Any) -> torch.Tensor:
+    """Share of the filters' variance along each principal component of :func:`embedding_filters`, largest first.
+
+    With ``X [D, C*P*P]`` the centred filters as there and ``s`` its singular values, ``ratio_c = s_c^2 / sum(s^2)``
+    (all zeros when every filter is the same).
+
+    Returns:
+        ``[min(D, C*P*P)]`` float64, summing to 1.
+    """
+    _w, X = _centred_filters(patch_embed_weight)
+    var = torch.linalg.svdvals(X) ** 2
+    total = var.sum()
+    return var / total if total > 0 else torch.zeros_like(var)

@@ -35,8 +35,8 @@ class FaithfulnessCurves(pg.GraphicsLayoutWidget):
         self.setMinimumHeight(PLOT_MIN_HEIGHT)
         # whatever height is left (its 640 x 480 size hint would make the tab scroll in any dock)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
-        self.del_plot = self.addPlot(row=0, col=0)
-        self.ins_plot = self.addPlot(row=0, col=1)
+        self.del_plot = self.addPlot(row=0, col=0, enableMenu=False)
+        self.ins_plot = self.addPlot(row=0, col=1, enableMenu=False)
         for plot, mode, verb in ((self.del_plot, "Deletion", "removed"), (self.ins_plot, "Insertion", "revealed")):
             plot.setTitle(mode, size="9pt")
             plot.setLabel("bottom", f"fraction of patches {verb}", **{"font-size": "8pt"})
@@ -44,7 +44,6 @@ class FaithfulnessCurves(pg.GraphicsLayoutWidget):
                 plot.getAxis(side).enableAutoSIPrefix(False)
                 # the 0 and 1 labels at the ends are drawn (pyqtgraph drops them on a gridded plot: no grid)
                 plot.getAxis(side).setStyle(hideOverlappingLabels=False)
-            plot.setMenuEnabled(False)
             plot.setMouseEnabled(False, False)
             plot.hideButtons()
             plot.setXRange(-EDGE, 1 + EDGE, padding=0)  # a little room so that the 0 and 1 labels are drawn

@@ -194,10 +194,9 @@ class MainWindow(ImageDrops, QMainWindow):
         self.heads.grid_toggle.toggled.connect(self.acts.grid.setChecked)
         self.plots.layerHeadSelected.connect(self.edits.head_tile)
         self.plots.patchSelected.connect(self.set_query)
-        self.plots.faithfulness.attach(self.controller)
-        self.plots.mechanistic.attach(self.controller)
-        self.plots.faithfulness.viewRequested.connect(lambda view, changes: self._set(view=view, **changes))
-        self.plots.faithfulness.localisation.outlineChanged.connect(self.canvas.set_ground_truth)
+        self.plots.attach(self.controller)  # the Faithfulness and knock-out pages are built when first opened
+        self.plots.viewRequested.connect(lambda view, changes: self._set(view=view, **changes))
+        self.plots.outlineChanged.connect(self.canvas.set_ground_truth)
         self.predictions.targetChosen.connect(self.set_target)
         self.predictions.modelOffered.connect(self.models.choose_photo_model)  # once loaded: the model for photos
         self.canvas.hovered.connect(self._on_hover)

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from vitviz.document.appearance import precision_text
 from vitviz.gui.canvas import highlight_rect
 from vitviz.gui.faithfulness import FaithfulnessPanel
+from vitviz.gui.lazy_page import LazyPage
 from vitviz.gui.mechanistic_panel import MechanisticPanel
 from vitviz.gui.mosaic import (
     BACKGROUND,
@@ -45,23 +46,6 @@ FILTER_COMPONENTS = 28
 LEGEND_ENTRY = 62  # px a legend entry (marker and "h11") takes
 ZERO_LABEL_PX = 9  # px below 0 on the distance plot: pyqtgraph drops the label of a tick on a gridded plot's edge
 FILTER_TILE = 64  # px: room for the "PC12 3.4 %" label on each filter
-
-
-def filter_variance_ratio(patch_embed_weight) -> np.ndarray:
-    """Share of the variance of the centred patch-embedding filters along each principal component, largest first.
-
-    ``W [D, C, P, P]`` -> ``X [D, C*P*P]`` centred over the D filters (as in
-    :func:`vitviz.analysis.embeddings.embedding_filters`); ``ratio_c = s_c^2 / sum(s^2)`` with ``s`` the singular
-    values of ``X``. (Here until the analysis returns it along with the components.)
-    """
-    import torch
-
-    w = patch_embed_weight if isinstance(patch_embed_weight, torch.Tensor) else torch.as_tensor(patch_embed_weight)
-    X = w.detach().reshape(w.shape[0], -1).double().cpu()
-    X = X - X.mean(0, keepdim=True)
-    var = torch.linalg.svdvals(X) ** 2
-    total = float(var.sum())
-    return (var / total).numpy() if total > 0 else np.zeros(var.shape[0])
 
 
 def _titled(title: QLabel, body: QWidget, *extra: QWidget) -> QWidget:
@@ -87,13 +71,21 @@ POS_TITLES = {"table": "Position embeddings: cosine similarity of each patch wit
 class PlotsPanel(QTabWidget):
     """Mean attention distance, position-embedding similarity, patch-embedding filters, attention entropy.
 
+    The Faithfulness and "Lens · knock-out" pages are built when first shown or asked for (:attr:`faithfulness`,
+    :attr:`mechanistic`), with the controller given to :meth:`attach` and the session last refreshed.
+
     Signals:
-        layerHeadSelected(layer, head): a point of the distance plot or a cell of the entropy map was clicked.
+        layerHeadSelected(layer, head): a point of the distance plot, a cell of the entropy map or of the knock-out
+            grid was clicked.
         patchSelected(index): a tile of the position-embedding grid was clicked.
+        viewRequested(view, changes): the Faithfulness table asks for a view (:class:`FaithfulnessPanel`).
+        outlineChanged(outline): the ground-truth outline of the Faithfulness tab's localisation box changed.
     """
 
     layerHeadSelected = Signal(int, int)
     patchSelected = Signal(int)
+    viewRequested = Signal(str, dict)
+    outlineChanged = Signal(object)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -103,12 +95,11 @@ class PlotsPanel(QTabWidget):
         # mean attention distance
         self.dist_widget = pg.GraphicsLayoutWidget()
         self.dist_widget.setBackground(BACKGROUND)
-        self.dist_plot = self.dist_widget.addPlot(row=0, col=0)
+        self.dist_plot = self.dist_widget.addPlot(row=0, col=0, enableMenu=False)
         self.dist_title = QLabel("Mean attention distance per layer and head · this image")
         self.dist_plot.setLabel("bottom", "layer")
         self.dist_plot.setLabel("left", "distance (input px)")  # the title names the quantity
         self.dist_plot.showGrid(x=True, y=True, alpha=0.25)
-        self.dist_plot.setMenuEnabled(False)
         self.dist_scatter = pg.ScatterPlotItem(size=8, pen=pg.mkPen(None), hoverable=True,
                                                hoverPen=pg.mkPen("w", width=1.5), tip=None)
         self.dist_scatter.sigClicked.connect(self._on_point)
@@ -184,10 +175,9 @@ class PlotsPanel(QTabWidget):
         self.setTabToolTip(2, "Principal components of the patch-embedding filters (Fig. 7 left), with the share of "
                               "the filters' variance each explains")
         # entropy
-        self.ent_widget = pg.PlotWidget(background=BACKGROUND)
+        self.ent_widget = pg.PlotWidget(background=BACKGROUND, enableMenu=False)
         self.ent_plot = self.ent_widget.getPlotItem()
         self.ent_title = QLabel("Mean attention entropy per layer and head · this image")
-        self.ent_plot.setMenuEnabled(False)
         self.ent_plot.setMouseEnabled(False, False)
         self.ent_plot.hideButtons()
         self.ent_plot.invertY(True)
@@ -204,21 +194,22 @@ class PlotsPanel(QTabWidget):
         self.ent_widget.scene().sigMouseClicked.connect(self._on_entropy_click)
         # the heads tab: the entropy grid, and the logit lens and head knock-out (vitviz.gui.mechanistic_panel: run
         # on request, attached like faithfulness) as a second page (a sixth tab would widen the dock)
-        self.mechanistic = MechanisticPanel()
-        self.mechanistic.layerHeadSelected.connect(self.layerHeadSelected)
+        self._controller = None  # given to the pages when they are built (attach)
+        self._shown_session = None  # the session last refreshed, for a page built later
+        self._mechanistic_page = LazyPage(self._make_mechanistic)
         self.heads_pages = QTabWidget()
         self.heads_pages.setDocumentMode(True)
         self.heads_pages.setTabPosition(QTabWidget.TabPosition.South)
         self.heads_pages.addTab(_titled(self.ent_title, self.ent_widget), "Entropy")
-        self.heads_pages.addTab(self.mechanistic, "Lens · knock-out")
+        self.heads_pages.addTab(self._mechanistic_page, "Lens · knock-out")
         self.heads_pages.setTabToolTip(1, "Logit lens against depth and the knock-out of every head (press Run); "
                                           "click a cell of the grid to show that head's map")
         self.addTab(self.heads_pages, "Heads")
         self.setTabToolTip(3, "Mean attention entropy per layer and head for this image; the logit lens and the "
                               "knock-out of every head; click a cell")
         # faithfulness (vitviz.gui.faithfulness): run on request; the window attaches it to its controller
-        self.faithfulness = FaithfulnessPanel()
-        self.addTab(self.faithfulness, "Faithfulness")
+        self._faithfulness_page = LazyPage(self._make_faithfulness)
+        self.addTab(self._faithfulness_page, "Faithfulness")
         self.setTabToolTip(4, "Deletion and insertion curves of the maps for this image and target: which map "
                               "reflects what the model uses (press Run)")
         self._result_id = None
@@ -229,12 +220,63 @@ class PlotsPanel(QTabWidget):
         self._pos_marked = None
         self.currentChanged.connect(lambda _i: self._fill_filter_variance())
 
+    # ------------------------------------------------------------------ the pages built on first sight
+    @property
+    def faithfulness(self) -> FaithfulnessPanel:
+        """The Faithfulness page (built now if it was not yet)."""
+        return self._faithfulness_page.content  # type: ignore[return-value]
+
+    @property
+    def mechanistic(self) -> MechanisticPanel:
+        """The logit lens and head knock-out page (built now if it was not yet)."""
+        return self._mechanistic_page.content  # type: ignore[return-value]
+
+    def show_page(self, content: QWidget) -> None:
+        """Bring the tab holding ``content`` (a page, a page's content, or a widget in it) to the front, the Heads
+        tab's own pages included."""
+        for tabs in (self, self.heads_pages):
+            for i in range(tabs.count()):
+                page = tabs.widget(i)
+                if page is content or page.isAncestorOf(content):
+                    tabs.setCurrentIndex(i)
+
+    def attach(self, controller) -> None:
+        """Give ``controller`` to the run-on-request pages (now, or when they are built)."""
+        self._controller = controller
+        for page in self._lazy_pages():
+            if page.built:
+                page.content.attach(controller)  # type: ignore[attr-defined]
+
+    def _lazy_pages(self) -> tuple[LazyPage, LazyPage]:
+        return self._faithfulness_page, self._mechanistic_page
+
+    def _make_faithfulness(self) -> FaithfulnessPanel:
+        panel = FaithfulnessPanel()
+        panel.viewRequested.connect(self.viewRequested)
+        panel.localisation.outlineChanged.connect(self.outlineChanged)
+        return self._ready(panel)
+
+    def _make_mechanistic(self) -> MechanisticPanel:
+        panel = MechanisticPanel()
+        panel.layerHeadSelected.connect(self.layerHeadSelected)
+        return self._ready(panel)
+
+    def _ready(self, panel):
+        """A page just built: attached to the controller and showing the session, as if it had been from the start."""
+        if self._controller is not None:
+            panel.attach(self._controller)
+        if self._shown_session is not None:
+            panel.refresh(self._shown_session)
+        return panel
+
     def refresh(self, session) -> None:
         r = session.result
         if r is None:
             return
-        self.faithfulness.refresh(session)
-        self.mechanistic.refresh(session)
+        self._shown_session = session
+        for page in self._lazy_pages():
+            if page.built:
+                page.content.refresh(session)  # type: ignore[attr-defined]
         o = session.options
         if id(r) != self._result_id:
             self._result_id = id(r)
@@ -483,7 +525,9 @@ class PlotsPanel(QTabWidget):
         w = getattr(self._filter_md, "patch_embed_weight", None)
         if w is None:
             return
-        ratio = filter_variance_ratio(w)
+        from vitviz.analysis import embedding_filter_variance  # (torch: not at start-up)
+
+        ratio = embedding_filter_variance(w).cpu().numpy()
         self.filter_variance = ratio
         k = min(len(ratio), len(self._filter_tiles))
         self._filter_labels = [f"PC{i + 1} {100 * ratio[i]:.1f} %" for i in range(k)]

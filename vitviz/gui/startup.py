@@ -25,8 +25,10 @@ from PySide6.QtWidgets import QWidget
 import vitviz
 from vitviz.gui.worker import TaskRunner
 
-HEAVY_MODULES = ("torch", "torchvision", "matplotlib", "scipy", "timm", "transformers", "open_clip", "sklearn")
-"""Libraries the window must not import before it is shown (each costs 0.3-2 s; torch comes with the first model)."""
+HEAVY_MODULES = ("torch", "torchvision", "matplotlib", "scipy", "timm", "transformers", "open_clip", "sklearn",
+                 "cuda.bindings")
+"""Libraries the window must not import before it is shown (each costs 0.3-2 s; torch comes with the first model;
+cuda-python, 60-70 ms, would come with pyqtgraph: :mod:`vitviz.gui` keeps it out)."""
 
 _LOGGED: set[str] = set()  # the start-up lines printed in this process
 
