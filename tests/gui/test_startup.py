@@ -134,3 +134,23 @@ def test_the_run_on_request_pages_are_built_when_first_opened(qtbot, window, ima
     with qtbot.waitSignal(window.plots.layerHeadSelected, timeout=5000) as sig:  # its clicks reach the window
         lens.layerHeadSelected.emit(1, 2)
     assert sig.args == [1, 2]
+
+
+def test_the_filters_pca_waits_for_the_filters_tab(qtbot, window, image_path, monkeypatch):
+    """The patch-embedding filters' principal components (seconds for a large model on a loaded machine) are
+    computed when the Filters tab is first shown, not before the first result is drawn; once per model."""
+    from gui_helpers import open_and_wait
+
+    import vitviz.analysis
+
+    calls = []
+    real = vitviz.analysis.embedding_filters
+    monkeypatch.setattr(vitviz.analysis, "embedding_filters", lambda *a, **k: calls.append(1) or real(*a, **k))
+    open_and_wait(qtbot, window, image_path)
+    assert calls == []
+    tabs = window.plots
+    tabs.setCurrentIndex([tabs.tabText(i) for i in range(tabs.count())].index("Filters"))
+    assert calls == [1] and "principal components" in tabs.filter_title.text()
+    tabs.setCurrentIndex(0)
+    tabs.setCurrentIndex([tabs.tabText(i) for i in range(tabs.count())].index("Filters"))
+    assert calls == [1]

@@ -143,7 +143,8 @@ class Pipeline:
             if grid not in self._model_data:
                 data = ModelData.of(self.model, grid)
                 data.pos_similarity()  # what the plots show, ready before the first result reaches the window
-                data.filters()
+                # (the filters' PCA, an eigh of C*P*P square, 0.2 s for ViT-B/16 and seconds on a loaded machine, is
+                # left to the Filters tab, when it is first shown: the first overlay does not wait for it)
                 self._model_data[grid] = data
             return self._model_data[grid]
 
