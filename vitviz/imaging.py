@@ -269,7 +269,7 @@ def _first_bytes(src: Path | io.BytesIO, n: int) -> bytes:
         return b""
 
 
-def load_image(path: str | os.PathLike) -> LoadedImage:
+def load_image(path: str | os.PathLike, *, check: Callable[[int, int], str | None] | None = None) -> LoadedImage:
     """Read an image file (PNG, JPEG, BMP, TIFF, WebP, GIF first frame) as RGB with EXIF rotation applied.
 
     This is the one image reader of vitviz (the window and ``vitviz predict`` both use it). Limits, each refused
@@ -277,7 +277,8 @@ def load_image(path: str | os.PathLike) -> LoadedImage:
     before any decoding), aspect ratio at most :data:`MAX_ASPECT_RATIO`:1, and no more pixels than the free memory
     holds (:data:`BYTES_PER_PIXEL` each, against :func:`free_memory`, also from the header). Pipes (``/dev/stdin``,
     ``<(command)``, FIFOs) are read into memory, at most :data:`MAX_STREAM_BYTES`; devices, sockets and folders are
-    refused.
+    refused. ``check(width, height)``: the caller's own limit on the header's size (the file's stored width and
+    height, before EXIF rotation), asked before any decoding; a problem it returns refuses the image.
 
     Raises:
         ImageError: naming the file and what is wrong (missing, a folder, a device, empty, not an image, truncated,
@@ -311,6 +312,9 @@ def load_image(path: str | os.PathLike) -> LoadedImage:
             if im.width * im.height > MAX_PIXELS:
                 raise ImageError(p, _too_large(f"{im.width}x{im.height} pixels"))
             check_shape(im.width, im.height, p)
+            problem = check(im.width, im.height) if check is not None else None
+            if problem:
+                raise ImageError(p, problem)
             problem = _memory_problem(im.width, im.height)  # from the header, before any pixel is decoded
             if problem:
                 raise ImageError(p, problem)
