@@ -17,6 +17,8 @@ import struct
 import tempfile
 import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -172,13 +174,46 @@ def free_memory() -> int | None:
     return min(found) if found else None
 
 
-def _memory_problem(width: int, height: int) -> str | None:
-    """Why a ``width x height`` image cannot be opened in the memory left (:func:`free_memory`), or None."""
-    need, free = width * height * BYTES_PER_PIXEL, free_memory()
-    if free is None or need <= free:
-        return None
+def _memory_problem(width: int, height: int, need: int, free: int) -> str:
     return (f"opening this {width}x{height} image needs about {need / 2**30:.1f} GiB, but only "
             f"{free / 2**30:.1f} GiB is free (memory, or this process's limit); reduce the image first")
+
+
+_OPENING = threading.Condition()
+_reserved = 0  # bytes of the images being decoded now (under _OPENING)
+
+
+def memory_reserved() -> int:
+    """Bytes reserved by the images :func:`load_image` is decoding right now, in every thread."""
+    with _OPENING:
+        return _reserved
+
+
+@contextmanager
+def _reservation(path: Path, width: int, height: int) -> Iterator[None]:
+    """Hold ``width x height x`` :data:`BYTES_PER_PIXEL` of memory while an image is decoded, so that images opened
+    at the same time (the loader threads of ``vitviz export``, the window's) do not each pass the memory check alone
+    and together exceed the memory: the need is compared with :func:`free_memory` less what the images being decoded
+    have reserved. An image that fits alone but not beside them waits until one of them ends (their memory is then
+    in use, or free again: :func:`free_memory` says which); one that would not fit even with their memory back is
+    refused at once (:class:`ImageError`). Released when decoding ends, however it ends."""
+    global _reserved
+    need = width * height * BYTES_PER_PIXEL
+    with _OPENING:
+        while True:
+            free = free_memory()
+            if free is None or need <= free - _reserved:
+                break
+            if _reserved == 0 or need > free + _reserved:  # would not fit even with the others' memory back
+                raise ImageError(path, _memory_problem(width, height, need, free))
+            _OPENING.wait()  # fits alone, not beside the images being decoded: until one of them ends
+        _reserved += need
+    try:
+        yield
+    finally:
+        with _OPENING:
+            _reserved -= need
+            _OPENING.notify_all()
 
 
 def _open_with_project_limit(src) -> Image.Image:
@@ -275,7 +310,8 @@ def load_image(path: str | os.PathLike, *, check: Callable[[int, int], str | Non
     This is the one image reader of vitviz (the window and ``vitviz predict`` both use it). Limits, each refused
     with an :class:`ImageError`: at most :data:`MAX_PIXELS` pixels (20000x20000; the file's header is checked
     before any decoding), aspect ratio at most :data:`MAX_ASPECT_RATIO`:1, and no more pixels than the free memory
-    holds (:data:`BYTES_PER_PIXEL` each, against :func:`free_memory`, also from the header). Pipes (``/dev/stdin``,
+    holds (:data:`BYTES_PER_PIXEL` each, against :func:`free_memory` less what the images being decoded in other
+    threads hold, also from the header; waits for those when it fits alone but not beside them). Pipes (``/dev/stdin``,
     ``<(command)``, FIFOs) are read into memory, at most :data:`MAX_STREAM_BYTES`; devices, sockets and folders are
     refused. ``check(width, height)``: the caller's own limit on the header's size (the file's stored width and
     height, before EXIF rotation), asked before any decoding; a problem it returns refuses the image.
@@ -315,19 +351,18 @@ def load_image(path: str | os.PathLike, *, check: Callable[[int, int], str | Non
             problem = check(im.width, im.height) if check is not None else None
             if problem:
                 raise ImageError(p, problem)
-            problem = _memory_problem(im.width, im.height)  # from the header, before any pixel is decoded
-            if problem:
-                raise ImageError(p, problem)
-            frames = getattr(im, "n_frames", 1)
-            if frames > 1:
-                im.seek(0)
-            original_mode = im.mode
-            im.load()
-            # in place: no copy of the pixels unless the EXIF orientation asks for one (a copy of a 20000x20000
-            # image is 1.6 GB)
-            ImageOps.exif_transpose(im, in_place=True)
-            rgb = to_rgb(im)
-            rgb.load()
+            # the memory, from the header before any pixel is decoded, and held while decoding
+            with _reservation(p, im.width, im.height):
+                frames = getattr(im, "n_frames", 1)
+                if frames > 1:
+                    im.seek(0)
+                original_mode = im.mode
+                im.load()
+                # in place: no copy of the pixels unless the EXIF orientation asks for one (a copy of a 20000x20000
+                # image is 1.6 GB)
+                ImageOps.exif_transpose(im, in_place=True)
+                rgb = to_rgb(im)
+                rgb.load()
     except ImageError:
         raise
     except UnidentifiedImageError:
