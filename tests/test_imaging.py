@@ -242,7 +242,7 @@ class _HeldDecoding:
 
         monkeypatch.setattr(ImageFile.ImageFile, "load", load)
         monkeypatch.setattr(imaging, "free_memory", lambda: free)
-        monkeypatch.setattr(imaging, "_OPENING", Watched())
+        monkeypatch.setattr(imaging.IMAGES_IN_FLIGHT, "condition", Watched())
 
 
 def test_an_image_that_fits_alone_waits_while_another_is_decoded(tmp_path, monkeypatch):

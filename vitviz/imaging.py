@@ -10,15 +10,12 @@ from __future__ import annotations
 import io
 import os
 import re
-import resource
 import select
 import stat
 import struct
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -27,6 +24,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vitviz._util.files import default_file_mode, describe_os_error, folder_problem, process_alive
+from vitviz._util.memory import Reservations, free_memory
 
 # the resampling filters a model's preprocessing may name (timm's and torchvision's names), as PIL knows them
 RESAMPLING: dict[str, Image.Resampling] = {
@@ -154,66 +152,29 @@ def _too_large(size: str) -> str:
            f"{MAX_PIXELS / 1e6:.0f} megapixels)"
 
 
-def free_memory() -> int | None:
-    """Bytes this process can still allocate: the smaller of the machine's ``MemAvailable`` and what the process's
-    own limits leave (``RLIMIT_AS`` less its address space, ``RLIMIT_DATA`` less its data); None when unknown."""
-    found: list[int] = []
-    status: dict[str, int] = {}
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
-        with open("/proc/self/status", encoding="ascii") as f:
-            status = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f)
-                      if k in ("VmSize", "VmData")}
-    except (OSError, ValueError):
-        pass
-    for limit, used in ((resource.RLIMIT_AS, "VmSize"), (resource.RLIMIT_DATA, "VmData")):
-        soft = resource.getrlimit(limit)[0]
-        if soft != resource.RLIM_INFINITY and used in status:
-            found.append(max(0, soft - status[used]))
-    return min(found) if found else None
-
-
 def _memory_problem(width: int, height: int, need: int, free: int) -> str:
     return (f"opening this {width}x{height} image needs about {need / 2**30:.1f} GiB, but only "
             f"{free / 2**30:.1f} GiB is free (memory, or this process's limit); reduce the image first")
 
 
-_OPENING = threading.Condition()
-_reserved = 0  # bytes of the images being decoded now (under _OPENING)
+IMAGES_IN_FLIGHT = Reservations()
+"""The memory of the images :func:`load_image` is decoding right now, in every thread."""
 
 
 def memory_reserved() -> int:
     """Bytes reserved by the images :func:`load_image` is decoding right now, in every thread."""
-    with _OPENING:
-        return _reserved
+    return IMAGES_IN_FLIGHT.reserved
 
 
-@contextmanager
-def _reservation(path: Path, width: int, height: int) -> Iterator[None]:
-    """Hold ``width x height x`` :data:`BYTES_PER_PIXEL` of memory while an image is decoded, so that images opened
-    at the same time (the loader threads of ``vitviz export``, the window's) do not each pass the memory check alone
-    and together exceed the memory: the need is compared with :func:`free_memory` less what the images being decoded
-    have reserved. An image that fits alone but not beside them waits until one of them ends (their memory is then
-    in use, or free again: :func:`free_memory` says which); one that would not fit even with their memory back is
-    refused at once (:class:`ImageError`). Released when decoding ends, however it ends."""
-    global _reserved
+def _reservation(path: Path, width: int, height: int):
+    """Hold ``width x height x`` :data:`BYTES_PER_PIXEL` of memory while an image is decoded
+    (:data:`IMAGES_IN_FLIGHT`): images opened at the same time (the loader threads of ``vitviz export``, the
+    window's) do not each pass the memory check alone and together exceed the memory. One that fits alone but not
+    beside those being decoded waits until one of them ends; one that would not fit even with their memory back is
+    refused at once (:class:`ImageError`)."""
     need = width * height * BYTES_PER_PIXEL
-    with _OPENING:
-        while True:
-            free = free_memory()
-            if free is None or need <= free - _reserved:
-                break
-            if _reserved == 0 or need > free + _reserved:  # would not fit even with the others' memory back
-                raise ImageError(path, _memory_problem(width, height, need, free))
-            _OPENING.wait()  # fits alone, not beside the images being decoded: until one of them ends
-        _reserved += need
-    try:
-        yield
-    finally:
-        with _OPENING:
-            _reserved -= need
-            _OPENING.notify_all()
+    return IMAGES_IN_FLIGHT.hold(need, lambda: free_memory(),  # (this module's name, looked up at each call)
+                                 lambda free: ImageError(path, _memory_problem(width, height, need, free)))
 
 
 def _open_with_project_limit(src) -> Image.Image:
