@@ -199,3 +199,114 @@ def test_written_files_get_the_users_normal_permissions(tmp_path):
         os.umask(old)
     for p in (png, ckpt):
         assert stat.S_IMODE(p.stat().st_mode) == 0o644, p  # not mkstemp's 0600
+
+
+# ----------------------------------------------------------------------------------------------- memory of images
+# opened at the same time (the loader threads of vitviz export, the window's)
+_BOUND_S = 60  # a bound against a hang, never a speed
+
+
+def _photo(path: Path, side: int) -> Path:
+    Image.new("RGB", (side, side), (90, 140, 200)).save(path)
+    return path
+
+
+class _HeldDecoding:
+    """PIL's decoding of ``held`` waits for :attr:`release`; every other image's decoding records whether ``held`` had
+    been released when it started and sets :attr:`other`, as does a thread starting to wait for the images being
+    decoded (the reservations' condition); :func:`vitviz.imaging.free_memory` is always ``free`` bytes."""
+
+    def __init__(self, monkeypatch, held: Path, free: int):
+        import threading
+
+        from PIL import ImageFile
+
+        self.started, self.release, self.other = threading.Event(), threading.Event(), threading.Event()
+        self.released_before: dict[str, bool] = {}
+        real = ImageFile.ImageFile.load
+        other = self.other
+
+        def load(im, *a, **k):
+            if im.filename == str(held):
+                self.started.set()
+                assert self.release.wait(_BOUND_S)
+            else:
+                self.released_before.setdefault(Path(im.filename).name, self.release.is_set())  # (its first load)
+                other.set()
+            return real(im, *a, **k)
+
+        class Watched(threading.Condition):
+            def wait(self, timeout=None):
+                other.set()  # (the lock is held until the wait below lets go of it)
+                return super().wait(timeout)
+
+        monkeypatch.setattr(ImageFile.ImageFile, "load", load)
+        monkeypatch.setattr(imaging, "free_memory", lambda: free)
+        monkeypatch.setattr(imaging.IMAGES_IN_FLIGHT, "condition", Watched())
+
+
+def test_an_image_that_fits_alone_waits_while_another_is_decoded(tmp_path, monkeypatch):
+    """10 MiB free: a 1000x1000 image (7 MB) and an 800x800 one (4.5 MB) each pass the memory check alone, not both
+    at once. The second waits until the first is decoded (it was decoded beside it, each check passing alone), then
+    opens; nothing stays reserved. No timing: the first is held until the second either decodes or waits, and the
+    first's release needs the lock the second only lets go of while it waits."""
+    import threading
+
+    first, second = _photo(tmp_path / "first.png", 1000), _photo(tmp_path / "second.png", 800)
+    held = _HeldDecoding(monkeypatch, first, free=10 * 2**20)
+    results: dict[str, object] = {}
+
+    def load(path, key):
+        try:
+            results[key] = load_image(path)
+        except Exception as e:  # noqa: BLE001 - asserted below
+            results[key] = e
+
+    a = threading.Thread(target=load, args=(first, "first"), name="first")
+    a.start()
+    assert held.started.wait(_BOUND_S)
+    assert imaging.memory_reserved() == 1000 * 1000 * imaging.BYTES_PER_PIXEL
+    b = threading.Thread(target=load, args=(second, "second"), name="second")
+    b.start()
+    assert held.other.wait(_BOUND_S)
+    held.release.set()
+    a.join(_BOUND_S)
+    b.join(_BOUND_S)
+    assert not a.is_alive() and not b.is_alive()
+    assert results["first"].size == (1000, 1000) and results["second"].size == (800, 800), results
+    assert held.released_before == {"second.png": True}  # not decoded while the first was
+    assert imaging.memory_reserved() == 0
+
+
+def test_an_image_that_would_not_fit_even_with_the_others_memory_back_is_refused_at_once(tmp_path, monkeypatch):
+    import threading
+
+    first, big = _photo(tmp_path / "first.png", 1000), _photo(tmp_path / "big.png", 1800)  # 7 MB, 22.7 MB
+    held = _HeldDecoding(monkeypatch, first, free=10 * 2**20)
+    a = threading.Thread(target=load_image, args=(first,), name="first")
+    a.start()
+    try:
+        assert held.started.wait(_BOUND_S)
+        with pytest.raises(ImageError) as ei:  # this thread: refused while the first is still being decoded
+            load_image(big)
+        assert str(ei.value) == (f"{big}: opening this 1800x1800 image needs about 0.0 GiB, but only 0.0 GiB is free "
+                                 "(memory, or this process's limit); reduce the image first")
+    finally:
+        held.release.set()
+        a.join(_BOUND_S)
+    assert held.released_before == {} and imaging.memory_reserved() == 0
+
+
+@pytest.mark.parametrize("failure", [OSError("broken data stream"), MemoryError(), KeyboardInterrupt()])
+def test_the_reservation_ends_with_the_decoding_however_it_ends(tmp_path, monkeypatch, failure):
+    from PIL import ImageFile
+
+    photo = _photo(tmp_path / "photo.png", 300)
+    real = ImageFile.ImageFile.load
+    monkeypatch.setattr(imaging, "free_memory", lambda: 2**30)
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda im, *a, **k: (_ for _ in ()).throw(failure))
+    with pytest.raises((ImageError, KeyboardInterrupt)):
+        load_image(photo)
+    assert imaging.memory_reserved() == 0
+    monkeypatch.setattr(ImageFile.ImageFile, "load", real)
+    assert load_image(photo).size == (300, 300) and imaging.memory_reserved() == 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import resource
 import select
 import stat
 import struct
@@ -25,6 +24,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vitviz._util.files import default_file_mode, describe_os_error, folder_problem, process_alive
+from vitviz._util.memory import Reservations, free_memory
 
 # the resampling filters a model's preprocessing may name (timm's and torchvision's names), as PIL knows them
 RESAMPLING: dict[str, Image.Resampling] = {
@@ -152,33 +152,29 @@ def _too_large(size: str) -> str:
            f"{MAX_PIXELS / 1e6:.0f} megapixels)"
 
 
-def free_memory() -> int | None:
-    """Bytes this process can still allocate: the smaller of the machine's ``MemAvailable`` and what the process's
-    own limits leave (``RLIMIT_AS`` less its address space, ``RLIMIT_DATA`` less its data); None when unknown."""
-    found: list[int] = []
-    status: dict[str, int] = {}
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
-        with open("/proc/self/status", encoding="ascii") as f:
-            status = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f)
-                      if k in ("VmSize", "VmData")}
-    except (OSError, ValueError):
-        pass
-    for limit, used in ((resource.RLIMIT_AS, "VmSize"), (resource.RLIMIT_DATA, "VmData")):
-        soft = resource.getrlimit(limit)[0]
-        if soft != resource.RLIM_INFINITY and used in status:
-            found.append(max(0, soft - status[used]))
-    return min(found) if found else None
-
-
-def _memory_problem(width: int, height: int) -> str | None:
-    """Why a ``width x height`` image cannot be opened in the memory left (:func:`free_memory`), or None."""
-    need, free = width * height * BYTES_PER_PIXEL, free_memory()
-    if free is None or need <= free:
-        return None
+def _memory_problem(width: int, height: int, need: int, free: int) -> str:
     return (f"opening this {width}x{height} image needs about {need / 2**30:.1f} GiB, but only "
             f"{free / 2**30:.1f} GiB is free (memory, or this process's limit); reduce the image first")
+
+
+IMAGES_IN_FLIGHT = Reservations()
+"""The memory of the images :func:`load_image` is decoding right now, in every thread."""
+
+
+def memory_reserved() -> int:
+    """Bytes reserved by the images :func:`load_image` is decoding right now, in every thread."""
+    return IMAGES_IN_FLIGHT.reserved
+
+
+def _reservation(path: Path, width: int, height: int):
+    """Hold ``width x height x`` :data:`BYTES_PER_PIXEL` of memory while an image is decoded
+    (:data:`IMAGES_IN_FLIGHT`): images opened at the same time (the loader threads of ``vitviz export``, the
+    window's) do not each pass the memory check alone and together exceed the memory. One that fits alone but not
+    beside those being decoded waits until one of them ends; one that would not fit even with their memory back is
+    refused at once (:class:`ImageError`)."""
+    need = width * height * BYTES_PER_PIXEL
+    return IMAGES_IN_FLIGHT.hold(need, lambda: free_memory(),  # (this module's name, looked up at each call)
+                                 lambda free: ImageError(path, _memory_problem(width, height, need, free)))
 
 
 def _open_with_project_limit(src) -> Image.Image:
@@ -269,15 +265,17 @@ def _first_bytes(src: Path | io.BytesIO, n: int) -> bytes:
         return b""
 
 
-def load_image(path: str | os.PathLike) -> LoadedImage:
+def load_image(path: str | os.PathLike, *, check: Callable[[int, int], str | None] | None = None) -> LoadedImage:
     """Read an image file (PNG, JPEG, BMP, TIFF, WebP, GIF first frame) as RGB with EXIF rotation applied.
 
     This is the one image reader of vitviz (the window and ``vitviz predict`` both use it). Limits, each refused
     with an :class:`ImageError`: at most :data:`MAX_PIXELS` pixels (20000x20000; the file's header is checked
     before any decoding), aspect ratio at most :data:`MAX_ASPECT_RATIO`:1, and no more pixels than the free memory
-    holds (:data:`BYTES_PER_PIXEL` each, against :func:`free_memory`, also from the header). Pipes (``/dev/stdin``,
+    holds (:data:`BYTES_PER_PIXEL` each, against :func:`free_memory` less what the images being decoded in other
+    threads hold, also from the header; waits for those when it fits alone but not beside them). Pipes (``/dev/stdin``,
     ``<(command)``, FIFOs) are read into memory, at most :data:`MAX_STREAM_BYTES`; devices, sockets and folders are
-    refused.
+    refused. ``check(width, height)``: the caller's own limit on the header's size (the file's stored width and
+    height, before EXIF rotation), asked before any decoding; a problem it returns refuses the image.
 
     Raises:
         ImageError: naming the file and what is wrong (missing, a folder, a device, empty, not an image, truncated,
@@ -311,19 +309,21 @@ def load_image(path: str | os.PathLike) -> LoadedImage:
             if im.width * im.height > MAX_PIXELS:
                 raise ImageError(p, _too_large(f"{im.width}x{im.height} pixels"))
             check_shape(im.width, im.height, p)
-            problem = _memory_problem(im.width, im.height)  # from the header, before any pixel is decoded
+            problem = check(im.width, im.height) if check is not None else None
             if problem:
                 raise ImageError(p, problem)
-            frames = getattr(im, "n_frames", 1)
-            if frames > 1:
-                im.seek(0)
-            original_mode = im.mode
-            im.load()
-            # in place: no copy of the pixels unless the EXIF orientation asks for one (a copy of a 20000x20000
-            # image is 1.6 GB)
-            ImageOps.exif_transpose(im, in_place=True)
-            rgb = to_rgb(im)
-            rgb.load()
+            # the memory, from the header before any pixel is decoded, and held while decoding
+            with _reservation(p, im.width, im.height):
+                frames = getattr(im, "n_frames", 1)
+                if frames > 1:
+                    im.seek(0)
+                original_mode = im.mode
+                im.load()
+                # in place: no copy of the pixels unless the EXIF orientation asks for one (a copy of a 20000x20000
+                # image is 1.6 GB)
+                ImageOps.exif_transpose(im, in_place=True)
+                rgb = to_rgb(im)
+                rgb.load()
     except ImageError:
         raise
     except UnidentifiedImageError:

@@ -179,6 +179,41 @@ def test_a_change_that_gets_past_the_fence_is_reported_with_reopen():
         capture(model, torch.randn(1, 3, 32, 32), target=CallableTarget(sneaky, name="sneaky"))
 
 
+def _numpy_view(model):
+    def numpy_view(out):  # a NumPy view of the weight: no torch function, no version counter
+        model.blocks[0].attn.qkv.weight.data.numpy()[0, 0] += 1.0
+        return out[0]
+    return numpy_view
+
+
+def _data_unfenced(model):
+    def data_unfenced(out):  # .data has a version counter of its own: the weight's does not move
+        with torch._C.DisableTorchFunction():
+            model.blocks[0].attn.qkv.weight.data.add_(1e-3)
+        return out[0]
+    return data_unfenced
+
+
+@pytest.mark.parametrize("make", [_numpy_view, _data_unfenced])
+@pytest.mark.parametrize("route", ["hooks", "streamed"])
+def test_a_change_no_fence_nor_version_counter_sees_is_found_by_content(make, route):
+    """Writes past the fence that leave the parameter's version counter as it was: found by comparing the weights'
+    content before and after the batch's calls (one line, "reopen the model")."""
+    model = _vit()
+    x = torch.randn(2, 3, 32, 32)
+    fn = make(model)
+    version = model.blocks[0].attn.qkv.weight._version
+    with pytest.raises(TargetError) as e:
+        if route == "hooks":
+            capture(model, x, target=CallableTarget(fn, name=fn.__name__))
+        else:
+            stream_pass(model, x, target=CallableTarget(fn, name=fn.__name__), legrad=("mean",))
+    assert str(e.value) == (f"target function {fn.__name__} changed the model's blocks.0.attn.qkv.weight in place: "
+                            "the maps would explain another model, and its weights are no longer those opened: reopen "
+                            "the model")
+    assert model.blocks[0].attn.qkv.weight._version == version  # what the version check alone missed
+
+
 def test_a_target_that_only_reads_is_untouched_by_the_fence():
     """Reading the output (and the model's weights), making new tensors and changing them in place: the scores are
     the function's, as without the fence."""

@@ -9,6 +9,7 @@ from gui_helpers import make_image, open_and_wait
 from PySide6.QtCore import Qt
 
 from vitviz.document import comparison as cmp
+from vitviz.render.figures import layout as figure_layout
 
 
 @pytest.fixture
@@ -107,7 +108,7 @@ def test_follows_the_main_window(qtbot, window, three):
     assert "does not change with the layer" in cw.message.text() and cw.message.isVisible()
 
 
-def test_classes_layout_and_exported_figure(qtbot, window, three, tmp_path):
+def test_classes_layout_and_exported_figure(qtbot, window, three, tmp_path, monkeypatch):
     open_and_wait(qtbot, window, three[0])
     r = window.session.result
     classes = tuple(i for i, _, _ in r.top_k(4))
@@ -121,6 +122,13 @@ def test_classes_layout_and_exported_figure(qtbot, window, three, tmp_path):
     assert out is not None and window.dialogs_recorder.errors == []
     text = out.read_text(encoding="utf-8")
     assert len(re.findall(r"<image\b", text)) == 4
+    # over the figure limit: refused from the images' sizes before a panel is drawn at an image's pixels
+    monkeypatch.setattr(figure_layout, "MAX_FIGURE_PIXELS", 4 * 110 * 70 - 1)  # the four panels, at native size
+    monkeypatch.setattr(cmp, "comparison_figure", lambda comp: pytest.fail("the figure was built"))
+    assert cw.export(str(tmp_path / "big.png"), scale="native") is None
+    ((title, msg),) = window.dialogs_recorder.errors
+    assert title == "Export refused" and msg.startswith(f"{three[0]}: the figure would be at least 220 x 140 = ")
+    assert not (tmp_path / "big.png").exists()
     for k in classes:
         assert r.label(k) in text
     from vitviz.document import state as st

@@ -15,6 +15,7 @@ from vitviz import imaging
 from vitviz.document import appearance
 from vitviz.document import panel as P
 from vitviz.render import figures as F
+from vitviz.render.figures import layout as figure_layout
 
 
 class ExportRecorder(Recorder):
@@ -230,3 +231,31 @@ def test_the_figure_writer_stops_before_writing_when_cancelled_after_drawing(tmp
     out = F.save(spec, tmp_path / "a.png", scale="native", progress=lambda d, t: True)
     with Image.open(out) as im:
         im.load()
+
+
+def test_a_figure_over_the_limit_is_refused_before_any_map_is_drawn(qtbot, window, image_path, tmp_path,
+                                                                    monkeypatch):
+    """With the figure limit below the 110x70 image's own pixels, every File > Export of it (view as PNG and SVG,
+    heads, layer animation) is one error naming the image and the limit, said before a map is drawn at the image's
+    pixels (the figure builders are never called), and nothing is written."""
+    w = window
+    w.dialogs = w.dialogs_recorder
+    open_and_wait(qtbot, w, image_path)
+    monkeypatch.setattr(figure_layout, "MAX_FIGURE_PIXELS", 110 * 70 - 1)
+
+    def never(*a, **k):
+        raise AssertionError("a figure was built for an image whose figure is over the limit")
+
+    for name in ("view_figure", "heads_figure", "layer_figures"):
+        monkeypatch.setattr(P, name, never)
+    assert w.export_view(str(tmp_path / "v.png"), scale="native") is None
+    assert w.export_view(str(tmp_path / "v.svg")) is None  # laid out at print size: 19x the image
+    assert w.export_heads(str(tmp_path / "h.png"), scale="native") is None
+    assert w.export_animation(str(tmp_path / "a.gif"), scale="native") is None
+    errors = w.dialogs.errors
+    assert [title for title, _ in errors] == ["Export refused"] * 4
+    native = f"{image_path}: the figure would be at least 110 x 70 = 0.0 Mpx (at the image's own pixels), over the "
+    assert errors[0][1].startswith(native) and errors[0][1].endswith("; choose a smaller size or reduce the image")
+    assert "(at 19x the image's pixels)" in errors[1][1]
+    assert errors[3][1].startswith(native)
+    assert list(tmp_path.glob("[vha].*")) == []

@@ -294,6 +294,20 @@ def test_export_writes_the_figure_with_the_state(model_file, photos, tmp_path, s
         v.close()
 
 
+def test_export_over_the_figure_limit_is_refused_before_the_map_is_drawn(viewer, tmp_path, monkeypatch):
+    """The figure limit is known from the image's size: one ValueError naming the image, nothing built or written."""
+    from vitviz.notebook import viewer as viewer_module
+    from vitviz.render.figures import layout
+
+    h, w = viewer.session.result.image_size
+    monkeypatch.setattr(layout, "MAX_FIGURE_PIXELS", h * w - 1)
+    monkeypatch.setattr(viewer_module, "view_figure", lambda s: pytest.fail("the figure was built"))
+    with pytest.raises(ValueError) as ei:
+        viewer.export(tmp_path / "fig.png", scale="native")
+    assert str(ei.value).startswith(f"{viewer.session.result.source}: the figure would be at least {w} x {h} = ")
+    assert not (tmp_path / "fig.png").exists()
+
+
 def test_the_mime_bundle_carries_a_png_of_the_current_view(viewer):
     from vitviz.document.panel import render_view
 

@@ -108,6 +108,35 @@ def test_parse_scale_and_refusals(session):
     assert spec is not None
 
 
+def test_size_problem_from_the_sizes_is_the_bare_figure_lay_out_refuses(monkeypatch):
+    """:func:`size_problem` (no pixels needed) gives the panels' area at the scale's factor: a bare one-panel figure
+    (no text, no bar) is exactly that, so both refuse the same figures; a grid adds only the gaps between panels."""
+    from vitviz.render.figures import layout
+
+    photo = np.broadcast_to(np.zeros((1, 1, 3), np.uint8), (70, 110, 3))  # the sizes only: no memory
+    for panels, ncols, scale in ((1, 1, "native"), (1, 1, 3), (1, 1, "print"), (6, 3, "print"), (4, 4, 2)):
+        monkeypatch.undo()
+        spec = F.FigureSpec(panels=(F.Panel(photo=photo),) * panels, ncols=ncols, colorbar=False)
+        k = F.scale_factor(spec, scale)
+        w, h = k * 110 * ncols, k * 70 * spec.nrows
+        L = F.lay_out(spec, k)
+        if panels == 1:
+            assert (L.width, L.height) == (w, h)
+        else:
+            assert L.width > w and L.height >= h
+        monkeypatch.setattr(layout, "MAX_FIGURE_PIXELS", w * h)
+        assert F.size_problem((70, 110), scale, panels=panels, ncols=ncols) is None
+        monkeypatch.setattr(layout, "MAX_FIGURE_PIXELS", w * h - 1)
+        problem = F.size_problem((70, 110), scale, panels=panels, ncols=ncols)
+        assert problem.startswith(f"the figure would be at least {w} x {h} = "), problem
+        with pytest.raises(ValueError, match="megapixels"):
+            F.lay_out(spec, k)
+    monkeypatch.undo()
+    assert F.size_problem((11000, 12000), "native") == ("the figure would be at least 12000 x 11000 = 132.0 Mpx (at "
+                                                        "the image's own pixels), over the 120 Mpx limit of a figure")
+    assert F.size_problem((11000, 12000), "print") is not None and F.size_problem((10000, 11000), "print") is None
+
+
 # ----------------------------------------------------------------------------------------------- text
 def test_title_caption_and_colour_bar_say_what_the_window_says(session):
     session.set_options(view="relevance")

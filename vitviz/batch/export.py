@@ -14,7 +14,8 @@ attention is reduced to what the requested maps need as the pass goes, so the me
 attention, not every layer's; the maps equal the stored path's) where the model and views allow, else stored
 (:meth:`vitviz.pipeline.Pipeline.run_batch`), in a batch size that adapts to the memory available; a writer thread
 renders and writes the files of one batch while the next is computed. The queues between them hold at most a batch or
-two, so 10,000 images use the memory of a few batches.
+two, so 10,000 images use the memory of a few batches. An image whose figure would be over the figure limit is refused
+from its header, before it is decoded or run (:func:`vitviz.batch.export_plan.figure_check`).
 
 Files (under ``--out``): ``<name>_<view>_<options>.png|.npy`` where ``<name>`` mirrors the input's folders
 (:class:`vitviz.batch.inputs.InputImage`) and the rest is the window's export name
@@ -60,6 +61,7 @@ from vitviz.batch.export_maps import describe_result, write_maps
 from vitviz.batch.export_options import ExportOptions, setting_names
 from vitviz.batch.export_plan import (
     check_against_model,
+    figure_check,
     grid_of,
     map_demands,
     needs_gradients,
@@ -254,7 +256,8 @@ class Exporter:
         writer.start()
         restore = _sigterm_as_interrupt()
         try:
-            for batch in stream_batches(self.pipeline, todo, o.batch_size, workers=self.workers):
+            for batch in stream_batches(self.pipeline, todo, o.batch_size, workers=self.workers,
+                                        check=figure_check(o)):
                 if self._writer_error is not None or self._stop.is_set():
                     break
                 self._put(jobs, self._compute(batch))

@@ -5,13 +5,14 @@ options of each map drawn (what a streamed pass must gather). No Qt."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from vitviz import views as registry
 from vitviz.batch.export_options import HEAD_WORDS, ExportOptions, is_int
 from vitviz.document.session import Session
+from vitviz.render import figures
 
 
 def resolve_target(text: str | int | None, labels: Sequence[str] | None, num_classes: int) -> int | None:
@@ -89,6 +90,27 @@ def check_against_model(options: ExportOptions, depth: int | None, heads: int | 
         for w in options.heads:
             if is_int(w) and not 0 <= int(w) < heads:
                 raise ValueError(f"--heads {w}: the model has {heads} heads (valid: 0..{heads - 1})")
+
+
+def figure_check(options: ExportOptions) -> Callable[[int, int], str | None] | None:
+    """The limit a figure puts on an image's size, for :func:`vitviz.batch.inputs.stream_batches` to ask from each
+    image's header before it is decoded and run: a PNG (``--format png|both``) or ``--animate`` frame of one view
+    is the image at ``--scale`` with its text, refused over :data:`~vitviz.render.figures.MAX_FIGURE_PIXELS`
+    (:func:`~vitviz.render.figures.size_problem`). None with ``--format npy`` and no animation: the maps are at the
+    patch grid's size whatever the image's."""
+    if options.format == "npy" and not options.animate:
+        return None
+    scale = figures.parse_scale(options.scale)
+    only_npy = "--format npy" + (" without --animate" if options.animate else "")
+
+    def check(width: int, height: int) -> str | None:
+        problem = figures.size_problem((height, width), scale)
+        if problem is None:
+            return None
+        smaller = "" if figures.grid_factor((height, width), 1, 1, scale) == 1 else "choose a smaller --scale, "
+        return f"{problem}; {smaller}reduce the image, or export its maps only ({only_npy})"
+
+    return check
 
 
 def map_requests(result: Any, options: ExportOptions) -> list[tuple[str, dict[str, Any]]]:

@@ -32,6 +32,8 @@ from tqdm import tqdm
 from vitviz.imaging import IMAGE_SUFFIXES, ImageError, load_image
 
 LIST_SUFFIXES = (".txt", ".lst", ".list")
+SizeCheck = Callable[[int, int], "str | None"]
+"""``check(width, height)`` of an image's header: why its size is refused, or None (``load_image``'s ``check``)."""
 
 
 @dataclass(frozen=True)
@@ -235,10 +237,10 @@ class Loaded:
     load_s: float = 0.0
 
 
-def _load_one(pipeline: Any, item: InputImage) -> Loaded:
+def _load_one(pipeline: Any, item: InputImage, check: SizeCheck | None = None) -> Loaded:
     t = time.perf_counter()
     try:
-        loaded = load_image(item.path)
+        loaded = load_image(item.path, check=check)
         try:
             prepared = pipeline.prepare(loaded)
         except ImageError as e:
@@ -256,11 +258,13 @@ def default_workers(device: str = "cpu") -> int:
 
 
 def stream_batches(pipeline: Any, items: Sequence[InputImage], batch_size: int, *,
-                   workers: int | None = None) -> Iterator[list[Loaded]]:
+                   workers: int | None = None, check: SizeCheck | None = None) -> Iterator[list[Loaded]]:
     """Batches of up to ``batch_size`` :class:`Loaded` images, in the order of ``items``, read and preprocessed
     (``pipeline.prepare``) by ``workers`` threads (default :func:`default_workers` of the pipeline's device) that stay
-    at most two batches ahead. Closing the generator (a ``break``, an exception, Ctrl+C in the consumer) cancels what
-    was not started; the images being read finish in the background."""
+    at most two batches ahead; ``check``: a limit on each image's size, asked from its header before it is decoded
+    (:func:`vitviz.imaging.load_image`; a refused image is yielded with its error). Closing the generator (a
+    ``break``, an exception, Ctrl+C in the consumer) cancels what was not started; the images being read finish in the
+    background."""
     if batch_size < 1:
         raise ValueError(f"batch size must be at least 1, got {batch_size}")
     workers = default_workers(getattr(pipeline, "device", "cpu")) if workers is None else int(workers)
@@ -276,7 +280,7 @@ def stream_batches(pipeline: Any, items: Sequence[InputImage], batch_size: int, 
             item = next(todo, None)
             if item is None:
                 return
-            pending.append(pool.submit(_load_one, pipeline, item))
+            pending.append(pool.submit(_load_one, pipeline, item, check))
 
     try:
         fill()

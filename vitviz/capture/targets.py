@@ -29,7 +29,7 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-from vitviz.capture.target_guard import TargetMisuse, call_guarded
+from vitviz.capture.target_guard import TargetMisuse, call_guarded, weights_watched
 
 __all__ = ["CallableTarget", "ClassTarget", "SimilarityTarget", "Target", "TargetError", "Text", "as_target",
            "differentiable_scores", "target_scores"]
@@ -255,29 +255,38 @@ def target_scores(target: Target, output: torch.Tensor, embedding: torch.Tensor 
         cos = torch.nn.functional.cosine_similarity(embedding, v[None].expand_as(embedding), dim=-1, eps=1e-12)
         return target.scale * cos + target.bias
     if isinstance(target, CallableTarget):
-        values = []
-        for b in range(output.shape[0]):
-            try:
-                y = call_guarded(target.name, target.fn, output[b], output)
-            except TargetMisuse as e:  # it changed the model, ran it, or took a gradient: already one line
-                raise TargetError(str(e)) from None
-            except Exception as e:  # noqa: BLE001 - the user's code: name it, keep its message
-                text = str(e).splitlines()[0] if str(e) else ""
-                raise TargetError(f"target function {target.name} raised {type(e).__name__}"
-                                  + (f": {text}" if text else "")) from e
-            if not isinstance(y, torch.Tensor):
-                raise TargetError(f"target function {target.name} returned a {type(y).__name__}, not a tensor computed "
-                                  "from the output (a gradient needs one)")
-            if y.numel() != 1:
-                raise TargetError(f"target function {target.name} returned shape {tuple(y.shape)}, not a scalar")
-            if not y.is_floating_point():
-                raise TargetError(f"target function {target.name} returned dtype {y.dtype}, not a floating scalar")
-            if not bool(torch.isfinite(y.detach()).all()):
-                raise TargetError(f"target function {target.name} returned {float(y.detach())} on image {b + 1} (not "
-                                  "a finite number: the maps would be NaN)")
-            values.append(y.reshape(()))
-        return torch.stack(values)
+        try:
+            with weights_watched(target.name):  # (by content, once a batch: what the fence cannot see)
+                return _callable_scores(target, output)
+        except TargetMisuse as e:
+            raise TargetError(str(e)) from None
     raise TargetError(f"unknown target {target!r}")
+
+
+def _callable_scores(target: CallableTarget, output: torch.Tensor) -> torch.Tensor:
+    """A callable target's score for each image, each call fenced (:func:`call_guarded`)."""
+    values = []
+    for b in range(output.shape[0]):
+        try:
+            y = call_guarded(target.name, target.fn, output[b], output)
+        except TargetMisuse as e:  # it changed the model, ran it, or took a gradient: already one line
+            raise TargetError(str(e)) from None
+        except Exception as e:  # noqa: BLE001 - the user's code: name it, keep its message
+            text = str(e).splitlines()[0] if str(e) else ""
+            raise TargetError(f"target function {target.name} raised {type(e).__name__}"
+                              + (f": {text}" if text else "")) from e
+        if not isinstance(y, torch.Tensor):
+            raise TargetError(f"target function {target.name} returned a {type(y).__name__}, not a tensor computed "
+                              "from the output (a gradient needs one)")
+        if y.numel() != 1:
+            raise TargetError(f"target function {target.name} returned shape {tuple(y.shape)}, not a scalar")
+        if not y.is_floating_point():
+            raise TargetError(f"target function {target.name} returned dtype {y.dtype}, not a floating scalar")
+        if not bool(torch.isfinite(y.detach()).all()):
+            raise TargetError(f"target function {target.name} returned {float(y.detach())} on image {b + 1} (not "
+                              "a finite number: the maps would be NaN)")
+        values.append(y.reshape(()))
+    return torch.stack(values)
 
 
 def finite_scores(target: Target, scores: torch.Tensor) -> torch.Tensor:

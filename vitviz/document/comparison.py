@@ -33,7 +33,7 @@ from vitviz import views
 from vitviz.document import appearance
 from vitviz.document.panel import panel_of
 from vitviz.document.session import Session
-from vitviz.render.figures import FigureSpec, Panel, grid_shape
+from vitviz.render.figures import FigureSpec, Panel, ScaleOption, grid_shape, size_problem
 from vitviz.render.scales import ColourScale, scale_for
 from vitviz.views.options import ViewOptions
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from vitviz.pipeline import InferenceResult
 
 __all__ = ["LAYOUTS", "Cell", "CompareSpec", "Comparison", "build_comparison", "comparison_figure",
-           "default_classes", "default_layers", "needed_runs"]
+           "comparison_size_problem", "default_classes", "default_layers", "needed_runs"]
 
 LAYOUTS: tuple[str, ...] = ("views", "layers", "classes")
 PROMPT_PANELS = 8  # prompts laid out side by side by default (the "classes" layout over a model's prompts)
@@ -403,6 +403,15 @@ def _texts(spec: CompareSpec, cells: list[Cell], title: str, scale_note: str, ba
 
 
 # ----------------------------------------------------------------------------------------------- the figure
+def comparison_size_problem(comp: Comparison, scale: ScaleOption = "print") -> str | None:
+    """Why :func:`comparison_figure` at ``scale`` would be over the figure limit, from the images' sizes alone
+    (:func:`vitviz.render.figures.size_problem`), before any map is drawn at an image's pixels; None when it fits."""
+    sizes = [c.session.result.image_size for c in comp.cells]
+    cell = (max(h for h, _ in sizes), max(w for _, w in sizes))
+    problem = size_problem(cell, scale, panels=len(sizes), ncols=comp.ncols)
+    return None if problem is None else f"{comp.cells[0].session.result.source}: {problem}"
+
+
 def comparison_figure(comp: Comparison) -> FigureSpec:
     """The comparison as a :class:`vitviz.render.figures.FigureSpec`: every panel in the window's colours (its scale,
     the query-patch box where the view uses it, the mask), row and column labels (the panel labels in the ``"layers"``

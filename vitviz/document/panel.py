@@ -22,7 +22,7 @@ from vitviz.render import figures
 from vitviz.render.figures import FigureSpec, Panel, grid_shape
 from vitviz.render.scales import ColourScale, scale_for
 
-__all__ = ["HEADS_QUANTITY", "PREFIX_NOTE_SHARE", "HeadsGrid", "diffuse_note", "heads_figure",
+__all__ = ["HEADS_QUANTITY", "PREFIX_NOTE_SHARE", "HeadsGrid", "diffuse_note", "figure_size_problem", "heads_figure",
            "heads_of", "layer_figures", "panel_of", "render_heads", "render_view", "view_figure"]
 
 HEADS_QUANTITY = "attention weight"
@@ -208,6 +208,24 @@ def view_figure(session: Session, *, badge: str | None = None) -> FigureSpec | N
     return FigureSpec(panels=(p,), ncols=1, title=p.title if o.caption else None,
                       caption=p.caption if o.caption else None, colorbar=o.colorbar,
                       colorbar_label=p.colorbar_label, scale=p.scale)
+
+
+def figure_size_problem(session: Session, scale: figures.ScaleOption = "print", *, heads: bool = False,
+                        all_layers: bool = False) -> str | None:
+    """Why the figure of the session's view (``heads``: :func:`heads_figure`, every layer's with ``all_layers``; an
+    animation frame is the view's) at ``scale`` would be over the limit, from the image's size alone
+    (:func:`vitviz.render.figures.size_problem`), before any map is drawn at the image's pixels: one line naming the
+    image. None when it fits, or without a result."""
+    r = session.result
+    if r is None:
+        return None
+    panels = ncols = 1
+    if heads:
+        g = heads_of(session, all_layers=all_layers)
+        n_layers, n_heads = g.maps.shape[:2]
+        panels, ncols = n_layers * n_heads, n_heads if all_layers else grid_shape(n_heads, r.image_size)[1]
+    problem = figures.size_problem(r.image_size, scale, panels=panels, ncols=ncols)
+    return None if problem is None else f"{r.source}: {problem}"
 
 
 def heads_figure(session: Session, *, all_layers: bool = False) -> FigureSpec | None:

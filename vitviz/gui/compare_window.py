@@ -407,12 +407,15 @@ class CompareWindow(QMainWindow):
         main window's remembered export size) with the session, comparison included, in its metadata. Asks before
         replacing a file; errors are shown. Returns the file written, or None (``background``: off the GUI thread
         with a progress dialog, as File > Export; the running task)."""
+        if not Path(path).suffix:
+            path = str(path) + ".png"
+        if self.comparison is not None and self.exports.refused(  # from the images' sizes, before any map is drawn
+                cmp.comparison_size_problem(self.comparison, self.exports.figure_scale(path, scale))):
+            return None
         spec = self.figure()
         if spec is None:
             self.show_error("Nothing to export", "The comparison has not been drawn yet.")
             return None
-        if not Path(path).suffix:
-            path = str(path) + ".png"
         return self.exports.save_figure(spec, path, scale=scale, metadata=self.metadata(path, compare=self.spec),
                                         status=self.statusBar().showMessage, background=background)
 

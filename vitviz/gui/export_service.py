@@ -148,12 +148,15 @@ class ExportService:
         if not Path(path).suffix:  # a bare name is a PNG, as the file dialog's default type says
             path = str(path) + ".png"
         s = self.session
+        # refused from the image's size before any map is drawn at its pixels
+        if self.too_large(self.figure_scale(path, scale), heads=heads, all_layers=all_layers):
+            return None
+        scale = self.setting("scale", "print") if scale is None else scale
         spec = panel.heads_figure(s, all_layers=all_layers) if heads else panel.view_figure(s)
         if spec is None:
             self.show_error("Nothing to export", "Open an image first." if s.result is None
                             else f"{s.view.title} is not available: {s.unavailable_reason()}")
             return None
-        scale = self.setting("scale", "print") if scale is None else scale
         meta = metadata if metadata is not None else self.metadata()
         return self.save_figure(spec, path, scale=scale, metadata=meta, background=background)
 
@@ -162,15 +165,35 @@ class ExportService:
         """Write the current view over every layer as GIF / APNG / MP4 (by ``path``'s extension), the layer drawn on
         each frame (``background``: off the GUI thread, a progress dialog counting frames, Cancel). Asks before
         replacing a file; shows any error."""
+        scale = self.setting("animation_scale", "animation") if scale is None else scale
+        if self.too_large(scale):
+            return None
         try:
             specs = panel.layer_figures(self.session)
         except ValueError as e:
             self.show_error("Nothing to animate", str(e))
             return None
-        scale = self.setting("animation_scale", "animation") if scale is None else scale
         meta = metadata if metadata is not None else self.metadata()
         return self.run(path, "Export animation", background, None, lambda ow, progress: figures.save_animation(
             specs, path, scale=scale, fps=fps, metadata=meta, overwrite=ow, progress=progress), steps=len(specs))
+
+    def too_large(self, scale: Any, *, heads: bool = False, all_layers: bool = False) -> bool:
+        """Whether the figure would be over the figure limit at ``scale``, from the image's size
+        (:func:`vitviz.document.panel.figure_size_problem`); see :meth:`refused`."""
+        return self.refused(panel.figure_size_problem(self.session, scale, heads=heads, all_layers=all_layers))
+
+    def refused(self, problem: str | None) -> bool:
+        """Show a figure's size ``problem`` in the error dialog (True), or nothing when it is None (False)."""
+        if problem:
+            self.show_error("Export refused", f"{problem}; choose a smaller size or reduce the image")
+        return bool(problem)
+
+    def figure_scale(self, path: str, scale: Any = None) -> Any:
+        """The scale a figure file at ``path`` is laid out at: PNG at ``scale`` (default: the remembered one), SVG
+        and PDF at ``"print"``."""
+        if Path(path).suffix.lower() not in ("", ".png"):
+            return "print"
+        return self.setting("scale", "print") if scale is None else scale
 
     # ------------------------------------------------------------------ dialogs
     def export_dialog(self, *, heads: bool = False, animation: bool = False,

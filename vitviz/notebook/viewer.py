@@ -26,7 +26,7 @@ import traitlets
 from vitviz import imaging, views
 from vitviz.document import state as st
 from vitviz.document.handed import as_images, check_target, memory_pipeline, with_text
-from vitviz.document.panel import render_view, view_figure
+from vitviz.document.panel import figure_size_problem, render_view, view_figure
 from vitviz.document.session import Session
 from vitviz.notebook import payload
 from vitviz.pipeline import prompt_pipeline, reference_target
@@ -210,9 +210,13 @@ class Viewer(anywidget.AnyWidget):
         its metadata, :func:`vitviz.render.figures.save`).
 
         Raises:
-            ValueError: the view has no map (why); ExportError, FileExistsError: as :func:`figures.save`.
+            ValueError: the view has no map (why), or its figure would be over the figure limit (known from the
+                image's size); ExportError, FileExistsError: as :func:`figures.save`.
         """
         with self._lock:
+            problem = figure_size_problem(self._session, scale if Path(path).suffix.lower() == ".png" else "print")
+            if problem:  # from the image's size, before the map is drawn at its pixels
+                raise ValueError(f"{problem}; choose a smaller scale or reduce the image")
             spec = view_figure(self._session)
             if spec is None:
                 raise ValueError(f"{self._session.view.title} is not available: {self._session.unavailable_reason()}")

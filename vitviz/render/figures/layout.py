@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vitviz.render.figures.sizes import scale_factor
+from vitviz.render.figures.sizes import ScaleOption, grid_factor, scale_factor
 from vitviz.render.figures.specification import FigureSpec
 from vitviz.render.figures.text import TEXT_PT, TICK_PT, TITLE_PT, text_width_pt, wrap_text
 
 MAX_FIGURE_PIXELS = 120_000_000
+"""The largest figure drawn (width x height in pixels, all formats: SVG and PDF are laid out at ``"print"``)."""
 SINGLE_INCHES = 2.6
 GRID_INCHES = 6.0
 MIN_DPI = 150.0
@@ -34,6 +35,23 @@ class Layout:
     bar: tuple[int, int, int, int] | None  # shared colour bar (x, y_top, w, h)
     small_bars: list[tuple[int, int, int, int]]  # under each panel
     px_per_pt: float
+
+
+def size_problem(cell: tuple[int, int], scale: ScaleOption, *, panels: int = 1, ncols: int = 1) -> str | None:
+    """Why a figure of ``panels`` images of ``cell = (h, w)`` pixels in ``ncols`` columns cannot be drawn at
+    ``scale``, known from the sizes alone, before an image is decoded or a map computed: its panels alone are over
+    :data:`MAX_FIGURE_PIXELS`. None when they fit (the title, caption, labels and colour bar add a little, which
+    :func:`lay_out` checks when the figure is drawn)."""
+    ncols = max(1, min(ncols, panels))
+    nrows = -(-panels // ncols)
+    h, w = cell
+    k = grid_factor(cell, nrows, ncols, scale)
+    width, height = k * ncols * w, k * nrows * h
+    if width * height <= MAX_FIGURE_PIXELS:
+        return None
+    at = "at the image's own pixels" if k == 1 else f"at {k}x the image's pixels"
+    return (f"the figure would be at least {width} x {height} = {width * height / 1e6:.1f} Mpx ({at}), over the "
+            f"{MAX_FIGURE_PIXELS // 10**6} Mpx limit of a figure")
 
 
 def lay_out(spec: FigureSpec, k: int | None = None, reserve: tuple[int, int] = (0, 0)) -> Layout:

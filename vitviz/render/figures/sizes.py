@@ -42,12 +42,18 @@ def parse_scale(text: ScaleOption) -> ScaleOption:
 
 def scale_factor(spec: FigureSpec, scale: ScaleOption = "print") -> int:
     """The integer ``k`` the panels are drawn at (image pixels -> figure pixels) for ``scale``."""
+    return grid_factor(spec.cell, spec.nrows, spec.ncols, scale)
+
+
+def grid_factor(cell: tuple[int, int], nrows: int, ncols: int, scale: ScaleOption = "print") -> int:
+    """:func:`scale_factor` of a grid of ``nrows x ncols`` cells of ``cell = (h, w)`` image pixels, from the sizes
+    alone (no panel needed)."""
     s = parse_scale(scale)
     if isinstance(s, int):
         return s
     if s == "native":
         return 1
     target = PRINT_LONG_SIDE if s == "print" else ANIMATION_LONG_SIDE
-    h, w = spec.cell
-    long = max(spec.ncols * w, spec.nrows * h)
+    h, w = cell
+    long = max(ncols * w, nrows * h)
     return max(1, math.ceil(target / long))
