@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PIL import Image
 from PySide6.QtWidgets import QApplication, QWidget
 
 from vitviz import imaging
@@ -40,6 +39,8 @@ Status = Callable[[str, int], None]  # a status bar's showMessage(text, millisec
 def size_note(path: Path) -> str:
     """What a written file measures: pixels (and frames or dpi) of a raster, kilobytes of a vector figure."""
     if path.suffix.lower() in (".png", ".gif", ".apng"):
+        from PIL import Image  # (its plugins: with the first export, not at start-up)
+
         with Image.open(path) as im:
             frames = getattr(im, "n_frames", 1)
             dpi = im.info.get("dpi")

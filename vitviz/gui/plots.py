@@ -9,6 +9,7 @@ from 0 for non-negative quantities, a legend or a colour bar. The tile grids kee
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
@@ -27,9 +28,7 @@ from PySide6.QtWidgets import (
 
 from vitviz.document.appearance import precision_text
 from vitviz.gui.canvas import highlight_rect
-from vitviz.gui.faithfulness import FaithfulnessPanel
 from vitviz.gui.lazy_page import LazyPage
-from vitviz.gui.mechanistic_panel import MechanisticPanel
 from vitviz.gui.mosaic import (
     BACKGROUND,
     MIN_TILE,
@@ -41,6 +40,10 @@ from vitviz.gui.mosaic import (
     upscale,
 )
 from vitviz.render import colormaps
+
+if TYPE_CHECKING:
+    from vitviz.gui.faithfulness import FaithfulnessPanel
+    from vitviz.gui.mechanistic_panel import MechanisticPanel
 
 FILTER_COMPONENTS = 28
 LEGEND_ENTRY = 62  # px a legend entry (marker and "h11") takes
@@ -251,12 +254,16 @@ class PlotsPanel(QTabWidget):
         return self._faithfulness_page, self._mechanistic_page
 
     def _make_faithfulness(self) -> FaithfulnessPanel:
+        from vitviz.gui.faithfulness import FaithfulnessPanel  # (with the page: not at start-up)
+
         panel = FaithfulnessPanel()
         panel.viewRequested.connect(self.viewRequested)
         panel.localisation.outlineChanged.connect(self.outlineChanged)
         return self._ready(panel)
 
     def _make_mechanistic(self) -> MechanisticPanel:
+        from vitviz.gui.mechanistic_panel import MechanisticPanel  # (with the page: not at start-up)
+
         panel = MechanisticPanel()
         panel.layerHeadSelected.connect(self.layerHeadSelected)
         return self._ready(panel)
