@@ -218,11 +218,11 @@ def test_plots_panel_clicks_select_layer_head_and_patch(qtbot, window, image_pat
     plots = window.plots
     # distance plot: click the point of layer 2, head 3
     plots.setCurrentIndex(0)
-    qtbot.waitExposed(plots.dist_widget)
-    pt = next(p for p in plots.dist_scatter.points() if tuple(p.data()) == (2, 3))
-    vb = plots.dist_plot.getViewBox()
-    pos = plots.dist_widget.mapFromScene(vb.mapViewToScene(QPointF(pt.pos().x(), pt.pos().y())))
-    qtbot.mouseClick(plots.dist_widget.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    qtbot.waitExposed(plots.distance.widget)
+    pt = next(p for p in plots.distance.scatter.points() if tuple(p.data()) == (2, 3))
+    vb = plots.distance.plot.getViewBox()
+    pos = plots.distance.widget.mapFromScene(vb.mapViewToScene(QPointF(pt.pos().x(), pt.pos().y())))
+    qtbot.mouseClick(plots.distance.widget.viewport(), Qt.MouseButton.LeftButton, pos=pos)
     assert (window.session.options.layer, window.session.options.head) == (2, 3)
     d = window.session.mean_distances()
     assert pt.pos().y() == pytest.approx(float(d[2, 3]))

@@ -228,8 +228,8 @@ def test_head_colours_are_the_same_in_the_window_and_in_the_stats_figure(qtbot, 
     r = open_and_wait(qtbot, window, image_path)
     window.plots.setCurrentIndex(0)
     window.plots.refresh(window.session)
-    brushes = window.plots.dist_scatter.data["brush"]
-    data = window.plots.dist_scatter.data["data"]
+    brushes = window.plots.distance.scatter.data["brush"]
+    data = window.plots.distance.scatter.data["data"]
     seen = {h: b.color().getRgb()[:3] for b, (_layer, h) in zip(brushes, data)}
     figure = head_colours(r.num_heads)
     assert len(seen) == r.num_heads and len(set(seen.values())) == r.num_heads
@@ -290,14 +290,14 @@ def test_the_distance_and_entropy_plots_say_their_precision(qtbot, window, image
     open_and_wait(qtbot, window, image_path)
     first = window.controller.pipeline.precision
     plots = window.plots
-    assert plots.dist_title.text().endswith(f"· computed in {first}")
+    assert plots.distance.title.text().endswith(f"· computed in {first}")
     assert plots.ent_title.text().endswith(f"· computed in {first}")
     second = "fp32" if first == "bf16" else "bf16"
     if second not in available_precisions("cpu"):
         pytest.skip("the CPU offers no bf16 here")
     with qtbot.waitSignal(window.resultShown, timeout=60000):
         window.set_precision(second)
-    assert plots.dist_title.text().endswith(f"· computed in {second}")
+    assert plots.distance.title.text().endswith(f"· computed in {second}")
     assert plots.ent_title.text().endswith(f"· computed in {second}")
 
 

@@ -82,7 +82,7 @@ def test_at_1280x800_every_dock_and_the_status_bar_are_on_screen_and_the_canvas_
     plots = window.plots
     plots.setCurrentIndex(0)
     _settle(qtbot, window)
-    assert plots.dist_widget.ci.minimumWidth() <= plots.dist_widget.width()
+    assert plots.distance.widget.ci.minimumWidth() <= plots.distance.widget.width()
     assert window.heads.scroll.width() <= window.docks["heads"].width()
     # the same on the first-open size of that screen (90 %)
     window.resize(geometry.initial_size(SMALL))
@@ -158,9 +158,9 @@ def test_distance_plot_starts_at_0_has_a_head_legend_and_says_this_image(qtbot, 
     p = window.plots
     p.setCurrentIndex(0)
     _settle(qtbot, window)
-    (_x0, _x1), (y0, y1) = p.dist_plot.viewRange()
+    (_x0, _x1), (y0, y1) = p.distance.plot.viewRange()
     assert -0.1 * y1 <= y0 <= 0.0, (y0, y1)  # from 0 (and a few px for its label), never negative distances
-    ax = p.dist_plot.getAxis("left")
+    ax = p.distance.plot.getAxis("left")
     levels = ax.tickValues(y0, y1, ax.height())
     assert min(v for _spacing, values in levels for v in values) == 0.0
     from PySide6.QtGui import QImage, QPainter
@@ -170,14 +170,14 @@ def test_distance_plot_starts_at_0_has_a_head_legend_and_says_this_image(qtbot, 
     texts = [t[2] for t in ax.generateDrawSpecs(painter)[2]]
     painter.end()
     assert "0" in texts, texts  # the 0 label is drawn, not dropped at the plot's edge
-    assert p.dist_plot.getViewBox().state["limits"]["yLimits"][0] == pytest.approx(y0)
+    assert p.distance.plot.getViewBox().state["limits"]["yLimits"][0] == pytest.approx(y0)
     d = window.session.mean_distances()
     assert y1 >= float(d.max())
-    assert p.legend_labels() == [f"h{h}" for h in range(r.num_heads)]
-    assert "this image" in p.dist_title.text()
+    assert p.distance.legend_labels() == [f"h{h}" for h in range(r.num_heads)]
+    assert "this image" in p.distance.title.text()
     # the legend's colours are the points' colours
-    for h, sample in enumerate(p.dist_legend_samples):
-        pt = next(q for q in p.dist_scatter.points() if tuple(q.data()) == (0, h))
+    for h, sample in enumerate(p.distance.legend_samples):
+        pt = next(q for q in p.distance.scatter.points() if tuple(q.data()) == (0, h))
         assert sample.opts["brush"].color() == pt.brush().color()
     # entropy is non-negative: its colour scale starts at 0
     assert p.ent_bar.levels()[0] == 0.0

@@ -1,5 +1,6 @@
-"""The plots tab: mean attention distance, position-embedding similarity, patch-embedding filters, entropy with the
-logit lens and head knock-out (:mod:`vitviz.gui.mechanistic_panel`), and faithfulness (:mod:`vitviz.gui.faithfulness`).
+"""The plots tab: mean attention distance (:mod:`vitviz.gui.distance_plot`), position-embedding similarity,
+patch-embedding filters, entropy with the logit lens and head knock-out (:mod:`vitviz.gui.mechanistic_panel`), and
+faithfulness (:mod:`vitviz.gui.faithfulness`); the last two are built when first opened (:mod:`vitviz.gui.tab_pages`).
 
 Every plot says what it shows: a title (these are statistics of *this image*, not the paper's dataset averages), axes
 from 0 for non-negative quantities, a legend or a colour bar. The tile grids keep their tiles at least
@@ -13,12 +14,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QFileDialog,
     QGraphicsItem,
-    QHBoxLayout,
     QLabel,
     QTabWidget,
     QToolButton,
@@ -28,7 +26,7 @@ from PySide6.QtWidgets import (
 
 from vitviz.document.appearance import precision_text
 from vitviz.gui.canvas import highlight_rect
-from vitviz.gui.lazy_page import LazyPage
+from vitviz.gui.distance_plot import DistancePage
 from vitviz.gui.mosaic import (
     BACKGROUND,
     MIN_TILE,
@@ -39,32 +37,14 @@ from vitviz.gui.mosaic import (
     shared_scale,
     upscale,
 )
-from vitviz.render import colormaps
+from vitviz.gui.tab_pages import LazyPage, titled_page
 
 if TYPE_CHECKING:
     from vitviz.gui.faithfulness import FaithfulnessPanel
     from vitviz.gui.mechanistic_panel import MechanisticPanel
 
 FILTER_COMPONENTS = 28
-LEGEND_ENTRY = 62  # px a legend entry (marker and "h11") takes
-ZERO_LABEL_PX = 9  # px below 0 on the distance plot: pyqtgraph drops the label of a tick on a gridded plot's edge
 FILTER_TILE = 64  # px: room for the "PC12 3.4 %" label on each filter
-
-
-def _titled(title: QLabel, body: QWidget, *extra: QWidget) -> QWidget:
-    """A tab page: a title row (with ``extra`` widgets on its right), the body, nothing else."""
-    page = QWidget()
-    lay = QVBoxLayout(page)
-    lay.setContentsMargins(2, 2, 2, 2)
-    lay.setSpacing(2)
-    top = QHBoxLayout()
-    title.setWordWrap(True)
-    top.addWidget(title, 1)
-    for w in extra:
-        top.addWidget(w, 0, Qt.AlignmentFlag.AlignTop)
-    lay.addLayout(top)
-    lay.addWidget(body, 1)
-    return page
 
 
 POS_TITLES = {"table": "Position embeddings: cosine similarity of each patch with every other",
@@ -95,49 +75,9 @@ class PlotsPanel(QTabWidget):
         self.setDocumentMode(True)
         self.setUsesScrollButtons(True)  # tab names whole ("Distan..." reads as nothing); a narrow dock scrolls them
         self.setElideMode(Qt.TextElideMode.ElideNone)
-        # mean attention distance
-        self.dist_widget = pg.GraphicsLayoutWidget()
-        self.dist_widget.setBackground(BACKGROUND)
-        self.dist_plot = self.dist_widget.addPlot(row=0, col=0, enableMenu=False)
-        self.dist_title = QLabel("Mean attention distance per layer and head · this image")
-        self.dist_plot.setLabel("bottom", "layer")
-        self.dist_plot.setLabel("left", "distance (input px)")  # the title names the quantity
-        self.dist_plot.showGrid(x=True, y=True, alpha=0.25)
-        self.dist_scatter = pg.ScatterPlotItem(size=8, pen=pg.mkPen(None), hoverable=True,
-                                               hoverPen=pg.mkPen("w", width=1.5), tip=None)
-        self.dist_scatter.sigClicked.connect(self._on_point)
-        # static per result: cache the rendering so moving the current-head ring does not repaint 100s of points
-        self.dist_scatter.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-        self.dist_plot.addItem(self.dist_scatter)
-        self.dist_current = pg.ScatterPlotItem(size=15, pen=pg.mkPen((0, 230, 255), width=2),
-                                               brush=pg.mkBrush(None))
-        self.dist_plot.addItem(self.dist_current)
-        self.dist_legend = pg.LegendItem(colCount=4, horSpacing=6, verSpacing=-6, labelTextSize="8pt")
-        self.dist_widget.addItem(self.dist_legend, row=1, col=0)
-        self.dist_legend_samples: list[pg.ScatterPlotItem] = []
-        self.dist_widget.installEventFilter(self)  # the legend's columns follow the plot's width
-        self._dist_top: float | None = None
-        # a data set's statistics (the attention_stats.csv of `vitviz stats`) beside this image's points
-        self.dataset = None  # vitviz.batch.stats.DatasetStats
-        self.dataset_path: str | None = None
-        self.dist_dataset_points = pg.ScatterPlotItem(size=8, brush=pg.mkBrush(None))
-        self.dist_dataset_line = pg.PlotDataItem(pen=pg.mkPen((235, 235, 235), width=1.5, style=Qt.PenStyle.DashLine))
-        self.dist_plot.addItem(self.dist_dataset_line)
-        self.dist_plot.addItem(self.dist_dataset_points)
-        self.dist_dataset_points.setZValue(-1)  # this image's points stay on top
-        self._dataset_legend: list[str] = []
-        self.dist_dataset_button = QToolButton()
-        self.dist_dataset_button.setText("Dataset…")
-        self.dist_dataset_button.setToolTip("Open the attention_stats.csv of 'vitviz stats' to draw the data set's "
-                                            "mean attention distance beside this image's")
-        self.dist_dataset_button.clicked.connect(self.open_dataset_dialog)
-        self.dist_dataset_clear = QToolButton()
-        self.dist_dataset_clear.setText("×")
-        self.dist_dataset_clear.setToolTip("Hide the data set's curve")
-        self.dist_dataset_clear.clicked.connect(self.clear_dataset)
-        self.dist_dataset_clear.setVisible(False)
-        self.addTab(_titled(self.dist_title, self.dist_widget, self.dist_dataset_button, self.dist_dataset_clear),
-                    "Distance")
+        self.distance = DistancePage()  # mean attention distance (vitviz.gui.distance_plot)
+        self.distance.layerHeadSelected.connect(self.layerHeadSelected)
+        self.addTab(self.distance, "Distance")
         self.setTabToolTip(0, "Mean attention distance per layer and head for this image, in input pixels (the ViT "
                               "paper's Fig. 7 right averages over a dataset); click a point")
         # position embeddings
@@ -159,7 +99,7 @@ class PlotsPanel(QTabWidget):
         pl.setSpacing(2)
         pl.addWidget(self.pos_scroll, 1)
         pl.addWidget(self.pos_bar)
-        self.addTab(_titled(self.pos_title, pos_body, self.pos_fit), "Pos. embed")
+        self.addTab(titled_page(self.pos_title, pos_body, self.pos_fit), "Pos. embed")
         self.setTabToolTip(1, "Cosine similarity of position embeddings (Fig. 7 centre); click a tile to select the "
                               "patch")
         # filters
@@ -173,7 +113,7 @@ class PlotsPanel(QTabWidget):
         self._filter_labels: list[str] = []
         self._filter_gap = 2
         self.filter_scroll.resized.connect(self._layout_filters)
-        self.filter_page = _titled(self.filter_title, self.filter_scroll)
+        self.filter_page = titled_page(self.filter_title, self.filter_scroll)
         self.addTab(self.filter_page, "Filters")
         self.setTabToolTip(2, "Principal components of the patch-embedding filters (Fig. 7 left), with the share of "
                               "the filters' variance each explains")
@@ -203,7 +143,7 @@ class PlotsPanel(QTabWidget):
         self.heads_pages = QTabWidget()
         self.heads_pages.setDocumentMode(True)
         self.heads_pages.setTabPosition(QTabWidget.TabPosition.South)
-        self.heads_pages.addTab(_titled(self.ent_title, self.ent_widget), "Entropy")
+        self.heads_pages.addTab(titled_page(self.ent_title, self.ent_widget), "Entropy")
         self.heads_pages.addTab(self._mechanistic_page, "Lens · knock-out")
         self.heads_pages.setTabToolTip(1, "Logit lens against depth and the knock-out of every head (press Run); "
                                           "click a cell of the grid to show that head's map")
@@ -291,11 +231,11 @@ class PlotsPanel(QTabWidget):
         layer, head = o.layer, o.head
         if isinstance(head, int) and 0 <= layer < r.num_layers and "head" in session.view.reads:
             d = session.mean_distances()
-            self.dist_current.setData([layer], [float(d[layer, head])])
+            self.distance.mark(layer, float(d[layer, head]))
             self.ent_current.setRect(QRectF(head, layer, 1, 1))
             self.ent_current.setVisible(True)
         else:
-            self.dist_current.setData([], [])
+            self.distance.mark(None)
             self.ent_current.setVisible(False)
         if self._pos_grid != (0, 0):
             rc = divmod(o.query, self._pos_grid[1])
@@ -311,25 +251,7 @@ class PlotsPanel(QTabWidget):
         self.ent_title.setText(f"Mean attention entropy per layer and head · this image{self._computed}")
         L, H = r.num_layers, r.num_heads
         self._shape = (L, H)
-        d = session.mean_distances()
-        xs, ys, data, brushes = [], [], [], []
-        colors = [QColor(*rgb) for rgb in colormaps.head_colours(H)]  # as vitviz stats' figure
-        for h in range(H):
-            for layer in range(L):
-                xs.append(layer + (h - (H - 1) / 2) * 0.25 / max(H, 1))
-                ys.append(float(d[layer, h]))
-                data.append((layer, h))
-                brushes.append(pg.mkBrush(colors[h]))
-        self.dist_scatter.setData(x=xs, y=ys, data=data, brush=brushes)
-        self._fill_legend(colors)
-        self.dist_plot.setXRange(-0.5, L - 0.5, padding=0)
-        self._dist_top = (float(np.nanmax(d)) if d.size else 1.0) * 1.08 + 1e-9
-        self._head_colors = colors
-        self._image_top = self._dist_top
-        self._draw_dataset()
-        self._dist_y_range()
-        ax = self.dist_plot.getAxis("bottom")
-        ax.setTicks([[(i, str(i)) for i in range(L)]])
+        self.distance.fill(session.mean_distances(), self._computed)
 
         md = r.model_data  # the model's data: the position similarity, computed once per model and grid
         sim = None if md is None else md.pos_similarity()
@@ -364,128 +286,6 @@ class PlotsPanel(QTabWidget):
         self.ent_plot.setYRange(0, L, padding=0.02)
         self.ent_plot.getAxis("bottom").setTicks([[(h + 0.5, str(h)) for h in range(H)]])
         self.ent_plot.getAxis("left").setTicks([[(i + 0.5, str(i)) for i in range(L)]])
-
-    def eventFilter(self, obj, ev) -> bool:
-        if obj is self.dist_widget and ev.type() == QEvent.Type.Resize:
-            self._legend_columns()
-            QTimer.singleShot(0, self._dist_y_range)  # after the plot has its new height
-        return super().eventFilter(obj, ev)
-
-    def _dist_y_range(self) -> None:
-        """A distance: the y axis starts at 0 (never below, also after panning or zooming), with a few pixels under
-        0 so that its "0" label is drawn."""
-        top = self._dist_top
-        if top is None:
-            return
-        px = max(40.0, self.dist_plot.getViewBox().height())
-        below = top * ZERO_LABEL_PX / max(px - ZERO_LABEL_PX, 1.0)
-        self.dist_plot.setLimits(yMin=-below)
-        self.dist_plot.setYRange(-below, top, padding=0)
-
-    def _legend_columns(self) -> None:
-        """As many legend entries a row as fit the plot's width (a wider legend would clip the plot)."""
-        n = max(1, len(self.dist_legend_samples))
-        cols = max(1, min(n, (self.dist_widget.width() - 30) // LEGEND_ENTRY))
-        if cols != self.dist_legend.columnCount:
-            self.dist_legend.setColumnCount(cols)
-
-    def _fill_legend(self, colors: list) -> None:
-        """One legend entry per head colour, under the plot."""
-        H = len(colors)
-        if len(self.dist_legend_samples) == H and all(
-                s.opts["brush"].color() == c for s, c in zip(self.dist_legend_samples, colors)):
-            return
-        self.dist_legend.clear()
-        self.dist_legend_samples = []
-        for h, c in enumerate(colors):
-            sample = pg.ScatterPlotItem(size=8, pen=pg.mkPen(None), brush=pg.mkBrush(c))
-            self.dist_legend.addItem(sample, f"h{h}")
-            self.dist_legend_samples.append(sample)
-        self._legend_columns()
-
-    def legend_labels(self) -> list[str]:
-        """The legend's entries (for tests)."""
-        return [label.text for _sample, label in self.dist_legend.items]
-
-    # ------------------------------------------------------------------ a data set's curve (vitviz stats)
-    def open_dataset_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open data set statistics (vitviz stats)", self.dataset_path or "",
-                                              "vitviz stats (attention_stats.csv *.csv);;All files (*)")
-        if path:
-            self.load_dataset(path)
-
-    def load_dataset(self, path: str) -> bool:
-        """Draw the statistics of ``path`` (an ``attention_stats.csv`` of ``vitviz stats``) beside this image's
-        points: each head's mean over the images as a hollow marker in the head's colour, the mean of the heads as
-        a dashed line. A file that cannot be read is named in the plot's title; the plot is left as it was."""
-        from vitviz.batch.stats_files import read_stats_csv  # (csv, tqdm: not at start-up)
-
-        try:
-            stats = read_stats_csv(path)
-        except ValueError as e:
-            self.dist_title.setText(f"<span style='color:#e05050'>Could not open the data set: {e}</span>")
-            self.dist_title.setToolTip(str(e))
-            return False
-        self.dataset, self.dataset_path = stats, str(path)
-        self.dist_dataset_clear.setVisible(True)
-        self._draw_dataset()
-        self._dist_y_range()
-        return True
-
-    def clear_dataset(self) -> None:
-        self.dataset = None
-        self.dist_dataset_clear.setVisible(False)
-        self._draw_dataset()
-        self._dist_y_range()
-
-    def dataset_curve(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The dashed line drawn (x = layers, y = the data set's mean over heads), or None (for tests)."""
-        x, y = self.dist_dataset_line.getData()
-        return None if x is None or len(x) == 0 else (np.asarray(x), np.asarray(y))
-
-    def _draw_dataset(self) -> None:
-        """The data set's points and line (when its layers and heads are those of the shown model), the legend
-        entries and the title that say what is drawn."""
-        for name in self._dataset_legend:
-            self.dist_legend.removeItem(name)
-        self._dataset_legend = []
-        self.dist_dataset_points.setData([], [])
-        self.dist_dataset_line.setData([], [])
-        if getattr(self, "_image_top", None) is not None:
-            self._dist_top = self._image_top
-        base = f"Mean attention distance per layer and head · this image{self._computed}"
-        ds, shape = self.dataset, self._shape
-        self.dist_title.setToolTip("")
-        if ds is None:
-            self.dist_title.setText(base)
-            return
-        name = f"{ds.images} image{'s' * (ds.images != 1)} of {ds.model}" + \
-            (f" in {ds.precision}" if ds.precision else "")
-        if (ds.num_layers, ds.num_heads) != tuple(shape):
-            self.dist_title.setText(f"{base} · the data set ({name}) has {ds.num_layers} layers x {ds.num_heads} "
-                                    f"heads, this model {shape[0]} x {shape[1]}: not drawn")
-            return
-        L, H = shape
-        colors = getattr(self, "_head_colors", None) or [pg.intColor(h, hues=max(H, 2)) for h in range(H)]
-        xs, ys, pens = [], [], []
-        for h in range(H):
-            for layer in range(L):
-                xs.append(layer + (h - (H - 1) / 2) * 0.25 / max(H, 1))
-                ys.append(float(ds.distance_mean[layer, h]))
-                pens.append(pg.mkPen(colors[h], width=1.5))
-        self.dist_dataset_points.setData(x=xs, y=ys, pen=pens, brush=pg.mkBrush(None))
-        self.dist_dataset_line.setData(np.arange(L, dtype=float), ds.distance_mean.mean(axis=1))
-        self.dist_legend.addItem(self.dist_dataset_line, "data set: mean of heads")
-        hollow = pg.ScatterPlotItem(size=8, pen=pg.mkPen((200, 200, 200), width=1.5), brush=pg.mkBrush(None))
-        self.dist_legend.addItem(hollow, "data set: each head")
-        self._dataset_legend = ["data set: mean of heads", "data set: each head"]
-        self.dist_title.setText(f"{base.replace(self._computed, '')} (filled){self._computed} · data set of "
-                                f"{ds.images} image{'s' * (ds.images != 1)} (hollow: each head's mean; dashed: mean "
-                                "of heads)")
-        self.dist_title.setToolTip(f"{self.dataset_path}: mean attention distance per layer and head over {name} "
-                                   "(the standard deviations over the images are in the CSV)")
-        if self._dist_top is not None:
-            self._dist_top = max(self._dist_top, float(np.nanmax(ds.distance_mean)) * 1.08)
 
     def _fill_shown_filters(self) -> None:
         """The filters' tiles and variance shares, when their tab is shown: an eigendecomposition and an SVD of the
@@ -547,11 +347,6 @@ class PlotsPanel(QTabWidget):
         self.filter_mosaic.set_labels(self._filter_labels)
         self.filter_title.setText(f"Patch-embedding filters: first {k} principal components, each with its share of "
                                   f"the filters' variance ({100 * ratio[:k].sum():.0f} % in all)")
-
-    def _on_point(self, _item, points, *args) -> None:
-        if len(points):
-            layer, head = points[0].data()
-            self.layerHeadSelected.emit(int(layer), int(head))
 
     def _on_pos_tile(self, row: int, col: int) -> None:
         gh, gw = self._pos_grid

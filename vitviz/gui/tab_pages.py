@@ -1,4 +1,5 @@
-"""A tab page built the first time it is shown or asked for: the window's start-up builds only what is on screen.
+"""Tab pages of the plots panel: a page with a title row (:func:`titled_page`), and a page built the first time it is
+shown or asked for (:class:`LazyPage`), so that the window's start-up builds only what is on screen.
 
 The plots panel's Faithfulness and "Lens · knock-out" pages are run on request and hold a dozen plots, tables and
 controls between them (about a third of the window's construction): :class:`LazyPage` stands in their tab until the
@@ -9,7 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+
+def titled_page(title: QLabel, body: QWidget, *extra: QWidget) -> QWidget:
+    """A tab page: a title row (with ``extra`` widgets on its right), the body, nothing else."""
+    page = QWidget()
+    lay = QVBoxLayout(page)
+    lay.setContentsMargins(2, 2, 2, 2)
+    lay.setSpacing(2)
+    top = QHBoxLayout()
+    title.setWordWrap(True)
+    top.addWidget(title, 1)
+    for w in extra:
+        top.addWidget(w, 0, Qt.AlignmentFlag.AlignTop)
+    lay.addLayout(top)
+    lay.addWidget(body, 1)
+    return page
 
 
 class LazyPage(QWidget):
