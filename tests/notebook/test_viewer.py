@@ -368,3 +368,27 @@ def test_tokens_left_out_of_the_scale_travel_as_neutral_cells(session_of):
     last = frames.meta["frames"][-1]
     assert [2, 1] in last["neutral"] and len(last["neutral"]) < r.grid[0] * r.grid[1]
     assert tuple(last["neutral_rgb"]) == tuple(NEUTRAL_RGB)
+
+
+def _record_messages(v: Viewer) -> list[set[str]]:
+    """The keys of each state message the viewer sends to the browser from now on."""
+    sent: list[set[str]] = []
+    send = v.send_state
+    v.send_state = lambda key=None: (sent.append({key} if isinstance(key, str) else set(key or ())), send(key))[1]
+    return sent
+
+
+def test_a_change_reaches_the_browser_in_one_message(viewer, photos):
+    """The maps, their layout and the slider's layer go in one message: a browser that got them apart painted the new
+    view's maps at the last view's layer in between (a loaded machine's browser test caught the mix)."""
+    viewer.view = "cls"
+    viewer.layer = 1
+    sent = _record_messages(viewer)
+    viewer.view = "rollout"
+    with_maps = [keys for keys in sent if "meta" in keys]
+    assert len(with_maps) == 1 and {"frames", "values", "layer"} <= with_maps[0], sent
+    sent.clear()
+    viewer.image_index = 1  # a new image: its photo comes with its maps
+    viewer.wait()
+    with_maps = [keys for keys in sent if "meta" in keys]
+    assert len(with_maps) == 1 and {"photo", "frames", "values"} <= with_maps[0], sent

@@ -83,7 +83,7 @@ function render({ model, el: root }) {
   const heads = el("div", "vitviz-heads");
   root.replaceChildren(bar, bar2, title, stage, caption, hover, note, busy, status, heads);
 
-  let photo = null, photoSize = [0, 0], luts = null, lutNames = [], frames = null, values = null;
+  let photo = null, photoFrom = null, photoSize = [0, 0], luts = null, lutNames = [], frames = null, values = null;
   let headFrames = null, headValues = null;
 
   function lut(name) {
@@ -135,7 +135,8 @@ function render({ model, el: root }) {
 
   function paint() {
     const meta = model.get("meta");
-    if (!photo || !meta || !meta.frames || !luts) return;
+    // nothing is painted until the photo of these maps is decoded: a new image's maps never blend into the last photo
+    if (!photo || photoFrom !== model.get("photo") || !meta || !meta.frames || !luts) return;
     const [h, w] = photoSize;
     canvas.width = w; canvas.height = h;
     const k = Math.max(1, Math.floor(448 / Math.max(w, h)));
@@ -218,19 +219,21 @@ function render({ model, el: root }) {
   }
 
   function loadPhoto() {
-    const png = bytes(model.get("photo"));
+    const from = model.get("photo"), png = bytes(from);
     if (!png.length) return;
     photo = null; // the maps of a new image wait for its photo (the canvas keeps the last picture meanwhile)
     const url = URL.createObjectURL(new Blob([png], { type: "image/png" }));
     const im = new Image();
     im.onload = () => {
+      URL.revokeObjectURL(url);
+      if (model.get("photo") !== from) return; // a newer photo came while this one was decoded
+      photoFrom = from;
       const c = document.createElement("canvas");
       c.width = im.naturalWidth; c.height = im.naturalHeight;
       const ctx = c.getContext("2d");
       ctx.drawImage(im, 0, 0);
       photo = ctx.getImageData(0, 0, c.width, c.height).data;
       photoSize = [c.height, c.width];
-      URL.revokeObjectURL(url);
       paint(); paintHeads();
     };
     im.src = url;

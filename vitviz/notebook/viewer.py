@@ -416,7 +416,8 @@ class Viewer(anywidget.AnyWidget):
         was = self._applying
         self._applying = True
         try:
-            with self.hold_trait_notifications():
+            # one message for the lot: the browser then paints the new maps with the new layer, never a mix
+            with self.hold_sync(), self.hold_trait_notifications():
                 if frames:
                     f = payload.view_frames(s)
                     self.frames, self.values, self.meta = f.index, f.values, f.meta
