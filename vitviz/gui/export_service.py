@@ -149,10 +149,10 @@ class ExportService:
         if not Path(path).suffix:  # a bare name is a PNG, as the file dialog's default type says
             path = str(path) + ".png"
         s = self.session
+        scale = self.setting("scale", "print") if scale is None else scale
         # refused from the image's size before any map is drawn at its pixels
         if self.too_large(self.figure_scale(path, scale), heads=heads, all_layers=all_layers):
             return None
-        scale = self.setting("scale", "print") if scale is None else scale
         spec = panel.heads_figure(s, all_layers=all_layers) if heads else panel.view_figure(s)
         if spec is None:
             self.show_error("Nothing to export", "Open an image first." if s.result is None
@@ -190,11 +190,9 @@ class ExportService:
         return bool(problem)
 
     def figure_scale(self, path: str, scale: Any = None) -> Any:
-        """The scale a figure file at ``path`` is laid out at: PNG at ``scale`` (default: the remembered one), SVG
-        and PDF at ``"print"``."""
-        if Path(path).suffix.lower() not in ("", ".png"):
-            return "print"
-        return self.setting("scale", "print") if scale is None else scale
+        """The scale a figure file at ``path`` is laid out at (:func:`vitviz.render.figures.layout_scale`), ``scale``
+        by default the remembered one."""
+        return figures.layout_scale(Path(path).suffix, self.setting("scale", "print") if scale is None else scale)
 
     # ------------------------------------------------------------------ dialogs
     def export_dialog(self, *, heads: bool = False, animation: bool = False,

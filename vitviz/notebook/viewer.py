@@ -214,7 +214,7 @@ class Viewer(anywidget.AnyWidget):
                 image's size); ExportError, FileExistsError: as :func:`figures.save`.
         """
         with self._lock:
-            problem = figure_size_problem(self._session, scale if Path(path).suffix.lower() == ".png" else "print")
+            problem = figure_size_problem(self._session, figures.layout_scale(Path(path).suffix, scale))
             if problem:  # from the image's size, before the map is drawn at its pixels
                 raise ValueError(f"{problem}; choose a smaller scale or reduce the image")
             spec = view_figure(self._session)

@@ -42,7 +42,7 @@ _LAZY = {
     "SINGLE_INCHES": "layout", "lay_out": "layout", "size_problem": "layout",
     "MetadataError": "metadata", "pdf_pages": "metadata", "read_metadata": "metadata",
     "ANIMATION_LONG_SIDE": "sizes", "MAX_FACTOR": "sizes", "PRINT_LONG_SIDE": "sizes", "ScaleOption": "sizes",
-    "grid_factor": "sizes", "parse_scale": "sizes", "scale_factor": "sizes",
+    "grid_factor": "sizes", "layout_scale": "sizes", "parse_scale": "sizes", "scale_factor": "sizes",
     "FigureSpec": "specification", "MASK_STYLES": "specification", "Panel": "specification", "Rect": "specification",
     "grid_shape": "specification",
     "text_width_pt": "text", "wrap_text": "text",
@@ -51,8 +51,8 @@ _LAZY = {
 __all__ = ["ANIMATION_FORMATS", "ANIMATION_LONG_SIDE", "FIGURE_FORMATS", "GRID_INCHES", "MASK_STYLES", "MAX_FACTOR",
            "MAX_FIGURE_PIXELS", "MIN_DPI", "PRINT_LONG_SIDE", "SINGLE_INCHES", "FigureSpec", "Layout", "MetadataError",
            "Panel", "Rect", "Rendered", "ScaleOption", "build", "composite", "encode", "encode_animation",
-           "grid_factor", "grid_shape", "lay_out", "matplotlib_style", "mp4_problem", "parse_scale", "pdf_pages",
-           "read_metadata", "render", "render_frames", "save", "save_animation", "scale_factor", "size_problem",
-           "text_width_pt", "wrap_text"]
+           "grid_factor", "grid_shape", "lay_out", "layout_scale", "matplotlib_style", "mp4_problem", "parse_scale",
+           "pdf_pages", "read_metadata", "render", "render_frames", "save", "save_animation", "scale_factor",
+           "size_problem", "text_width_pt", "wrap_text"]
 
 __getattr__, __dir__ = lazy_names("vitviz.render.figures", _LAZY, globals())

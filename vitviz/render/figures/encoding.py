@@ -18,7 +18,7 @@ from vitviz.imaging import ExportError, write_atomic
 from vitviz.render.figures.drawing import build, matplotlib_style, render
 from vitviz.render.figures.layout import lay_out
 from vitviz.render.figures.metadata import check_metadata, software, svg_with_metadata
-from vitviz.render.figures.sizes import ScaleOption, scale_factor
+from vitviz.render.figures.sizes import ScaleOption, layout_scale, scale_factor
 from vitviz.render.figures.specification import FigureSpec
 
 FIGURE_FORMATS = (".png", ".svg", ".pdf")
@@ -27,6 +27,7 @@ FIGURE_FORMATS = (".png", ".svg", ".pdf")
 def _encode(spec: FigureSpec, fmt: str, scale: ScaleOption, metadata: dict[str, str]) -> tuple[bytes, str]:
     """The file's bytes and a note on its size (``"2255×1697 px, 600 dpi"`` / ``"vector, 3.4×2.5 in"``)."""
     info = {**spec.texts(), **metadata}
+    scale = layout_scale(fmt, scale)
     if fmt == ".png":
         r = render(spec, scale)
         png = PngInfo()
@@ -38,7 +39,7 @@ def _encode(spec: FigureSpec, fmt: str, scale: ScaleOption, metadata: dict[str, 
         return buf.getvalue(), f"{r.pixels.shape[1]}×{r.pixels.shape[0]} px, {r.dpi:.0f} dpi"
     buf = io.BytesIO()
     with matplotlib_style():
-        L = lay_out(spec, scale_factor(spec, "print"))
+        L = lay_out(spec, scale_factor(spec, scale))
         fig = build(spec, layout=L, image_k=1, vector=True)
         size = f"vector, {L.width / L.dpi:.2f}×{L.height / L.dpi:.2f} in"
         if fmt == ".svg":

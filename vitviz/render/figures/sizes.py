@@ -40,6 +40,12 @@ def parse_scale(text: ScaleOption) -> ScaleOption:
     return k
 
 
+def layout_scale(fmt: str, scale: ScaleOption) -> ScaleOption:
+    """The scale a figure file of format ``fmt`` (its extension: ``".png"``, ``".svg"``, ``".pdf"``) is laid out at:
+    a PNG at ``scale``, an SVG or a PDF at ``"print"`` (their panels are embedded at the images' own resolution)."""
+    return scale if fmt.lower() == ".png" else "print"
+
+
 def scale_factor(spec: FigureSpec, scale: ScaleOption = "print") -> int:
     """The integer ``k`` the panels are drawn at (image pixels -> figure pixels) for ``scale``."""
     return grid_factor(spec.cell, spec.nrows, spec.ncols, scale)
