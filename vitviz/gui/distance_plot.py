@@ -22,6 +22,11 @@ ZERO_LABEL_PX = 9  # px below 0 on the distance plot: pyqtgraph drops the label 
 TITLE = "Mean attention distance per layer and head · this image"
 
 
+def point_x(layer: int, head: int, heads: int) -> float:
+    """Where head ``head``'s point of ``layer`` is drawn: the layer's heads side by side over a quarter of a layer."""
+    return layer + (head - (heads - 1) / 2) * 0.25 / max(heads, 1)
+
+
 class DistancePage(QWidget):
     """Mean attention distance per layer and head: one point per head and layer, the current head ringed.
 
@@ -89,7 +94,7 @@ class DistancePage(QWidget):
         colors = [QColor(*rgb) for rgb in colormaps.head_colours(H)]  # as vitviz stats' figure
         for h in range(H):
             for layer in range(L):
-                xs.append(layer + (h - (H - 1) / 2) * 0.25 / max(H, 1))
+                xs.append(point_x(layer, h, H))
                 ys.append(float(d[layer, h]))
                 data.append((layer, h))
                 brushes.append(pg.mkBrush(colors[h]))
@@ -217,7 +222,7 @@ class DistancePage(QWidget):
         xs, ys, pens = [], [], []
         for h in range(H):
             for layer in range(L):
-                xs.append(layer + (h - (H - 1) / 2) * 0.25 / max(H, 1))
+                xs.append(point_x(layer, h, H))
                 ys.append(float(ds.distance_mean[layer, h]))
                 pens.append(pg.mkPen(colors[h], width=1.5))
         self.dataset_points.setData(x=xs, y=ys, pen=pens, brush=pg.mkBrush(None))
