@@ -154,3 +154,36 @@ def test_the_filters_pca_waits_for_the_filters_tab(qtbot, window, image_path, mo
     tabs.setCurrentIndex(0)
     tabs.setCurrentIndex([tabs.tabText(i) for i in range(tabs.count())].index("Filters"))
     assert calls == [1]
+
+
+def test_pyside_is_told_which_modules_use_it_without_their_sources_being_read_and_kept(tmp_path, monkeypatch):
+    """PySide6 asks of every module imported after it whether its source contains "PySide6" (through
+    ``inspect.getsource``, which kept every module's lines in linecache: 0.15-0.2 s of torch's import). vitviz.gui
+    answers from the file's bytes: the answer is the source text's, and a module without Qt is not kept in linecache."""
+    import inspect
+    import linecache
+
+    import vitviz.gui  # noqa: F401
+
+    feature = sys.modules["shibokensupport.feature"]
+    probes = {"vitviz_probe_plain": "X = 1\n", "vitviz_probe_qt": "# drawn with PySide6\nX = 2\n"}
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name, text in probes.items():
+        (tmp_path / f"{name}.py").write_text(text)
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        monkeypatch.delitem(feature.pyside_feature_dict, name, raising=False)
+        exec(f"import {name}")  # through builtins.__import__, as the app's imports go (importlib's would not)
+    assert feature.pyside_feature_dict["vitviz_probe_plain"] == -1  # -1: "ignore this module"
+    assert feature.pyside_feature_dict["vitviz_probe_qt"] == 0  # 0: uses PySide, no feature selected
+    assert str(tmp_path / "vitviz_probe_plain.py") not in linecache.cache
+
+    def in_source(module):  # PySide6's own question, asked of the source text
+        try:
+            return "PySide6" in inspect.getsource(module)
+        except (TypeError, OSError, SyntaxError):
+            return False
+
+    files = [m for m in list(sys.modules.values()) if str(vars(m).get("__file__")).endswith(".py")]
+    assert len(files) > 200
+    wrong = [m.__name__ for m in files if feature._mod_uses_pyside(m) != in_source(m)]
+    assert wrong == []
