@@ -187,3 +187,35 @@ def test_pyside_is_told_which_modules_use_it_without_their_sources_being_read_an
     assert len(files) > 200
     wrong = [m.__name__ for m in files if feature._mod_uses_pyside(m) != in_source(m)]
     assert wrong == []
+
+
+def test_pyqtgraph_s_copies_of_qt_fetch_each_name_when_first_used():
+    """pyqtgraph copies every name of QtCore, QtGui and QtWidgets into its own modules, which made PySide6 build the
+    Python type of every Qt class (about 720) at start-up; vitviz.gui gives it modules that fetch a name when first
+    used: fewer types are built, pyqtgraph's names are PySide6's objects, what pyqtgraph adds stays in its copies,
+    and PySide6's modules list all their names again afterwards."""
+    code = ("import sys\n"
+            "import vitviz.gui\n"
+            "import pyqtgraph as pg\n"
+            "from PySide6 import QtCore, QtGui, QtWidgets\n"
+            "from pyqtgraph.Qt import QtCore as C, QtGui as G, QtWidgets as W\n"
+            "mods = (QtCore, QtGui, QtWidgets)\n"
+            "built, names = sum(len(vars(m)) for m in mods), sum(len(dir(m)) for m in mods)\n"
+            "print('built', built, 'of', names)\n"
+            "assert names > 600 and built < 0.6 * names, (built, names)\n"
+            "assert W.QDial is QtWidgets.QDial and C.QPointF is QtCore.QPointF and G.QImage is QtGui.QImage\n"
+            "assert C.__version__ == QtCore.__version__\n"
+            "assert hasattr(W, 'QOpenGLWidget') and not hasattr(QtWidgets, 'QOpenGLWidget')\n"
+            "assert 'QDial' in dir(QtWidgets) and 'QPointF' in dir(QtCore)\n"
+            "try:\n"
+            "    W.QNoSuchWidget\n"
+            "except AttributeError:\n"
+            "    pass\n"
+            "else:\n"
+            "    raise AssertionError('a name PySide6 lacks was found')\n"
+            "w = pg.PlotWidget()\n"
+            "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen")
+    r = subprocess.run([sys.executable, "-c", "from PySide6.QtWidgets import QApplication; app = QApplication([]); "
+                        + "exec(" + repr(code) + ")"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr[-2000:]
