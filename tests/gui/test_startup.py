@@ -189,12 +189,16 @@ def test_pyside_is_told_which_modules_use_it_without_their_sources_being_read_an
     assert wrong == []
 
 
-def test_pyqtgraph_s_copies_of_qt_fetch_each_name_when_first_used():
+@pytest.mark.parametrize("first", ["", "import torch\n"], ids=["alone", "after-torch"])
+def test_pyqtgraph_s_copies_of_qt_fetch_each_name_when_first_used(first):
     """pyqtgraph copies every name of QtCore, QtGui and QtWidgets into its own modules, which made PySide6 build the
     Python type of every Qt class (about 720) at start-up; vitviz.gui gives it modules that fetch a name when first
     used: fewer types are built, pyqtgraph's names are PySide6's objects, what pyqtgraph adds stays in its copies,
-    and PySide6's modules list all their names again afterwards."""
-    code = ("import sys\n"
+    and PySide6's modules list all their names again afterwards. Also where torch (and with it cuda-python) was
+    imported first, as a notebook or a script may."""
+    code = (first
+            + "from PySide6.QtWidgets import QApplication\n"
+            "app = QApplication([])\n"
             "import vitviz.gui\n"
             "import pyqtgraph as pg\n"
             "from PySide6 import QtCore, QtGui, QtWidgets\n"
@@ -216,6 +220,5 @@ def test_pyqtgraph_s_copies_of_qt_fetch_each_name_when_first_used():
             "w = pg.PlotWidget()\n"
             "print('ok')\n")
     env = dict(os.environ, PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen")
-    r = subprocess.run([sys.executable, "-c", "from PySide6.QtWidgets import QApplication; app = QApplication([]); "
-                        + "exec(" + repr(code) + ")"], capture_output=True, text=True, timeout=120, env=env)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr[-2000:]

@@ -82,7 +82,7 @@ def _empty_qt_copies() -> dict[str, Path] | None:
 
 
 def _import_pyqtgraph() -> None:
-    if "pyqtgraph" in sys.modules or "cuda.bindings" in sys.modules:
+    if "pyqtgraph" in sys.modules:
         return
     copies = _empty_qt_copies()
     sources = {m: importlib.import_module(f"PySide6.{m}") for m in QT_MODULES} if copies else {}
@@ -90,11 +90,13 @@ def _import_pyqtgraph() -> None:
     for m, src in sources.items():
         sys.modules[f"pyqtgraph.Qt.{m}"] = _fetching_stand_in(f"pyqtgraph.Qt.{m}", src, copies[m])
         src.__dir__ = list  # type: ignore[attr-defined]  # lists nothing: pyqtgraph's copy copies nothing
-    sys.modules["cuda.bindings"] = None  # type: ignore[assignment]  # "from cuda.bindings import ..." -> ImportError
+    block_cuda = "cuda.bindings" not in sys.modules  # once loaded (torch imported first), pyqtgraph costs nothing more
+    if block_cuda:
+        sys.modules["cuda.bindings"] = None  # type: ignore[assignment]  # "from cuda.bindings import ..." -> ImportError
     try:
         import pyqtgraph  # noqa: F401
     finally:
-        if sys.modules.get("cuda.bindings", 0) is None:
+        if block_cuda and sys.modules.get("cuda.bindings", 0) is None:
             del sys.modules["cuda.bindings"]
         for m, src in sources.items():
             if listings[m] is None:
